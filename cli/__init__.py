@@ -1,0 +1,1 @@
+"""The gradcalc command line: Typer commands and renderers (no math here)."""

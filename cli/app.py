@@ -1,0 +1,389 @@
+"""The gradcalc command line: one Typer command per subcommand.
+
+Each command reads its SOURCE and options, calls the library (gradcalc.api),
+and hands a payload to a renderer.  Errors become messages and exit codes in
+one place (``_run``).  No math lives here.
+"""
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import Callable, List, Optional
+
+import typer
+from typing_extensions import Annotated
+
+from gradcalc.errors import GradcalcError
+from gradcalc.tape import DEFAULT_MAX_ELEMENTS
+
+from . import render
+from .errors import EXIT_INTERRUPTED, report_internal_error, report_user_error
+
+app = typer.Typer(
+    name="gradcalc", add_completion=False, no_args_is_help=True,
+    help="A gradient calculator: evaluate and differentiate numpy-like expressions.\n\n"
+         "SOURCE is program text, a file, or - for standard input.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    plain = "plain"
+
+
+class Unconnected(str, Enum):
+    zero = "zero"
+    none = "none"
+    error = "error"
+
+
+class Mode(str, Enum):
+    auto = "auto"
+    rev = "rev"
+    fwd = "fwd"
+
+
+# -- shared options ------------------------------------------------------------
+SourceArg = Annotated[str, typer.Argument(help="program text, a path to a .grad file, or - for stdin",
+                                          show_default=False)]
+AtOpt = Annotated[Optional[List[str]], typer.Option(
+    "--at", help="input values: NAME=VALUE[,NAME=VALUE...] or @FILE (.json/.npz); repeatable",
+    show_default=False)]
+OfOpt = Annotated[Optional[str], typer.Option("--of", help="the output (default: the last statement)",
+                                              show_default=False)]
+OfManyOpt = Annotated[Optional[List[str]], typer.Option(
+    "--of", help="an output (repeatable; default: the last statement)", show_default=False)]
+WrtOpt = Annotated[Optional[List[str]], typer.Option(
+    "--wrt", help="differentiate with respect to NAME (repeatable; default: every input)",
+    show_default=False)]
+InputsWrtOpt = Annotated[Optional[List[str]], typer.Option(
+    "--wrt", help="an input to differentiate with respect to (repeatable; default: every input)",
+    show_default=False)]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="output format")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="same as --format json")]
+PrecisionOpt = Annotated[int, typer.Option("--precision", min=1, max=17,
+                                           help="significant digits in tables")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="show a traceback on internal errors")]
+MaxElementsOpt = Annotated[int, typer.Option("--max-elements", min=1,
+                                             help="refuse arrays with more elements than this")]
+UnconnectedOpt = Annotated[Unconnected, typer.Option(
+    "--unconnected", help="derivative of a name with no path to the output: zero, none (null) or error")]
+
+
+class Options:
+    """What every command shares: output format and error handling."""
+
+    def __init__(self, fmt: Format, json_flag: bool, precision: int, debug: bool, max_elements: int):
+        self.format = Format.json if json_flag else fmt
+        self.precision = precision
+        self.debug = debug
+        self.max_elements = max_elements
+
+
+def _run(opts: Options, body: Callable[[], Optional[int]]) -> None:
+    """Run a command body; turn errors into messages and exit codes."""
+    try:
+        code = body() or 0
+    except GradcalcError as err:
+        if opts.debug:
+            import traceback
+            traceback.print_exception(err)
+        code = report_user_error(err, opts.format is Format.json)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        code = EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug in gradcalc
+        code = report_internal_error(exc, opts.debug)
+    raise typer.Exit(code)
+
+
+def _source(arg: str):
+    from gradcalc.api import parse
+    from gradcalc.values import read_source
+
+    src = read_source(arg)
+    return parse(src.text, src.label)
+
+
+def _at(items, opts: Options) -> dict:
+    from gradcalc.values import parse_assignments
+    return parse_assignments(items, "--at", opts.max_elements)
+
+
+def _emit(opts: Options, payload: dict, plain_lines, show_table: Callable[[], None]) -> None:
+    if opts.format is Format.json:
+        render.dump_json(payload)
+    elif opts.format is Format.plain:
+        render.print_plain(plain_lines)
+    else:
+        show_table()
+    if opts.format is not Format.json:
+        render.print_warnings(payload.get("warnings"))
+
+
+def _point_caption(at: dict, precision: int) -> str | None:
+    if not at:
+        return None
+    return "at " + ", ".join(f"{k}={render.value_text(v, precision)}" for k, v in at.items()
+                             if getattr(v, "size", 1) <= 8)
+
+
+# ==========================================================================
+# eval
+# ==========================================================================
+
+@app.command("eval")
+def eval_cmd(
+    source: SourceArg,
+    at: AtOpt = None,
+    of: OfManyOpt = None,
+    all_: Annotated[bool, typer.Option("--all", help="show every named value")] = False,
+    format: FormatOpt = Format.table,
+    json_: JsonOpt = False,
+    precision: PrecisionOpt = 6,
+    debug: DebugOpt = False,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+):
+    """Evaluate a program: the value of its output (or of every name with --all)."""
+    opts = Options(format, json_, precision, debug, max_elements)
+
+    def body():
+        from gradcalc.api import evaluate
+        r = evaluate(_source(source), _at(at, opts), of=of, all=all_, max_elements=max_elements)
+        payload = {"command": "eval", "values": dict(r), "warnings": r.warnings}
+        _emit(opts, payload, list(r.values()),
+              lambda: render.print_table("values", list(r.items()), precision=precision))
+    _run(opts, body)
+
+
+# ==========================================================================
+# grad
+# ==========================================================================
+
+@app.command("grad")
+def grad_cmd(
+    source: SourceArg,
+    at: AtOpt = None,
+    of: OfOpt = None,
+    wrt: WrtOpt = None,
+    sum_: Annotated[bool, typer.Option("--sum", help="differentiate the sum of a non-scalar output")] = False,
+    unconnected: UnconnectedOpt = Unconnected.zero,
+    format: FormatOpt = Format.table,
+    json_: JsonOpt = False,
+    precision: PrecisionOpt = 6,
+    debug: DebugOpt = False,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+):
+    """The gradient of a scalar output with respect to inputs or intermediate values."""
+    opts = Options(format, json_, precision, debug, max_elements)
+
+    def body():
+        from gradcalc.api import grad
+        point = _at(at, opts)
+        r = grad(_source(source), point, of=of, wrt=wrt, sum=sum_, unconnected=unconnected.value,
+                 max_elements=max_elements)
+        payload = {"command": "grad", "of": r.of, "value": r.value, "gradient": dict(r),
+                   "unconnected": r.unconnected, "warnings": r.warnings}
+        title = f"gradient of {'sum(' + r.of + ')' if sum_ else r.of} = {render.value_text(r.value.sum() if sum_ else r.value, precision)}"
+
+        def table():
+            rows = [(f"d{r.of}/d{k}" + (" (unconnected)" if k in r.unconnected else ""), v)
+                    for k, v in r.items()]
+            render.print_table(title, rows, precision=precision, caption=_point_caption(point, precision))
+        _emit(opts, payload, list(r.values()), table)
+    _run(opts, body)
+
+
+# ==========================================================================
+# jacobian, vjp, jvp, hessian
+# ==========================================================================
+
+@app.command("jacobian")
+def jacobian_cmd(
+    source: SourceArg,
+    at: AtOpt = None,
+    of: OfManyOpt = None,
+    wrt: WrtOpt = None,
+    mode: Annotated[Mode, typer.Option("--mode", help="rev: a row per output element; fwd: a "
+                                                      "column per input element; auto: fewer passes")] = Mode.auto,
+    unconnected: UnconnectedOpt = Unconnected.zero,
+    format: FormatOpt = Format.table,
+    json_: JsonOpt = False,
+    precision: PrecisionOpt = 6,
+    debug: DebugOpt = False,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+):
+    """The Jacobian d(of)/d(wrt), of shape of.shape + wrt.shape (JAX's convention)."""
+    opts = Options(format, json_, precision, debug, max_elements)
+
+    def body():
+        from gradcalc.api import jacobian
+        r = jacobian(_source(source), _at(at, opts), of=of, wrt=wrt, mode=mode.value,
+                     unconnected=unconnected.value, max_elements=max_elements)
+        payload = {"command": "jacobian", "of": r.of, "value": r.value, "jacobian": dict(r),
+                   "unconnected": r.unconnected, "warnings": r.warnings}
+        blocks = [(o, w, v) for o, row in r.items() for w, v in row.items()]
+
+        def table():
+            for o, w, v in blocks:
+                title = f"jacobian d{o}/d{w}  ({r.mode} mode)"
+                if v is None:
+                    render.print_table(title, [(f"d{o}/d{w}", None)], precision=precision)
+                else:
+                    render.print_matrix(title, v, o, w, r.value[o].shape,
+                                        v.shape[r.value[o].ndim:], precision)
+        _emit(opts, payload, [v for _, _, v in blocks], table)
+    _run(opts, body)
+
+
+@app.command("vjp")
+def vjp_cmd(
+    source: SourceArg,
+    cotangent: Annotated[List[str], typer.Option(
+        "--cotangent", help="the vector v of v^T J: VALUE (the output's shape, or a scalar), @FILE, "
+                            "or NAME=VALUE per output", show_default=False)],
+    at: AtOpt = None,
+    of: OfManyOpt = None,
+    wrt: WrtOpt = None,
+    unconnected: UnconnectedOpt = Unconnected.zero,
+    format: FormatOpt = Format.table,
+    json_: JsonOpt = False,
+    precision: PrecisionOpt = 6,
+    debug: DebugOpt = False,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+):
+    """The vector-Jacobian product v^T J (TensorFlow's output_gradients / grad_ys)."""
+    opts = Options(format, json_, precision, debug, max_elements)
+
+    def body():
+        from gradcalc.api import vjp
+        from gradcalc.values import parse_assignments, parse_value
+        if len(cotangent) == 1 and not _is_assignment(cotangent[0]):
+            ct = parse_value(cotangent[0], "--cotangent", max_elements)
+        else:
+            ct = parse_assignments(cotangent, "--cotangent", max_elements, allow_files=False)
+        r = vjp(_source(source), ct, _at(at, opts), of=of, wrt=wrt, unconnected=unconnected.value,
+                max_elements=max_elements)
+        single = isinstance(r.of, str)
+        payload = {"command": "vjp", "of": r.of, "value": r.value,
+                   "cotangent": r.cotangent[r.of] if single else r.cotangent, "vjp": dict(r),
+                   "unconnected": r.unconnected, "warnings": r.warnings}
+        outs = r.of if not single else [r.of]
+        title = "vjp: v^T J for " + ", ".join(outs)
+
+        def table():
+            render.print_table("cotangent v", list(r.cotangent.items()), precision=precision)
+            render.print_table(title, [(f"v^T d{'+'.join(outs)}/d{k}", v) for k, v in r.items()],
+                               precision=precision)
+        _emit(opts, payload, list(r.values()), table)
+    _run(opts, body)
+
+
+def _is_assignment(text: str) -> bool:
+    import re
+    return re.match(r"\s*[A-Za-z_][A-Za-z_0-9]*\s*=(?!=)", text) is not None
+
+
+@app.command("jvp")
+def jvp_cmd(
+    source: SourceArg,
+    tangent: Annotated[List[str], typer.Option(
+        "--tangent", help="NAME=VALUE: the tangent of an input (repeatable; others are zero)",
+        show_default=False)],
+    at: AtOpt = None,
+    of: OfOpt = None,
+    format: FormatOpt = Format.table,
+    json_: JsonOpt = False,
+    precision: PrecisionOpt = 6,
+    debug: DebugOpt = False,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+):
+    """The Jacobian-vector product J v, by forward mode."""
+    opts = Options(format, json_, precision, debug, max_elements)
+
+    def body():
+        from gradcalc.api import jvp
+        from gradcalc.values import parse_assignments
+        tangents = parse_assignments(tangent, "--tangent", max_elements, allow_files=False)
+        r = jvp(_source(source), tangents, _at(at, opts), of=of, max_elements=max_elements)
+        payload = {"command": "jvp", "of": r.of, "value": r.value, "jvp": r.jvp, "warnings": r.warnings}
+
+        def table():
+            render.print_table("tangent v", list(tangents.items()), precision=precision)
+            render.print_table(f"jvp: J v for {r.of}", [(f"J v", r.jvp), (r.of, r.value)],
+                               precision=precision)
+        _emit(opts, payload, [r.jvp], table)
+    _run(opts, body)
+
+
+@app.command("hessian")
+def hessian_cmd(
+    source: SourceArg,
+    at: AtOpt = None,
+    of: OfOpt = None,
+    wrt: InputsWrtOpt = None,
+    format: FormatOpt = Format.table,
+    json_: JsonOpt = False,
+    precision: PrecisionOpt = 6,
+    debug: DebugOpt = False,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+):
+    """Second derivatives of a scalar output: forward mode over the backward pass."""
+    opts = Options(format, json_, precision, debug, max_elements)
+
+    def body():
+        from gradcalc.api import hessian
+        import numpy as np
+        r = hessian(_source(source), _at(at, opts), of=of, wrt=wrt, max_elements=max_elements)
+        payload = {"command": "hessian", "of": r.of, "value": r.value, "hessian": dict(r),
+                   "warnings": r.warnings}
+        blocks = [(a, b, v) for a, row in r.items() for b, v in row.items()]
+
+        def table():
+            names = list(r)
+            if all(np.shape(r[n][n]) == () for n in names):
+                grid = np.array([[r[a][b] for b in names] for a in names])
+                _named_matrix(f"hessian of {r.of}", grid, names, precision)
+                return
+            for a, b, v in blocks:
+                render.print_table(f"d²{r.of}/d{a}d{b}", [(f"d²{r.of}/d{a}d{b}", v)], precision=precision)
+        _emit(opts, payload, [v for _, _, v in blocks], table)
+    _run(opts, body)
+
+
+def _named_matrix(title, grid, names, precision):
+    from rich.table import Table
+    table = Table()
+    table.add_column("")
+    for n in names:
+        table.add_column(n, justify="right")
+    for n, row in zip(names, grid):
+        table.add_row(n, *[render.fmt(float(v), precision) for v in row])
+    out = render.console()
+    out.print(title, style="bold")
+    out.print(table)
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except BrokenPipeError:
+        # The reader went away (gradcalc ... | head -1): exit quietly.
+        import os
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

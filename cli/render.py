@@ -1,0 +1,177 @@
+"""Result payloads -> JSON, plain numbers, or rich tables.
+
+A command builds one payload: a dict with the JSON keys of SPEC §5 whose
+values are NumPy arrays (or dicts of them).  The renderers only format; they
+compute nothing.  rich is imported only when a table is printed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import numpy as np
+
+SCHEMA = 1
+#: Arrays with more elements than this are summarised in tables.
+MAX_SHOWN = 64
+
+
+# -- JSON -------------------------------------------------------------------
+
+def _number(x: float):
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x  # json writes repr(x): the shortest text that round-trips
+
+
+def jsonable(obj):
+    """Arrays become nested lists (scalars numbers); non-finite floats the strings nan/inf/-inf."""
+    if isinstance(obj, np.ndarray) or isinstance(obj, np.generic):
+        a = np.asarray(obj, dtype=np.float64)
+        if a.ndim == 0:
+            return _number(float(a))
+        return _nested(a)
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float):
+        return _number(obj)
+    return obj
+
+
+def _nested(a: np.ndarray):
+    if a.ndim == 1:
+        return [_number(float(x)) for x in a.tolist()]
+    return [_nested(row) for row in a]
+
+
+def dump_json(payload: dict, out=None) -> None:
+    """One JSON object on stdout; floats keep full round-trip precision (repr)."""
+    out = out or sys.stdout
+    doc = {"schema": SCHEMA, **jsonable(payload)}
+    out.write(json.dumps(doc, allow_nan=False) + "\n")
+
+
+# -- plain ------------------------------------------------------------------
+
+def plain_number(x: float) -> str:
+    """The shortest text that reads back as x: 12 for 12.0, 0.1 for 0.1, nan, inf."""
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x.is_integer() and abs(x) < 1e16:
+        return str(int(x))
+    return repr(x)
+
+
+def plain_line(a) -> str:
+    if a is None:
+        return "null"
+    return " ".join(plain_number(float(v)) for v in np.asarray(a, dtype=np.float64).ravel())
+
+
+def print_plain(arrays, out=None) -> None:
+    out = out or sys.stdout
+    for a in arrays:
+        out.write(plain_line(a) + "\n")
+
+
+# -- tables -----------------------------------------------------------------
+
+def fmt(x: float, precision: int) -> str:
+    if math.isnan(x) or math.isinf(x):
+        return plain_number(x)
+    if x == 0:
+        return "0"
+    return f"{x:.{precision}g}"
+
+
+def shape_text(a) -> str:
+    if a is None:
+        return "-"
+    shape = np.shape(a)
+    return "scalar" if shape == () else "×".join(map(str, shape))
+
+
+def value_text(a, precision: int) -> str:
+    """A scalar, a vector on one line, a matrix as rows; big arrays summarised."""
+    if a is None:
+        return "null (unconnected)"
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim == 0:
+        return fmt(float(a), precision)
+    if a.size > MAX_SHOWN:
+        finite = a[np.isfinite(a)]
+        head = " ".join(fmt(float(v), precision) for v in a.ravel()[:4])
+        lo = fmt(float(finite.min()), precision) if finite.size else "nan"
+        hi = fmt(float(finite.max()), precision) if finite.size else "nan"
+        nrm = fmt(float(np.sqrt(np.sum(finite * finite))), precision)
+        return f"min {lo}  max {hi}  norm {nrm}\n[{head} …]"
+    if a.ndim == 1:
+        return "[" + "  ".join(fmt(float(v), precision) for v in a) + "]"
+    rows = a.reshape(-1, a.shape[-1])
+    cells = [[fmt(float(v), precision) for v in r] for r in rows]
+    width = max(len(c) for r in cells for c in r)
+    return "\n".join("[" + "  ".join(c.rjust(width) for c in r) + "]" for r in cells)
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def print_table(title: str, rows: list[tuple], columns=("name", "shape", "value"),
+                precision: int = 6, caption: str | None = None) -> None:
+    """rows: (name, array) pairs; prints name, shape and value columns."""
+    from rich.table import Table
+
+    table = Table(caption=caption, caption_justify="left")
+    for c in columns:
+        table.add_column(c, justify="right" if c == "value" else "left", no_wrap=(c != "value"))
+    for name, a in rows:
+        table.add_row(name, shape_text(a), value_text(a, precision))
+    out = console()
+    out.print(title, style="bold")
+    out.print(table)
+
+
+def print_matrix(title: str, block, row_name: str, col_name: str, row_shape, col_shape,
+                 precision: int = 6) -> None:
+    """A derivative block as a labelled matrix: rows row_name[i], columns col_name[j]."""
+    from rich.table import Table
+
+    a = np.asarray(block, dtype=np.float64)
+    m, n = int(np.prod(row_shape, dtype=np.int64)), int(np.prod(col_shape, dtype=np.int64))
+    if m * n > MAX_SHOWN * 4 or n > 12:
+        print_table(title, [(f"d{row_name}/d{col_name}", a)], precision=precision)
+        return
+    grid = a.reshape(m, n)
+    table = Table()
+    table.add_column("")
+    for j in range(n):
+        table.add_column(_label(col_name, col_shape, j), justify="right")
+    for i in range(m):
+        table.add_row(_label(row_name, row_shape, i), *[fmt(float(v), precision) for v in grid[i]])
+    out = console()
+    out.print(title, style="bold")
+    out.print(table)
+
+
+def _label(name: str, shape, flat: int) -> str:
+    if tuple(shape) == ():
+        return name
+    idx = np.unravel_index(flat, shape)
+    return f"{name}[{', '.join(str(int(i)) for i in idx)}]"
+
+
+def print_warnings(warnings) -> None:
+    if not warnings:
+        return
+    err = console(stderr=True)
+    for w in warnings:
+        err.print(f"[yellow]warning:[/yellow] {w}", markup=True, highlight=False)

@@ -1,0 +1,3 @@
+from gradcalc.cli.app import main
+
+main()

@@ -1,0 +1,333 @@
+"""The Python API: parse, evaluate, grad, jacobian, vjp, jvp, hessian.
+
+Each function takes program text (or a parsed :class:`Program`) and keyword
+arguments that match the CLI's options, and returns a :class:`Result`: a dict
+of NumPy arrays keyed by name, with what else the command reports (``value``,
+``unconnected``, ``warnings``...) as attributes.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .errors import GradcalcError, ShapeError, UsageError, did_you_mean
+from .lower import Traced, trace
+from .syntax import Program
+from .syntax import parse as _parse
+from .tape import DEFAULT_MAX_ELEMENTS, Warning_
+from .transforms import Recording, backward, basis, forward
+
+UNCONNECTED = ("zero", "none", "error")
+
+
+class Result(dict):
+    """Arrays keyed by name; other facts of the result as attributes."""
+
+    def __init__(self, data=(), **info):
+        super().__init__(data)
+        self.__dict__.update(info)
+
+    def __repr__(self):
+        extra = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
+        return f"Result({dict.__repr__(self)}, {extra})"
+
+
+def _quiet(fn):
+    """Run with NumPy's floating-point warnings off: gradcalc reports non-finite values itself."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def parse(source: str | Program, label: str = "<expr>") -> Program:
+    """Parse program text into a Program (a Program is returned as it is)."""
+    return source if isinstance(source, Program) else _parse(source, label)
+
+
+def _trace(source, at, max_elements, sample=None) -> Traced:
+    program = parse(source)
+    values = {k: np.asarray(v, dtype=np.float64) for k, v in (at or {}).items()}
+    return trace(program, values, max_elements=max_elements, sample=sample)
+
+
+def _names(tr: Traced, names, what: str, default) -> list[str]:
+    if names is None:
+        return list(default)
+    if isinstance(names, str):
+        names = [names]
+    out = []
+    for n in names:
+        if n not in tr.tape.names:
+            hint = did_you_mean(n, tr.tape.names) or f"the named values are: {', '.join(tr.tape.names)}"
+            raise UsageError(f"{what} '{n}' is not a name in the program", hint=hint).located(tr.program.source)
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def _output(tr: Traced, of) -> str:
+    if of is None:
+        if tr.tape.output is None:
+            raise UsageError("the program has no output")
+        return tr.tape.output
+    (name,) = _names(tr, [of] if isinstance(of, str) else of, "--of", ())
+    return name
+
+
+def _inputs_only(tr: Traced, names, command: str):
+    for n in names:
+        if n not in tr.tape.inputs:
+            raise UsageError(f"{command} differentiates with respect to inputs only; '{n}' is "
+                             "an intermediate value", hint="use grad, jacobian or vjp for intermediate values")
+
+
+def _warnings(tr: Traced) -> list[str]:
+    return [w.message for w in tr.warnings]
+
+
+def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
+    """Fill in unconnected derivatives as zero / None, or raise; returns (values, names)."""
+    if mode not in UNCONNECTED:
+        raise UsageError(f"--unconnected must be one of {', '.join(UNCONNECTED)}, not '{mode}'")
+    values, missing = {}, []
+    for name in wrt:
+        v = found.get(name)
+        if v is None:
+            missing.append(name)
+            if mode == "error":
+                raise UsageError(f"'{name}' has no differentiable path to {of_desc}",
+                                 hint="remove it from --wrt, or use --unconnected zero").located(tr.program.source)
+            v = np.zeros(shape_of(name)) if mode == "zero" else None
+        values[name] = v
+    return values, missing
+
+
+# ==========================================================================
+
+
+@_quiet
+def evaluate(source, at=None, of=None, all: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+    """The values of the output (or of every name with all=True, or of each name in of)."""
+    tr = _trace(source, at, max_elements)
+    if all:
+        names = list(tr.tape.names)
+    elif of is None:
+        names = [_output(tr, None)]
+    else:
+        names = _names(tr, of, "--of", ())
+    return Result({n: tr.value(n) for n in names}, of=names, warnings=_warnings(tr))
+
+
+@_quiet
+def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str = "zero", *,
+         max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+    """The gradient of a scalar output (of its sum with sum=True) with respect to wrt."""
+    tr = _trace(source, at, max_elements)
+    out = _output(tr, of)
+    wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
+    y = tr.value(out)
+    if y.size != 1 and not sum:
+        raise ShapeError(f"grad needs a scalar output, but '{out}' has shape {y.shape}",
+                         tr.tape.positions.get(out), hint="use 'gradcalc jacobian', 'gradcalc vjp --cotangent ...', or "
+                              "'grad --sum' for the gradient of its sum").located(tr.program.source)
+    b = tr.builder
+    seed = b.const(np.ones(y.shape))
+    found = backward(b, tr.tape.equations, {tr.tape.names[out]: seed},
+                     [tr.tape.names[n] for n in wrt])
+    values = {n: (None if found[tr.tape.names[n]] is None else found[tr.tape.names[n]].value)
+              for n in wrt}
+    gradient, missing = _unconnected(tr, wrt, values, unconnected,
+                                     lambda n: tr.value(n).shape, f"'{out}'")
+    return Result(gradient, of=out, value=y, unconnected=missing, warnings=_warnings(tr))
+
+
+@_quiet
+def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero", *,
+        max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+    """v^T J: the cotangent pulled back to wrt.
+
+    ``cotangent`` is an array for one output, or {output name: array} for
+    several (the result is then the sum of their VJPs).  A scalar broadcasts.
+    """
+    tr = _trace(source, at, max_elements)
+    if isinstance(cotangent, dict):
+        outs = _names(tr, list(cotangent) if of is None else of, "--of", ())
+        missing_ct = [o for o in outs if o not in cotangent]
+        if missing_ct:
+            raise UsageError(f"no cotangent for output '{missing_ct[0]}'",
+                             hint=f"give --cotangent {missing_ct[0]}=...")
+        cts = {o: cotangent[o] for o in outs}
+    else:
+        outs = [_output(tr, of)] if of is None or isinstance(of, str) or len(of) == 1 else None
+        if outs is None:
+            raise UsageError("with several --of, give one --cotangent NAME=VALUE for each")
+        cts = {outs[0]: cotangent}
+    wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
+    b = tr.builder
+    seeds = {}
+    for o, v in cts.items():
+        shape = tr.value(o).shape
+        v = np.asarray(v, dtype=np.float64)
+        if v.shape != shape:
+            if v.ndim != 0:
+                raise ShapeError(f"the cotangent for '{o}' has shape {v.shape}, but '{o}' has "
+                                 f"shape {shape}", hint="a cotangent has the output's shape (or is a scalar)")
+            v = np.broadcast_to(v, shape)
+        seeds[tr.tape.names[o]] = b.const(v)
+    found = backward(b, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
+    values = {n: (None if found[tr.tape.names[n]] is None else found[tr.tape.names[n]].value)
+              for n in wrt}
+    result, missing = _unconnected(tr, wrt, values, unconnected, lambda n: tr.value(n).shape,
+                                   "the outputs")
+    value = tr.value(outs[0]) if len(outs) == 1 else {o: tr.value(o) for o in outs}
+    return Result(result, of=outs if len(outs) > 1 else outs[0], value=value,
+                  cotangent={o: np.broadcast_to(np.asarray(v, dtype=np.float64), tr.value(o).shape)
+                             for o, v in cts.items()},
+                  unconnected=missing, warnings=_warnings(tr))
+
+
+@_quiet
+def jvp(source, tangent: dict, at=None, of=None, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+    """J v: forward mode along tangent {input name: array}; missing inputs have zero tangent."""
+    tr = _trace(source, at, max_elements)
+    out = _output(tr, of)
+    names = _names(tr, list(tangent), "--tangent", ())
+    _inputs_only(tr, names, "jvp")
+    b = tr.builder
+    tangents = {}
+    for n in names:
+        shape = tr.value(n).shape
+        v = np.asarray(tangent[n], dtype=np.float64)
+        if v.shape != shape:
+            if v.ndim != 0:
+                raise ShapeError(f"the tangent for '{n}' has shape {v.shape}, but '{n}' has shape {shape}")
+            v = np.broadcast_to(v, shape)
+        tangents[tr.tape.inputs[n]] = b.const(v)
+    tan = forward(b, tr.tape.equations, tangents)
+    y = tr.value(out)
+    t = tan.get(tr.tape.names[out])
+    value = np.zeros(y.shape) if t is None else np.asarray(t.value)
+    return Result({out: value}, of=out, value=y, jvp=value, warnings=_warnings(tr))
+
+
+def _choose_mode(mode, out_size, wrt_size, intermediate):
+    if mode not in ("auto", "rev", "fwd"):
+        raise UsageError(f"--mode must be auto, rev or fwd, not '{mode}'")
+    if mode == "auto":
+        return "rev" if intermediate or out_size <= wrt_size else "fwd"
+    return mode
+
+
+@_quiet
+def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected: str = "zero", *,
+             max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+    """d of / d wrt for each output and wrt, of shape of.shape + wrt.shape (JAX's convention).
+
+    Reverse mode runs one batched backward pass per output (a row per output
+    element); forward mode one batched tangent pass (a column per input
+    element).  ``mode="auto"`` picks the one with fewer rows.
+    """
+    tr = _trace(source, at, max_elements)
+    outs = [_output(tr, None)] if of is None else _names(tr, of, "--of", ())
+    wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
+    names, b = tr.tape.names, tr.builder
+    out_size = sum(tr.value(o).size for o in outs)
+    wrt_size = sum(tr.value(w).size for w in wrt)
+    intermediate = any(w not in tr.tape.inputs for w in wrt)
+    mode = _choose_mode(mode, out_size, wrt_size, intermediate)
+    if mode == "fwd":
+        _inputs_only(tr, wrt, "jacobian --mode fwd")
+    check_budget = lambda rows, width: b.check_size((rows, width))  # noqa: E731
+    blocks: dict = {o: {} for o in outs}
+    if mode == "rev":
+        for o in outs:
+            yshape = tr.value(o).shape
+            m = max(tr.value(o).size, 1)
+            check_budget(m, max(wrt_size, 1))
+            rec = Recording(b)
+            seed = rec.seed(yshape)
+            found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt])
+            rows = rec.run({seed.var: np.eye(m).reshape((m,) + yshape)},
+                           [found[names[w]] for w in wrt], m)
+            for w, r in zip(wrt, rows):
+                blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape)
+    else:
+        n = max(wrt_size, 1)
+        check_budget(n, max(out_size, 1))
+        rec = Recording(b)
+        seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
+        tan = forward(b, tr.tape.equations, {names[w]: s for w, s in seeds.items()})
+        cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
+                       [tan.get(names[o]) for o in outs], n)
+        for o, c in zip(outs, cols):
+            yshape = tr.value(o).shape
+            start = 0
+            for w in wrt:
+                wshape = tr.value(w).shape
+                k = tr.value(w).size
+                if c is None:
+                    blocks[o][w] = None
+                else:
+                    part = np.asarray(c[start:start + k]).reshape((k,) + yshape)
+                    blocks[o][w] = np.moveaxis(part, 0, -1).reshape(yshape + wshape)
+                start += k
+    jac, missing = {}, []
+    for o in outs:
+        jac[o], miss = _unconnected(tr, wrt, blocks[o], unconnected,
+                                    lambda w, o=o: tr.value(o).shape + tr.value(w).shape, f"'{o}'")
+        missing += [m for m in miss if m not in missing]
+    _nonfinite(jac, "jacobian", tr)
+    return Result(jac, of=outs, value={o: tr.value(o) for o in outs}, mode=mode,
+                  unconnected=missing, warnings=_warnings(tr))
+
+
+@_quiet
+def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+    """Second derivatives of a scalar output: forward mode over the traced backward pass.
+
+    The block for (wrt_i, wrt_j) has shape wrt_i.shape + wrt_j.shape.
+    """
+    tr = _trace(source, at, max_elements)
+    out = _output(tr, of)
+    wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
+    _inputs_only(tr, wrt, "hessian")
+    names, b = tr.tape.names, tr.builder
+    y = tr.value(out)
+    if y.size != 1:
+        raise ShapeError(f"hessian needs a scalar output, but '{out}' has shape {y.shape}",
+                         tr.tape.positions.get(out), hint="select a scalar with --of, or reduce it, e.g. sum(...)").located(tr.program.source)
+    n = max(sum(tr.value(w).size for w in wrt), 1)
+    b.check_size((n, n))
+    rec = Recording(b)
+    grads = backward(b, tr.tape.equations, {names[out]: b.const(np.ones(y.shape))},
+                     [names[w] for w in wrt])
+    grad_eqns = tuple(b.equations)
+    seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
+    tan = forward(b, grad_eqns, {names[w]: s for w, s in seeds.items()})
+    outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
+    cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
+                   [None if t is None else t for t in outs], n)
+    hess = {}
+    for wi, c in zip(wrt, cols):
+        ishape = tr.value(wi).shape
+        hess[wi], start = {}, 0
+        for wj in wrt:
+            jshape, k = tr.value(wj).shape, tr.value(wj).size
+            if c is None:
+                hess[wi][wj] = np.zeros(ishape + jshape)
+            else:
+                part = np.asarray(c[start:start + k]).reshape((k,) + ishape)
+                hess[wi][wj] = np.moveaxis(part, 0, -1).reshape(ishape + jshape)
+            start += k
+    _nonfinite(hess, "hessian", tr)
+    return Result(hess, of=out, value=y, warnings=_warnings(tr))
+
+
+def _nonfinite(blocks: dict, what: str, tr: Traced):
+    for o, row in blocks.items():
+        for w, v in row.items():
+            if v is not None and not np.isfinite(v).all():
+                tr.builder.warnings.append(Warning_(f"the {what} block d{o}/d{w} has non-finite entries", None))

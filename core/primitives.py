@@ -1,0 +1,799 @@
+"""The primitive registry: one stanza per primitive, forward and derivative rules together.
+
+Each :class:`Primitive` has
+- ``impl(*arrays, **params)``: the NumPy forward function;
+- ``vjp``: one rule per argument, ``rule(g, ans, *args, **params) -> cotangent``;
+- ``jvp``: one rule per argument, ``rule(t, ans, *args, **params) -> tangent``,
+  the contributions of all arguments being summed;
+- ``normalize(shapes, builder, **params) -> params``: checks the arguments'
+  logical shapes and rewrites parameters to address axes *from the end*, which
+  is what lets every primitive accept extra leading batch axes;
+- facts: ``differentiable`` (False cuts the graph: comparisons,
+  stop_gradient), ``zero_derivative``, ``linear``, ``analytic`` (evaluates on
+  complex input, for complex-step differences), ``kink`` (where the function
+  is not differentiable, for ``check``).
+
+Rules are traced like any program: they call primitives on tracers, so a
+derivative pass is itself a tape and can be differentiated again.  The engine
+(``transforms``) sums a cotangent over broadcast dimensions once, after the
+rule; rules never deal with broadcasting.
+
+A zero cotangent (or tangent) contributes exactly zero: rules multiply by a
+derivative factor through ``safe_mul``/``safe_div``, which give 0 where the
+incoming cotangent is 0 even if the factor is inf or nan.
+"""
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+from typing import Callable
+
+import numpy as np
+
+from .errors import ShapeError
+from .tape import Tracer
+
+
+class Primitive:
+    """One entry of the registry.  Calling it on tracers records an equation."""
+
+    __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "zero_derivative",
+                 "linear", "analytic", "kink", "variadic", "internal", "doc")
+
+    def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
+                 zero_derivative=False, linear=False, analytic=True, kink=None, variadic=False,
+                 internal=False, doc=""):
+        self.name = name
+        self.impl = impl
+        self.vjp = vjp
+        self.jvp = jvp
+        self.normalize = normalize or _no_params
+        self.differentiable = differentiable
+        self.zero_derivative = zero_derivative
+        self.linear = linear
+        self.analytic = analytic
+        self.kink = kink
+        self.variadic = variadic
+        self.internal = internal
+        self.doc = doc
+
+    def vjp_rule(self, i: int) -> Callable | None:
+        return _rule(self.vjp, i, self.variadic)
+
+    def jvp_rule(self, i: int) -> Callable | None:
+        return _rule(self.jvp, i, self.variadic)
+
+    def __call__(self, *args, **params):
+        builder = next((a.builder for a in args if isinstance(a, Tracer)), None)
+        if builder is None:
+            raise TypeError(f"{self.name}() needs at least one traced argument")
+        return builder.bind(self, tuple(builder.lift(a) for a in args), params)
+
+    def __repr__(self):
+        return f"<primitive {self.name}>"
+
+
+def _rule(rules, i, variadic):
+    if rules is None:
+        return None
+    if variadic:
+        return lambda *a, **p: rules(i, *a, **p)
+    return rules[i]
+
+
+def _no_params(shapes, builder, **params):
+    return params
+
+
+_REGISTRY: dict[str, Primitive] = {}
+
+
+def _def(name, impl, vjp=None, jvp=None, normalize=None, **facts) -> Primitive:
+    if name in _REGISTRY:
+        raise RuntimeError(f"primitive {name!r} registered twice")
+    prim = Primitive(name, impl, vjp, jvp, normalize, **facts)
+    _REGISTRY[name] = prim
+    return prim
+
+
+# ==========================================================================
+# Shapes and batch axes
+# ==========================================================================
+
+def _align(x, nd: int, ond: int):
+    """Give a batched operand of logical rank nd the rank ond (size-1 axes after the batch)."""
+    if nd == ond or x.ndim == nd:
+        return x  # unbatched: NumPy already aligns from the right
+    b = x.ndim - nd
+    return x.reshape(x.shape[:b] + (1,) * (ond - nd) + x.shape[b:])
+
+
+def _batch(x, nd: int) -> tuple:
+    return x.shape[:x.ndim - nd]
+
+
+def _broadcast_params(shapes, builder, **params):
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        out = first
+    else:
+        try:
+            out = np.broadcast_shapes(*shapes)
+        except ValueError:
+            shown = " and ".join(str(tuple(s)) for s in shapes)
+            raise ShapeError(f"shapes {shown} do not broadcast") from None
+        builder.check_size(out)
+    return {"nd": tuple(len(s) for s in shapes), "ond": len(out), **params}
+
+
+def _elementwise(fn):
+    """Wrap an n-ary NumPy function so that batched operands of unequal rank line up."""
+    def impl(*xs, nd, ond):
+        return fn(*[_align(x, n, ond) for x, n in zip(xs, nd)])
+    return impl
+
+
+def _axes(axis, nd: int) -> tuple:
+    """Normalise an axis argument (None, int or tuple) to sorted negative axes."""
+    if axis is None:
+        return tuple(range(-nd, 0))
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    out = []
+    for a in items:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise ShapeError(f"axis must be an integer, not {a!r}")
+        if not -nd <= a < nd:
+            raise ShapeError(f"axis {a} is out of range for an array of dimension {nd}")
+        a = int(a) - nd if a >= 0 else int(a)
+        if a in out:
+            raise ShapeError(f"axis {a + nd} is repeated")
+        out.append(a)
+    return tuple(sorted(out))
+
+
+def _reduced_shape(shape, axes, keepdims) -> tuple:
+    nd = len(shape)
+    pos = {a + nd for a in axes}
+    if keepdims:
+        return tuple(1 if i in pos else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in pos)
+
+
+# ==========================================================================
+# Elementwise, one argument
+# ==========================================================================
+
+def _unary(name, fn, deriv, **facts):
+    """An elementwise primitive: both rules multiply by deriv(ans, x)."""
+    rule = (lambda g, ans, x, **_: safe_mul(g, deriv(ans, x)),)
+    return _def(name, fn, rule, rule, **facts)
+
+
+def _zero_rule(g, ans, *args, **_):
+    return zeros_like(g)
+
+
+def _zero_derivative(name, fn, kink, doc=""):
+    return _def(name, fn, (_zero_rule,), (_zero_rule,), zero_derivative=True, analytic=False,
+                kink=kink, doc=doc)
+
+
+def _sigmoid(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _softplus(x):
+    return np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0)
+
+
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+neg = _def("neg", np.negative, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),), linear=True)
+stop_gradient = _def("stop_gradient", lambda x: x, differentiable=False,
+                     doc="the value of x with zero derivative")
+zeros_like = _def("zeros_like", np.zeros_like, differentiable=False, internal=True)
+
+abs_ = _unary("abs", np.abs, lambda ans, x: sign(x), analytic=False, kink=lambda x: x)
+sqrt = _unary("sqrt", np.sqrt, lambda ans, x: 0.5 / ans)
+cbrt = _unary("cbrt", np.cbrt, lambda ans, x: 1 / (3 * ans * ans), analytic=False)
+exp = _unary("exp", np.exp, lambda ans, x: ans)
+expm1 = _unary("expm1", np.expm1, lambda ans, x: ans + 1)
+exp2 = _unary("exp2", np.exp2, lambda ans, x: ans * _LN2)
+log = _unary("log", np.log, lambda ans, x: 1 / x)
+log1p = _unary("log1p", np.log1p, lambda ans, x: 1 / (1 + x))
+log2 = _unary("log2", np.log2, lambda ans, x: 1 / (x * _LN2))
+log10 = _unary("log10", np.log10, lambda ans, x: 1 / (x * _LN10))
+sin = _unary("sin", np.sin, lambda ans, x: cos(x))
+cos = _unary("cos", np.cos, lambda ans, x: -sin(x))
+tan = _unary("tan", np.tan, lambda ans, x: 1 + ans * ans)
+asin = _unary("asin", np.arcsin, lambda ans, x: 1 / sqrt(1 - x * x))
+acos = _unary("acos", np.arccos, lambda ans, x: -1 / sqrt(1 - x * x))
+atan = _unary("atan", np.arctan, lambda ans, x: 1 / (1 + x * x))
+sinh = _unary("sinh", np.sinh, lambda ans, x: cosh(x))
+cosh = _unary("cosh", np.cosh, lambda ans, x: sinh(x))
+tanh = _unary("tanh", np.tanh, lambda ans, x: 1 - ans * ans)
+asinh = _unary("asinh", np.arcsinh, lambda ans, x: 1 / sqrt(x * x + 1))
+acosh = _unary("acosh", np.arccosh, lambda ans, x: 1 / (sqrt(x - 1) * sqrt(x + 1)))
+atanh = _unary("atanh", np.arctanh, lambda ans, x: 1 / (1 - x * x))
+sigmoid = _unary("sigmoid", _sigmoid, lambda ans, x: ans * (1 - ans), analytic=False)
+relu = _unary("relu", lambda x: np.maximum(x, 0.0), lambda ans, x: gt(x, 0.0), analytic=False,
+              kink=lambda x: x)
+softplus = _unary("softplus", _softplus, lambda ans, x: sigmoid(x), analytic=False)
+
+sign = _zero_derivative("sign", np.sign, kink=lambda x: x)
+floor = _zero_derivative("floor", np.floor, kink=lambda x: x - np.round(x))
+ceil = _zero_derivative("ceil", np.ceil, kink=lambda x: x - np.round(x))
+round_ = _zero_derivative("round", np.round, kink=lambda x: x - np.floor(x) - 0.5,
+                          doc="rounds half to even")
+
+
+# ==========================================================================
+# Elementwise, several arguments (broadcasting)
+# ==========================================================================
+
+def _binary(name, fn, rules, **facts):
+    """A broadcasting primitive; elementwise rules serve as both VJP and JVP."""
+    return _def(name, _elementwise(fn), rules, rules, _broadcast_params, **facts)
+
+
+def _safe_mul(g, d):
+    r = g * d
+    if r.dtype.kind == "f" and not np.isfinite(r).all():
+        r = np.where(g == 0, 0.0, r)
+    return r
+
+
+def _safe_div(g, d):
+    r = g / d
+    if r.dtype.kind == "f" and not np.isfinite(r).all():
+        r = np.where(g == 0, 0.0, r)
+    return r
+
+
+add = _binary("add", np.add, (lambda g, ans, x, y, **_: g, lambda g, ans, x, y, **_: g), linear=True)
+mul = _binary("mul", np.multiply, (lambda g, ans, x, y, **_: safe_mul(g, y),
+                                   lambda g, ans, x, y, **_: safe_mul(g, x)))
+div = _binary("div", np.divide, (lambda g, ans, x, y, **_: safe_div(g, y),
+                                 lambda g, ans, x, y, **_: -safe_mul(g, ans / y)))
+safe_mul = _binary("safe_mul", _safe_mul, (lambda gg, ans, g, d, **_: safe_mul(gg, d),
+                                           lambda gg, ans, g, d, **_: safe_mul(gg, g)),
+                   internal=True, doc="g * d, and exactly 0 where g is 0")
+safe_div = _binary("safe_div", _safe_div, (lambda gg, ans, g, d, **_: safe_div(gg, d),
+                                           lambda gg, ans, g, d, **_: -safe_mul(gg, ans / d)),
+                   internal=True, doc="g / d, and exactly 0 where g is 0")
+
+
+def _pow_dx(x, y):
+    # y * x^(y-1), with the y == 0 case pinned to 0 (0 * 0^-1 would be nan)
+    return where(eq(y, 0.0), 0.0, y * x ** (y - 1))
+
+
+def _pow_dy(ans, x):
+    # ans * log(x), with log(0) replaced by 0: d/dy 0^y = 0 for y > 0 (as JAX)
+    return ans * log(where(eq(x, 0.0), 1.0, x))
+
+
+pow_ = _binary("pow", np.power, (lambda g, ans, x, y, **_: safe_mul(g, _pow_dx(x, y)),
+                                 lambda g, ans, x, y, **_: safe_mul(g, _pow_dy(ans, x))))
+
+
+def _extremum(name, fn, wins):
+    # Ties share the gradient equally, as in JAX.
+    def share(a, b):
+        return wins(a, b) + 0.5 * eq(a, b)
+    return _binary(name, fn, (lambda g, ans, x, y, **_: safe_mul(g, share(x, y)),
+                              lambda g, ans, x, y, **_: safe_mul(g, share(y, x))),
+                   analytic=False, kink=lambda x, y: x - y)
+
+
+def _hypot_part(a, ans):
+    return where(eq(ans, 0.0), 0.0, a / ans)
+
+
+atan2 = _binary("atan2", np.arctan2, (lambda g, ans, y, x, **_: safe_mul(g, x / (x * x + y * y)),
+                                      lambda g, ans, y, x, **_: safe_mul(g, -y / (x * x + y * y))),
+                analytic=False)
+hypot = _binary("hypot", np.hypot, (lambda g, ans, x, y, **_: safe_mul(g, _hypot_part(x, ans)),
+                                    lambda g, ans, x, y, **_: safe_mul(g, _hypot_part(y, ans))),
+                analytic=False)
+
+
+def _mask(fn):
+    return lambda x, y: fn(x, y).astype(np.float64)
+
+
+def _comparison(name, fn):
+    return _def(name, _elementwise(_mask(fn)), None, None, _broadcast_params,
+                differentiable=False, analytic=False)
+
+
+lt = _comparison("lt", np.less)
+le = _comparison("le", np.less_equal)
+gt = _comparison("gt", np.greater)
+ge = _comparison("ge", np.greater_equal)
+eq = _comparison("eq", np.equal)
+ne = _comparison("ne", np.not_equal)
+
+maximum = _extremum("maximum", np.maximum, gt)
+minimum = _extremum("minimum", np.minimum, lt)
+
+where = _binary("where", lambda c, a, b: np.where(c != 0, a, b),
+                (None,
+                 lambda g, ans, c, a, b, **_: where(c, g, 0.0),
+                 lambda g, ans, c, a, b, **_: where(c, 0.0, g)),
+                doc="where(cond, a, b): a where cond is nonzero, else b")
+
+
+def sub(a, b):
+    """a - b, desugared to add(a, neg(b)) (exact: negation does not round)."""
+    return add(a, -b)
+
+
+# ==========================================================================
+# Reductions
+# ==========================================================================
+
+def _reduce_params(shapes, builder, axis=None, keepdims=False):
+    xshape = tuple(shapes[0])
+    return {"axes": _axes(axis, len(xshape)), "keepdims": bool(keepdims), "xshape": xshape}
+
+
+def _unreduce(g, xshape, axes, keepdims):
+    """Broadcast a reduced value back to the reduced operand's shape."""
+    if not keepdims:
+        g = reshape(g, shape=_reduced_shape(xshape, axes, True))
+    return broadcast_to(g, shape=xshape)
+
+
+def _reduction(name, fn, vjp, jvp, **facts):
+    return _def(name, lambda x, axes, keepdims, xshape: fn(x, axis=axes, keepdims=keepdims),
+                (vjp,), (jvp,), _reduce_params, **facts)
+
+
+def _sum_vjp(g, ans, x, axes, keepdims, xshape):
+    return _unreduce(g, xshape, axes, keepdims)
+
+
+def _sum_jvp(t, ans, x, axes, keepdims, xshape):
+    return reduce_sum(t, axis=axes, keepdims=keepdims)
+
+
+reduce_sum = _reduction("sum", np.sum, _sum_vjp, _sum_jvp, linear=True)
+
+
+def _extreme_reduction(name, fn):
+    # The gradient is shared equally between tied extremes, as in JAX.
+    def share(ans, x, axes, keepdims, xshape):
+        hit = eq(x, _unreduce(ans, xshape, axes, keepdims))
+        return hit / reduce_sum(hit, axis=axes, keepdims=True)
+
+    def vjp(g, ans, x, axes, keepdims, xshape):
+        return safe_mul(_unreduce(g, xshape, axes, keepdims), share(ans, x, axes, keepdims, xshape))
+
+    def jvp(t, ans, x, axes, keepdims, xshape):
+        return reduce_sum(safe_mul(t, share(ans, x, axes, keepdims, xshape)), axis=axes,
+                          keepdims=keepdims)
+
+    return _reduction(name, fn, vjp, jvp, analytic=False, kink=True)
+
+
+reduce_max = _extreme_reduction("max", np.max)
+reduce_min = _extreme_reduction("min", np.min)
+
+
+def _prod_others(x, axes, xshape):
+    """For each element, the product of all the others along axes (exact with zeros)."""
+    k = len(axes)
+    moved = np.moveaxis(x, axes, tuple(range(-k, 0)))
+    flat = moved.reshape(moved.shape[:moved.ndim - k] + (-1,))
+    ones = np.ones(flat.shape[:-1] + (1,), dtype=flat.dtype)
+    left = np.concatenate([ones, np.cumprod(flat[..., :-1], axis=-1)], axis=-1)
+    right = np.concatenate([np.cumprod(flat[..., :0:-1], axis=-1)[..., ::-1], ones], axis=-1)
+    return np.moveaxis((left * right).reshape(moved.shape), tuple(range(-k, 0)), axes)
+
+
+def _prod_others_rule(t, ans, x, axes, xshape):
+    # Its Jacobian is symmetric: (J t)_j = sum_{i != j} t_i prod_{k != i, j} x_k,
+    # written here as (P / x_j) * (sum_i t_i / x_i - t_j / x_j): exact away from zeros.
+    s = reduce_sum(t / x, axis=axes, keepdims=True)
+    return ans * (s - t / x)
+
+
+prod_others = _def("prod_others", _prod_others, (_prod_others_rule,), (_prod_others_rule,),
+                   lambda shapes, builder, axes, xshape: {"axes": axes, "xshape": xshape},
+                   internal=True, doc="product of the other elements along axes")
+
+
+def _prod_vjp(g, ans, x, axes, keepdims, xshape):
+    return safe_mul(_unreduce(g, xshape, axes, keepdims), prod_others(x, axes=axes, xshape=xshape))
+
+
+def _prod_jvp(t, ans, x, axes, keepdims, xshape):
+    return reduce_sum(safe_mul(t, prod_others(x, axes=axes, xshape=xshape)), axis=axes,
+                      keepdims=keepdims)
+
+
+reduce_prod = _reduction("prod", np.prod, _prod_vjp, _prod_jvp)
+
+
+def _logsumexp(x, axis, keepdims):
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    r = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return r if keepdims else np.squeeze(r, axis=axis)
+
+
+def _lse_weights(ans, x, axes, keepdims, xshape):
+    return exp(x - _unreduce(ans, xshape, axes, keepdims))
+
+
+logsumexp = _reduction(
+    "logsumexp", _logsumexp,
+    lambda g, ans, x, axes, keepdims, xshape: safe_mul(_unreduce(g, xshape, axes, keepdims),
+                                                      _lse_weights(ans, x, axes, keepdims, xshape)),
+    lambda t, ans, x, axes, keepdims, xshape: reduce_sum(
+        safe_mul(t, _lse_weights(ans, x, axes, keepdims, xshape)), axis=axes, keepdims=keepdims))
+
+
+def _norm(x, axis, keepdims):
+    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
+
+
+def _norm_direction(ans, x, axes, keepdims, xshape):
+    n = _unreduce(ans, xshape, axes, keepdims)
+    return where(eq(n, 0.0), 0.0, x / n)  # norm'(0) = 0
+
+
+norm = _reduction(
+    "norm", _norm,
+    lambda g, ans, x, axes, keepdims, xshape: safe_mul(_unreduce(g, xshape, axes, keepdims),
+                                                      _norm_direction(ans, x, axes, keepdims, xshape)),
+    lambda t, ans, x, axes, keepdims, xshape: reduce_sum(
+        safe_mul(t, _norm_direction(ans, x, axes, keepdims, xshape)), axis=axes, keepdims=keepdims),
+    kink=True)
+
+
+# ==========================================================================
+# Softmax family (numerically stable forms)
+# ==========================================================================
+
+def _axis_params(shapes, builder, axis=-1):
+    nd = len(shapes[0])
+    if nd == 0:
+        raise ShapeError("needs an array of at least one dimension")
+    return {"axis": _axes(axis, nd)[0]}
+
+
+def _softmax(x, axis):
+    z = x - np.max(x, axis=axis, keepdims=True)
+    e = np.exp(z)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax(x, axis):
+    z = x - np.max(x, axis=axis, keepdims=True)
+    return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
+
+
+def _softmax_rule(g, ans, x, axis):
+    return ans * (g - reduce_sum(g * ans, axis=axis, keepdims=True))
+
+
+def _log_softmax_vjp(g, ans, x, axis):
+    return g - exp(ans) * reduce_sum(g, axis=axis, keepdims=True)
+
+
+def _log_softmax_jvp(t, ans, x, axis):
+    return t - reduce_sum(exp(ans) * t, axis=axis, keepdims=True)
+
+
+softmax = _def("softmax", _softmax, (_softmax_rule,), (_softmax_rule,), _axis_params)
+log_softmax = _def("log_softmax", _log_softmax, (_log_softmax_vjp,), (_log_softmax_jvp,),
+                   _axis_params)
+
+
+# ==========================================================================
+# Shape primitives
+# ==========================================================================
+
+def _reshape_params(shapes, builder, shape):
+    xshape = tuple(shapes[0])
+    size = math.prod(xshape)
+    shape = tuple(int(d) for d in shape)
+    if shape.count(-1) > 1:
+        raise ShapeError("reshape: only one dimension may be -1")
+    if any(d < -1 for d in shape):
+        raise ShapeError(f"reshape: invalid shape {shape}")
+    if -1 in shape:
+        rest = math.prod(d for d in shape if d != -1)
+        if rest == 0 or size % rest:
+            raise ShapeError(f"cannot reshape an array of shape {xshape} into {shape}")
+        shape = tuple(size // rest if d == -1 else d for d in shape)
+    if math.prod(shape) != size:
+        raise ShapeError(f"cannot reshape an array of shape {xshape} ({size} elements) into "
+                         f"{shape} ({math.prod(shape)} elements)")
+    return {"shape": shape, "xshape": xshape}
+
+
+reshape = _def("reshape", lambda x, shape, xshape: x.reshape(_batch(x, len(xshape)) + shape),
+               (lambda g, ans, x, shape, xshape: reshape(g, shape=xshape),),
+               (lambda t, ans, x, shape, xshape: reshape(t, shape=shape),),
+               _reshape_params, linear=True)
+
+
+def _broadcast_to_params(shapes, builder, shape):
+    shape = tuple(shape)
+    try:
+        if np.broadcast_shapes(shapes[0], shape) != shape:
+            raise ValueError
+    except ValueError:
+        raise ShapeError(f"cannot broadcast shape {shapes[0]} to {shape}") from None
+    builder.check_size(shape)
+    return {"shape": shape, "xshape": tuple(shapes[0])}
+
+
+def _broadcast_to(x, shape, xshape):
+    x = _align(x, len(xshape), len(shape))
+    return np.broadcast_to(x, _batch(x, len(shape)) + shape)
+
+
+def _sum_to_params(shapes, builder, shape):
+    xshape, shape = tuple(shapes[0]), tuple(shape)
+    nd, lead = len(xshape), len(xshape) - len(shape)
+    if lead < 0:
+        raise ShapeError(f"cannot sum shape {xshape} to {shape}")
+    drop = tuple(i - nd for i in range(lead))
+    keep = tuple(lead + j - nd for j, d in enumerate(shape) if d == 1 and xshape[lead + j] != 1)
+    return {"drop": drop, "keep": keep, "shape": shape, "xshape": xshape}
+
+
+def _sum_to(x, drop, keep, shape, xshape):
+    if keep:
+        x = np.sum(x, axis=keep, keepdims=True)
+    if drop:
+        x = np.sum(x, axis=drop)
+    return x
+
+
+broadcast_to = _def("broadcast_to", _broadcast_to,
+                    (lambda g, ans, x, shape, xshape: sum_to(g, shape=xshape),),
+                    (lambda t, ans, x, shape, xshape: broadcast_to(t, shape=shape),),
+                    _broadcast_to_params, linear=True, internal=True)
+sum_to = _def("sum_to", _sum_to,
+              (lambda g, ans, x, drop, keep, shape, xshape: broadcast_to(g, shape=xshape),),
+              (lambda t, ans, x, drop, keep, shape, xshape: sum_to(t, shape=shape),),
+              _sum_to_params, linear=True, internal=True,
+              doc="sums a broadcast value back to an operand's shape")
+
+
+def _index_params(shapes, builder, idx):
+    xshape = tuple(shapes[0])
+    nd = len(xshape)
+    idx = tuple(idx)
+    if len(idx) > nd:
+        raise ShapeError(f"too many indices ({len(idx)}) for an array of dimension {nd}")
+    out = []
+    for axis, (item, size) in enumerate(zip(idx, xshape)):
+        if isinstance(item, slice):
+            out.append(slice(*item.indices(size)) if item != slice(None) else item)
+        else:
+            if not -size <= item < size:
+                raise ShapeError(f"index {item} is out of range for axis {axis} with size {size}")
+            out.append(int(item) % size)
+    out += [slice(None)] * (nd - len(idx))
+    return {"idx": tuple(out), "xshape": xshape}
+
+
+def _index_put(g, idx, shape):
+    nd = sum(isinstance(i, slice) for i in idx)
+    out = np.zeros(_batch(g, nd) + shape, dtype=g.dtype)
+    out[(Ellipsis,) + idx] = g
+    return out
+
+
+index = _def("index", lambda x, idx, xshape: x[(Ellipsis,) + idx],
+             (lambda g, ans, x, idx, xshape: index_put(g, idx=idx, shape=xshape),),
+             (lambda t, ans, x, idx, xshape: index(t, idx=idx),),
+             _index_params, linear=True)
+index_put = _def("index_put", _index_put,
+                 (lambda g, ans, x, idx, shape: index(g, idx=idx),),
+                 (lambda t, ans, x, idx, shape: index_put(t, idx=idx, shape=shape),),
+                 lambda shapes, builder, idx, shape: {"idx": tuple(idx), "shape": tuple(shape)},
+                 linear=True, internal=True, doc="zeros of shape with x placed at idx")
+
+
+def _concat_params(shapes, builder, axis=0):
+    first = shapes[0]
+    nd = len(first)
+    if nd == 0:
+        raise ShapeError("cannot concatenate scalars; use stack")
+    (ax,) = _axes(axis, nd)
+    for s in shapes[1:]:
+        if len(s) != nd or any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != ax + nd):
+            raise ShapeError(f"cannot concatenate shapes {tuple(first)} and {tuple(s)} along axis {ax + nd}")
+    return {"axis": ax, "sizes": tuple(s[ax] for s in shapes), "nd": nd}
+
+
+def _concat(*xs, axis, sizes, nd):
+    batches = [_batch(x, nd) for x in xs]
+    if any(b != batches[0] for b in batches):
+        common = np.broadcast_shapes(*batches)
+        xs = [np.broadcast_to(x, common + x.shape[x.ndim - nd:]) for x in xs]
+    return np.concatenate(xs, axis=axis)
+
+
+def _concat_slot(i, axis, sizes, nd):
+    start = sum(sizes[:i])
+    return (slice(None),) * (axis + nd) + (slice(start, start + sizes[i]),)
+
+
+def _concat_vjp(i, g, ans, *xs, axis, sizes, nd):
+    return index(g, idx=_concat_slot(i, axis, sizes, nd))
+
+
+def _concat_jvp(i, t, ans, *xs, axis, sizes, nd):
+    idx = _index_params([ans.shape], None, _concat_slot(i, axis, sizes, nd))["idx"]
+    return index_put(t, idx=idx, shape=ans.shape)
+
+
+concat = _def("concat", _concat, _concat_vjp, _concat_jvp, _concat_params, variadic=True, linear=True)
+
+
+def _transpose_params(shapes, builder, axes=None):
+    nd = len(shapes[0])
+    perm = tuple(range(nd))[::-1] if axes is None else tuple(axes)
+    if sorted(p % nd if nd else p for p in perm) != list(range(nd)) or len(perm) != nd:
+        raise ShapeError(f"axes {perm} are not a permutation of the {nd} axes")
+    return {"axes": tuple(p % nd for p in perm)}
+
+
+def _transpose(x, axes):
+    b = x.ndim - len(axes)
+    return x.transpose(tuple(range(b)) + tuple(b + p for p in axes))
+
+
+transpose = _def("transpose", _transpose,
+                 (lambda g, ans, x, axes: transpose(g, axes=tuple(np.argsort(axes))),),
+                 (lambda t, ans, x, axes: transpose(t, axes=axes),),
+                 _transpose_params, linear=True)
+
+
+def mT(x):
+    """Swap the last two axes."""
+    nd = x.ndim
+    return transpose(x, axes=tuple(range(nd - 2)) + (nd - 1, nd - 2))
+
+
+# ==========================================================================
+# Linear algebra
+# ==========================================================================
+
+def _matmul_params(shapes, builder):
+    a, b = shapes
+    if len(a) == 0 or len(b) == 0:
+        raise ShapeError("matmul needs arrays of at least one dimension; use * for scalars")
+    ka = a[-1]
+    kb = b[-2] if len(b) >= 2 else b[-1]
+    if ka != kb:
+        raise ShapeError(f"matmul shapes {tuple(a)} and {tuple(b)} do not match: {ka} != {kb}")
+    if len(a) > 2 or len(b) > 2:
+        try:
+            stack = np.broadcast_shapes(a[:-2], b[:-2])
+        except ValueError:
+            raise ShapeError(f"matmul stacks {tuple(a)} and {tuple(b)} do not broadcast") from None
+        builder.check_size(stack + a[-2:-1] + b[-1:])
+    return {"nda": len(a), "ndb": len(b)}
+
+
+def _matmul(a, b, nda, ndb):
+    if nda == 1 and ndb == 1:
+        return np.sum(a * b, axis=-1) if (a.ndim > 1 or b.ndim > 1) else np.dot(a, b)
+    if nda == 1:
+        return np.matmul(a[..., None, :], b)[..., 0, :]
+    if ndb == 1:
+        return np.matmul(a, b[..., None])[..., 0]
+    if nda != ndb:
+        n = max(nda, ndb)
+        a, b = _align(a, nda, n), _align(b, ndb, n)
+    return np.matmul(a, b)
+
+
+def _matmul_vjp_a(g, ans, a, b, nda, ndb):
+    if ndb == 1:
+        return g * b if nda == 1 else reshape(g, shape=g.shape + (1,)) * b
+    return matmul(b, g) if nda == 1 else matmul(g, mT(b))
+
+
+def _matmul_vjp_b(g, ans, a, b, nda, ndb):
+    if nda == 1:
+        return g * a if ndb == 1 else reshape(a, shape=a.shape + (1,)) * g
+    return matmul(mT(a), g)
+
+
+matmul = _def("matmul", _matmul, (_matmul_vjp_a, _matmul_vjp_b),
+              (lambda t, ans, a, b, **_: matmul(t, b), lambda t, ans, a, b, **_: matmul(a, t)),
+              _matmul_params)
+
+
+def _square_params(shapes, builder):
+    a = shapes[0]
+    if len(a) < 2 or a[-1] != a[-2]:
+        raise ShapeError(f"needs a square matrix, got shape {tuple(a)}")
+    return {}
+
+
+det = _def("det", np.linalg.det,
+           (lambda g, ans, a: safe_mul(g, ans) * mT(inv(a)),),
+           (lambda t, ans, a: ans * reduce_sum(mT(inv(a)) * t, axis=(-2, -1)),),
+           _square_params)
+inv = _def("inv", np.linalg.inv,
+           (lambda g, ans, a: -(mT(ans) @ g @ mT(ans)),),
+           (lambda t, ans, a: -(ans @ t @ ans),),
+           _square_params)
+
+
+def _solve_params(shapes, builder):
+    a, b = shapes
+    _square_params([a], builder)
+    if len(b) not in (1, 2) or b[0] != a[-1]:
+        raise ShapeError(f"solve: right-hand side of shape {tuple(b)} does not match matrix {tuple(a)}")
+    return {"ndb": len(b)}
+
+
+def _solve(a, b, ndb):
+    if ndb == 1:
+        return np.linalg.solve(a, b[..., None])[..., 0]
+    return np.linalg.solve(a, b)
+
+
+def _solve_vjp_a(g, ans, a, b, ndb):
+    gb = solve(mT(a), g)
+    if ndb == 1:
+        return -(reshape(gb, shape=gb.shape + (1,)) * ans)
+    return -(gb @ mT(ans))
+
+
+solve = _def("solve", _solve,
+             (_solve_vjp_a, lambda g, ans, a, b, ndb: solve(mT(a), g)),
+             (lambda t, ans, a, b, ndb: -solve(a, t @ ans), lambda t, ans, a, b, ndb: solve(a, t)),
+             _solve_params)
+
+
+def _diag_params(shapes, builder, k=0):
+    xshape = tuple(shapes[0])
+    if len(xshape) != 2:
+        raise ShapeError(f"needs a matrix, got shape {xshape}")
+    return {"k": int(k), "xshape": xshape}
+
+
+def _diag_embed_params(shapes, builder, k, shape):
+    return {"k": int(k), "shape": tuple(shape)}
+
+
+def _diag_coords(n, k):
+    i = np.arange(n)
+    return (i, i + k) if k >= 0 else (i - k, i)
+
+
+def _diag_embed(x, k, shape):
+    out = np.zeros(x.shape[:-1] + shape, dtype=x.dtype)
+    rows, cols = _diag_coords(x.shape[-1], k)
+    out[..., rows, cols] = x
+    return out
+
+
+diag = _def("diag", lambda x, k, xshape: np.diagonal(x, offset=k, axis1=-2, axis2=-1).copy(),
+            (lambda g, ans, x, k, xshape: diag_embed(g, k=k, shape=xshape),),
+            (lambda t, ans, x, k, xshape: diag(t, k=k),),
+            _diag_params, linear=True, doc="the k-th diagonal of a matrix")
+diag_embed = _def("diag_embed", _diag_embed,
+                  (lambda g, ans, x, k, shape: diag(g, k=k),),
+                  (lambda t, ans, x, k, shape: diag_embed(t, k=k, shape=shape),),
+                  _diag_embed_params, linear=True, doc="a matrix of shape with x on its k-th diagonal")
+
+
+# ==========================================================================
+
+REGISTRY = MappingProxyType(_REGISTRY)
+"""Every primitive by name; read-only once this module has loaded."""

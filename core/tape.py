@@ -1,0 +1,206 @@
+"""The tape: an immutable Wengert list of primitive equations, and its builder.
+
+A program is *traced*: the lowering runs every operation once on concrete
+values and records it as an :class:`Equation` ``out = prim(args..., params)``.
+Derivative rules are traced the same way, so a backward or tangent pass is
+itself a list of equations that can be printed, evaluated with a leading batch
+axis, or differentiated again.
+
+Every value has a *logical* shape (the one the program sees).  Primitive
+parameters are normalised at trace time so that they address axes from the
+end (``axis=-1``, ``x[..., i]``), which makes every equation accept any number
+of extra leading batch axes: :func:`eval_equations` runs a recorded pass on a
+whole batch of seeds at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .errors import GradcalcError, LimitError, Pos, ShapeError, ValueError_
+
+DEFAULT_MAX_ELEMENTS = 10**8
+
+
+class Equation(NamedTuple):
+    out: int
+    prim: Any  # primitives.Primitive
+    args: tuple  # of var ids
+    params: dict
+    pos: Pos | None
+
+
+@dataclass(frozen=True)
+class Tape:
+    """A traced program: equations in order, its constants, inputs and names.
+
+    ``inputs`` and ``names`` map program names to variable ids; ``shapes``
+    gives every variable's logical shape; ``output`` is the default output.
+    """
+
+    equations: tuple
+    consts: dict
+    inputs: dict  # name -> var, in input order
+    names: dict  # every named value -> var, in definition order
+    shapes: dict  # var -> shape
+    output: str | None
+    positions: dict = field(default_factory=dict)  # name -> Pos of its definition
+
+
+class Warning_(NamedTuple):
+    message: str
+    pos: Pos | None
+
+
+class Tracer:
+    """A variable of a :class:`Builder`, with arithmetic that records equations."""
+
+    __slots__ = ("builder", "var")
+    __array_ufunc__ = None  # numpy defers to our reflected operators
+
+    def __init__(self, builder: "Builder", var: int):
+        self.builder = builder
+        self.var = var
+
+    @property
+    def value(self):
+        return self.builder.values[self.var]
+
+    @property
+    def shape(self) -> tuple:
+        return self.builder.shapes[self.var]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.builder.shapes[self.var])
+
+    def __repr__(self):
+        return f"Tracer(v{self.var}, shape={self.shape})"
+
+    # Arithmetic, so that rules read like the math they implement.
+    def __add__(self, other): return _ops().add(self, other)
+    def __radd__(self, other): return _ops().add(other, self)
+    def __sub__(self, other): return _ops().sub(self, other)
+    def __rsub__(self, other): return _ops().sub(other, self)
+    def __mul__(self, other): return _ops().mul(self, other)
+    def __rmul__(self, other): return _ops().mul(other, self)
+    def __truediv__(self, other): return _ops().div(self, other)
+    def __rtruediv__(self, other): return _ops().div(other, self)
+    def __pow__(self, other): return _ops().pow_(self, other)
+    def __rpow__(self, other): return _ops().pow_(other, self)
+    def __matmul__(self, other): return _ops().matmul(self, other)
+    def __rmatmul__(self, other): return _ops().matmul(other, self)
+    def __neg__(self): return _ops().neg(self)
+    def __pos__(self): return self
+
+
+def _ops():
+    from . import primitives
+    return primitives
+
+
+class Builder:
+    """Records equations while computing their values on concrete inputs.
+
+    A builder is an explicit object handed to whoever traces; there is no
+    global "current tape".  ``pos`` is the source position the next equations
+    belong to, for error messages and non-finite warnings.
+    """
+
+    def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS, check_finite: bool = True):
+        self.equations: list[Equation] = []
+        self.values: dict[int, np.ndarray] = {}
+        self.shapes: dict[int, tuple] = {}
+        self.consts: dict[int, np.ndarray] = {}
+        self.max_elements = max_elements
+        self.check_finite = check_finite
+        self.warnings: list[Warning_] = []
+        self._warned: set = set()
+        self.pos: Pos | None = None
+        self._next = 0
+
+    # -- variables ------------------------------------------------------------
+    def _new(self, value) -> Tracer:
+        var = self._next
+        self._next += 1
+        self.values[var] = value
+        self.shapes[var] = value.shape
+        return Tracer(self, var)
+
+    def input(self, value) -> Tracer:
+        return self._new(np.asarray(value, dtype=np.float64))
+
+    def const(self, value) -> Tracer:
+        t = self._new(np.asarray(value, dtype=np.float64))
+        self.consts[t.var] = t.value
+        return t
+
+    def lift(self, x) -> Tracer:
+        """A tracer for x: x itself, or a new constant."""
+        if isinstance(x, Tracer):
+            if x.builder is not self:
+                raise RuntimeError("tracer from another builder")
+            return x
+        return self.const(x)
+
+    def check_size(self, shape) -> None:
+        size = 1
+        for d in shape:
+            size *= int(d)
+        if size > self.max_elements:
+            raise LimitError(f"array of shape {tuple(shape)} has {size} elements, more than "
+                             f"--max-elements={self.max_elements}", self.pos)
+
+    # -- recording ------------------------------------------------------------
+    def bind(self, prim, args: tuple, params: dict) -> Tracer:
+        try:
+            params = prim.normalize([a.shape for a in args], self, **params)
+            value = prim.impl(*[self.values[a.var] for a in args], **params)
+        except GradcalcError as err:
+            if err.pos is None:
+                err.pos = self.pos
+            raise
+        except np.linalg.LinAlgError as err:
+            raise ValueError_(f"'{prim.name}': {str(err).lower()}", self.pos) from None
+        except (ValueError, IndexError) as err:
+            raise ShapeError(f"'{prim.name}': {err}", self.pos) from None
+        value = np.asarray(value)
+        if value.dtype != np.float64 and value.dtype.kind != "c":
+            value = value.astype(np.float64)
+        out = self._new(value)
+        self.equations.append(Equation(out.var, prim, tuple(a.var for a in args), params, self.pos))
+        if self.check_finite and value.dtype.kind == "f" and not np.isfinite(value).all():
+            self._note_nonfinite(prim, args, value)
+        return out
+
+    def _note_nonfinite(self, prim, args, value):
+        if all(np.isfinite(self.values[a.var]).all() for a in args):  # the first to produce it
+            self.note_nonfinite(f"'{prim.name}'", value)
+
+    def note_nonfinite(self, op: str, value) -> None:
+        """Record a warning that op, at the current position, produced nan or inf."""
+        what = "nan" if np.isnan(value).any() else ("inf" if (value == np.inf).any() else "-inf")
+        key = (op, self.pos, what)
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        where = f" at line {self.pos.line}, column {self.pos.col}" if self.pos else ""
+        self.warnings.append(Warning_(f"{op}{where} produced {what}", self.pos))
+
+    def tape(self, inputs: dict, names: dict, output: str | None, positions=None) -> Tape:
+        return Tape(tuple(self.equations), dict(self.consts), dict(inputs), dict(names),
+                    dict(self.shapes), output, dict(positions or {}))
+
+
+def eval_equations(equations, env: dict) -> dict:
+    """Evaluate equations in order; env maps var -> array and is extended in place.
+
+    Values in env may carry extra leading batch axes; every primitive accepts
+    them because its parameters address axes from the end.
+    """
+    with np.errstate(all="ignore"):
+        for eq in equations:
+            env[eq.out] = eq.prim.impl(*[env[a] for a in eq.args], **eq.params)
+    return env

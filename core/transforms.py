@@ -1,0 +1,157 @@
+"""Reverse and forward mode over a tape, and the batched passes built on them.
+
+:func:`backward` runs one VJP rule per equation, newest first; :func:`forward`
+runs one JVP rule per equation, oldest first.  Both trace their rules into the
+same builder, so what they return are tracers: their values are the answer at
+the traced point, and the equations they appended are a derivative program
+that :func:`batched` re-runs on a whole batch of seeds (every row of a
+Jacobian in one pass) or that can be differentiated again (a Hessian is the
+forward mode of the backward pass).  No Jacobian of a primitive is ever built.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import primitives as P
+from .tape import Builder, Tracer, eval_equations
+
+
+def _fit(c: Tracer, shape: tuple) -> Tracer:
+    """Sum a broadcast cotangent down to shape, or broadcast a tangent up to it."""
+    if c.shape == shape:
+        return c
+    try:
+        if np.broadcast_shapes(c.shape, shape) == shape:
+            return P.broadcast_to(c, shape=shape)
+    except ValueError:
+        pass
+    return P.sum_to(c, shape=shape)
+
+
+def depends(equations, sources) -> set:
+    """Variables with a differentiable path from any of sources (the sources included)."""
+    live = set(sources)
+    for eq in equations:
+        if eq.prim.differentiable and eq.prim.vjp is not None and any(a in live for a in eq.args):
+            live.add(eq.out)
+    return live
+
+
+def backward(builder: Builder, equations, cotangents: dict, wrt) -> dict:
+    """Reverse mode: cotangents {var: tracer} of outputs -> {wrt var: tracer or None}.
+
+    A wrt variable defined by an equation receives the cotangent it has when
+    the pass reaches that equation (everything upstream held fixed), and the
+    pass goes on through it, so inputs upstream still get total derivatives.
+    None means no differentiable path.
+    """
+    wanted = set(wrt)
+    live = depends(equations, wanted)
+    ct = dict(cotangents)
+    found = {}
+    shapes = builder.shapes
+    check, builder.check_finite = builder.check_finite, False
+    for eq in reversed(equations):
+        g = ct.pop(eq.out, None)
+        if eq.out in wanted:
+            found[eq.out] = g
+        if g is None or not eq.prim.differentiable:
+            continue
+        builder.pos = eq.pos
+        args = [Tracer(builder, a) for a in eq.args]
+        ans = Tracer(builder, eq.out)
+        for i, a in enumerate(eq.args):
+            if a not in live:
+                continue
+            rule = eq.prim.vjp_rule(i)
+            if rule is None:
+                continue
+            c = _fit(rule(g, ans, *args, **eq.params), shapes[a])
+            if check:
+                _note_nonfinite(builder, eq, g, c)
+            ct[a] = ct[a] + c if a in ct else c
+    builder.pos = None
+    builder.check_finite = check
+    for v in wanted:
+        if v not in found:
+            found[v] = ct.get(v)
+    return found
+
+
+def forward(builder: Builder, equations, tangents: dict) -> dict:
+    """Forward mode: tangents {var: tracer} of inputs -> tangents of every reached variable."""
+    tan = dict(tangents)
+    shapes = builder.shapes
+    check, builder.check_finite = builder.check_finite, False
+    for eq in equations:
+        if not eq.prim.differentiable:
+            continue
+        ts = [tan.get(a) for a in eq.args]
+        if all(t is None for t in ts):
+            continue
+        builder.pos = eq.pos
+        args = [Tracer(builder, a) for a in eq.args]
+        ans = Tracer(builder, eq.out)
+        out = None
+        for i, t in enumerate(ts):
+            rule = eq.prim.jvp_rule(i) if t is not None else None
+            if rule is None:
+                continue
+            c = rule(t, ans, *args, **eq.params)
+            out = c if out is None else out + c
+        if out is not None:
+            tan[eq.out] = _fit(out, shapes[eq.out])
+            if check:
+                _note_nonfinite(builder, eq, None, tan[eq.out])
+    builder.pos = None
+    builder.check_finite = check
+    return tan
+
+
+def _note_nonfinite(builder: Builder, eq, g, c):
+    """Warn when a rule turns finite input into a non-finite derivative."""
+    if np.isfinite(c.value).all() or (g is not None and not np.isfinite(g.value).all()):
+        return
+    builder.note_nonfinite(f"the derivative of '{eq.prim.name}'", c.value)
+
+
+class Recording:
+    """Marks where a derivative pass starts, so that it can be re-run batched."""
+
+    def __init__(self, builder: Builder):
+        self.builder = builder
+        self.start = len(builder.equations)
+        self._check = builder.check_finite
+        builder.check_finite = False  # traced on placeholder seeds: its values mean nothing
+
+    def seed(self, shape) -> Tracer:
+        return self.builder.input(np.zeros(shape))
+
+    def run(self, seeds: dict, outputs: list, batch: int) -> list:
+        """Re-run the recorded equations with {seed var: array of shape (batch,) + shape}."""
+        b = self.builder
+        b.check_finite = self._check
+        env = dict(b.values)
+        env.update(seeds)
+        eval_equations(b.equations[self.start:], env)
+        results = []
+        for t in outputs:
+            if t is None:
+                results.append(None)
+                continue
+            v = env[t.var]
+            full = (batch,) + t.shape
+            results.append(v if v.shape == full else np.broadcast_to(v, full))
+        return results
+
+
+def basis(shapes: list, dtype=np.float64) -> list:
+    """Identity seeds for blocks of the given shapes: block i gets (n, *shape_i), n = total size."""
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    n = sum(sizes)
+    eye = np.eye(n, dtype=dtype)
+    out, start = [], 0
+    for s, k in zip(shapes, sizes):
+        out.append(eye[:, start:start + k].reshape((n,) + tuple(s)))
+        start += k
+    return out
