@@ -357,6 +357,133 @@ def hessian_cmd(
     _run(opts, body)
 
 
+class Method(str, Enum):
+    central = "central"
+    forward = "forward"
+    richardson = "richardson"
+    complex = "complex"
+
+
+@app.command("check")
+def check_cmd(
+    sources: Annotated[List[str], typer.Argument(help="programs, .grad files or directories (every "
+                                                      "*.grad inside)", show_default=False)],
+    at: AtOpt = None,
+    of: OfManyOpt = None,
+    wrt: WrtOpt = None,
+    method: Annotated[Method, typer.Option("--method", help="finite-difference method")] = Method.central,
+    rtol: Annotated[Optional[float], typer.Option("--rtol", help="relative tolerance (default per "
+                                                  "method: central 1e-6, forward 1e-4, richardson 1e-8, complex 1e-12)",
+                                                  show_default=False)] = None,
+    atol: Annotated[Optional[float], typer.Option("--atol", help="absolute tolerance (default per "
+                                                  "method: central 1e-8, forward 1e-6, richardson 1e-10, complex 1e-14)",
+                                                  show_default=False)] = None,
+    points: Annotated[int, typer.Option("--points", min=0, help="also check N random points "
+                                        "(inputs without --at values ~ N(0, 1))")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="random seed for --points and --directions")] = 0,
+    directions: Annotated[int, typer.Option("--directions", min=0, help="check K random directions "
+                                            "instead of the full Jacobian")] = 0,
+    taylor: Annotated[bool, typer.Option("--taylor", help="also measure the Taylor remainder's order")] = False,
+    expect: Annotated[Optional[str], typer.Option("--expect", help="stored JSON output of grad or "
+                                                  "jacobian to compare with", show_default=False)] = None,
+    junit_xml: Annotated[Optional[str], typer.Option("--junit-xml", help="write a JUnit XML report",
+                                                     show_default=False)] = None,
+    format: FormatOpt = Format.table,
+    json_: JsonOpt = False,
+    precision: Annotated[int, typer.Option("--precision", min=1, max=17,
+                                           help="significant digits in tables")] = 3,
+    debug: DebugOpt = False,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+):
+    """Check automatic derivatives against finite differences (and reverse against forward mode).
+
+    Exit status 1 if any result fails.
+    """
+    opts = Options(format, json_, precision, debug, max_elements)
+
+    def body():
+        from gradcalc.api import parse
+        from gradcalc.numerics import check, expand_sources
+        from gradcalc.values import read_source
+        point = _at(at, opts)
+        stored = _load_expect(expect) if expect else None
+        results, tol = [], None
+        for s in expand_sources(sources):
+            src = read_source(s)
+            r = check(parse(src.text, src.label), point, of=of, wrt=wrt, points=points, seed=seed,
+                      method=method.value, rtol=rtol, atol=atol, directions=directions,
+                      taylor=taylor, expect=stored, max_elements=max_elements)
+            results += r.results
+            tol = (r.rtol, r.atol)
+        ok = all(x.ok for x in results)
+        if junit_xml:
+            _write_junit(junit_xml, results)
+        payload = {"command": "check", "ok": ok, "rtol": tol[0], "atol": tol[1],
+                   "results": [x.as_dict() for x in results]}
+        _emit(opts, payload, [], lambda: _check_table(results, ok, precision))
+        if opts.format is Format.plain:
+            for x in results:
+                sys.stdout.write(f"{'ok' if x.ok else 'FAIL'} {x.source} point={x.point} "
+                                 f"d{x.of}/d{x.wrt} max_abs_err={x.max_abs_err:.3g} "
+                                 f"max_rel_err={x.max_rel_err:.3g}\n")
+        return 0 if ok else 1
+    _run(opts, body)
+
+
+def _load_expect(path: str) -> dict:
+    import json
+    from gradcalc.errors import ValueError_
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as err:
+        raise ValueError_(f"--expect: cannot read '{path}': {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError_(f"--expect: '{path}' must hold a JSON object from grad or jacobian -f json")
+    return data
+
+
+def _check_table(results, ok, precision):
+    from rich.table import Table
+    table = Table()
+    for c in ("source", "point", "d of/d wrt", "abs err", "rel err", "worst", "method",
+              "step", "", "notes"):
+        table.add_column(c, justify="right" if "err" in c or c in ("point", "step") else "left",
+                         no_wrap=c not in ("notes", "source"))
+    for x in results:
+        table.add_row(x.source, str(x.point), f"d{x.of}/d{x.wrt}", render.fmt(x.max_abs_err, precision),
+                      render.fmt(x.max_rel_err, precision),
+                      "[" + ", ".join(map(str, x.worst_index)) + "]", x.method,
+                      render.fmt(x.step, precision),
+                      "[green]✓[/green]" if x.ok else "[red]✗[/red]", "; ".join(x.notes))
+    out = render.console()
+    failed = sum(not x.ok for x in results)
+    out.print(f"check: {len(results) - failed} passed, {failed} failed", style="bold")
+    out.print(table)
+
+
+def _write_junit(path: str, results) -> None:
+    import xml.etree.ElementTree as ET
+    failures = sum(not x.ok for x in results)
+    suite = ET.Element("testsuite", name="gradcalc.check", tests=str(len(results)),
+                       failures=str(failures), errors="0")
+    for x in results:
+        case = ET.SubElement(suite, "testcase", classname=f"gradcalc.check.{x.source}",
+                             name=f"point {x.point}: d{x.of}/d{x.wrt} ({x.method})")
+        detail = (f"max_abs_err={x.max_abs_err!r} max_rel_err={x.max_rel_err!r} "
+                  f"worst_index={x.worst_index} step={x.step!r}")
+        if not x.ok:
+            fail = ET.SubElement(case, "failure", message="; ".join(x.notes) or "derivative mismatch")
+            fail.text = detail + ("\n" + "\n".join(x.notes) if x.notes else "")
+        else:
+            ET.SubElement(case, "system-out").text = detail + (("\n" + "; ".join(x.notes)) if x.notes else "")
+    try:
+        ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    except OSError as err:
+        from gradcalc.errors import ValueError_
+        raise ValueError_(f"--junit-xml: cannot write '{path}': {err.strerror}") from None
+
+
 def _named_matrix(title, grid, names, precision):
     from rich.table import Table
     table = Table()

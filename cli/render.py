@@ -121,8 +121,13 @@ def value_text(a, precision: int) -> str:
 
 
 def console(stderr: bool = False):
+    import os
+
     from rich.console import Console
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output (CI logs, files) has no terminal width to fit: allow wide tables.
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
 def print_table(title: str, rows: list[tuple], columns=("name", "shape", "value"),

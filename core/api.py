@@ -233,20 +233,35 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
     tr = _trace(source, at, max_elements)
     outs = [_output(tr, None)] if of is None else _names(tr, of, "--of", ())
     wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
-    names, b = tr.tape.names, tr.builder
     out_size = sum(tr.value(o).size for o in outs)
     wrt_size = sum(tr.value(w).size for w in wrt)
     intermediate = any(w not in tr.tape.inputs for w in wrt)
     mode = _choose_mode(mode, out_size, wrt_size, intermediate)
     if mode == "fwd":
         _inputs_only(tr, wrt, "jacobian --mode fwd")
-    check_budget = lambda rows, width: b.check_size((rows, width))  # noqa: E731
+    blocks = jacobian_blocks(tr, outs, wrt, mode)
+    jac, missing = {}, []
+    for o in outs:
+        jac[o], miss = _unconnected(tr, wrt, blocks[o], unconnected,
+                                    lambda w, o=o: tr.value(o).shape + tr.value(w).shape, f"'{o}'")
+        missing += [m for m in miss if m not in missing]
+    _nonfinite(jac, "jacobian", tr)
+    return Result(jac, of=outs, value={o: tr.value(o) for o in outs}, mode=mode,
+                  unconnected=missing, warnings=_warnings(tr))
+
+
+def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
+    """{of: {wrt: block or None}} for a traced program, by one batched pass per output
+    (mode "rev") or one batched tangent pass (mode "fwd"); None means unconnected."""
+    names, b = tr.tape.names, tr.builder
+    out_size = sum(tr.value(o).size for o in outs)
+    wrt_size = sum(tr.value(w).size for w in wrt)
     blocks: dict = {o: {} for o in outs}
     if mode == "rev":
         for o in outs:
             yshape = tr.value(o).shape
             m = max(tr.value(o).size, 1)
-            check_budget(m, max(wrt_size, 1))
+            b.check_size((m, max(wrt_size, 1)))
             rec = Recording(b)
             seed = rec.seed(yshape)
             found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt])
@@ -256,7 +271,7 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
                 blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape)
     else:
         n = max(wrt_size, 1)
-        check_budget(n, max(out_size, 1))
+        b.check_size((n, max(out_size, 1)))
         rec = Recording(b)
         seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
         tan = forward(b, tr.tape.equations, {names[w]: s for w, s in seeds.items()})
@@ -274,14 +289,7 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
                     part = np.asarray(c[start:start + k]).reshape((k,) + yshape)
                     blocks[o][w] = np.moveaxis(part, 0, -1).reshape(yshape + wshape)
                 start += k
-    jac, missing = {}, []
-    for o in outs:
-        jac[o], miss = _unconnected(tr, wrt, blocks[o], unconnected,
-                                    lambda w, o=o: tr.value(o).shape + tr.value(w).shape, f"'{o}'")
-        missing += [m for m in miss if m not in missing]
-    _nonfinite(jac, "jacobian", tr)
-    return Result(jac, of=outs, value={o: tr.value(o) for o in outs}, mode=mode,
-                  unconnected=missing, warnings=_warnings(tr))
+    return blocks
 
 
 @_quiet

@@ -10,8 +10,9 @@ Each :class:`Primitive` has
   is what lets every primitive accept extra leading batch axes;
 - facts: ``differentiable`` (False cuts the graph: comparisons,
   stop_gradient), ``zero_derivative``, ``linear``, ``analytic`` (evaluates on
-  complex input, for complex-step differences), ``kink`` (where the function
-  is not differentiable, for ``check``).
+  complex input, for complex-step differences), ``kink(ans, *args, **params)``
+  (the signed distance of the arguments from where the function is not
+  differentiable, so that ``check`` can flag points near a kink).
 
 Rules are traced like any program: they call primitives on tracers, so a
 derivative pass is itself a tape and can be differentiated again.  The engine
@@ -163,6 +164,10 @@ def _reduced_shape(shape, axes, keepdims) -> tuple:
 # Elementwise, one argument
 # ==========================================================================
 
+def _at_zero(ans, x):
+    return x
+
+
 def _unary(name, fn, deriv, **facts):
     """An elementwise primitive: both rules multiply by deriv(ans, x)."""
     rule = (lambda g, ans, x, **_: safe_mul(g, deriv(ans, x)),)
@@ -190,11 +195,12 @@ def _softplus(x):
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 neg = _def("neg", np.negative, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),), linear=True)
-stop_gradient = _def("stop_gradient", lambda x: x, differentiable=False,
+stop_gradient = _def("stop_gradient", lambda x: x.real.copy() if np.iscomplexobj(x) else x,
+                     differentiable=False,
                      doc="the value of x with zero derivative")
 zeros_like = _def("zeros_like", np.zeros_like, differentiable=False, internal=True)
 
-abs_ = _unary("abs", np.abs, lambda ans, x: sign(x), analytic=False, kink=lambda x: x)
+abs_ = _unary("abs", np.abs, lambda ans, x: sign(x), analytic=False, kink=_at_zero)
 sqrt = _unary("sqrt", np.sqrt, lambda ans, x: 0.5 / ans)
 cbrt = _unary("cbrt", np.cbrt, lambda ans, x: 1 / (3 * ans * ans), analytic=False)
 exp = _unary("exp", np.exp, lambda ans, x: ans)
@@ -218,13 +224,13 @@ acosh = _unary("acosh", np.arccosh, lambda ans, x: 1 / (sqrt(x - 1) * sqrt(x + 1
 atanh = _unary("atanh", np.arctanh, lambda ans, x: 1 / (1 - x * x))
 sigmoid = _unary("sigmoid", _sigmoid, lambda ans, x: ans * (1 - ans), analytic=False)
 relu = _unary("relu", lambda x: np.maximum(x, 0.0), lambda ans, x: gt(x, 0.0), analytic=False,
-              kink=lambda x: x)
+              kink=_at_zero)
 softplus = _unary("softplus", _softplus, lambda ans, x: sigmoid(x), analytic=False)
 
-sign = _zero_derivative("sign", np.sign, kink=lambda x: x)
-floor = _zero_derivative("floor", np.floor, kink=lambda x: x - np.round(x))
-ceil = _zero_derivative("ceil", np.ceil, kink=lambda x: x - np.round(x))
-round_ = _zero_derivative("round", np.round, kink=lambda x: x - np.floor(x) - 0.5,
+sign = _zero_derivative("sign", np.sign, kink=_at_zero)
+floor = _zero_derivative("floor", np.floor, kink=lambda ans, x: x - np.round(x))
+ceil = _zero_derivative("ceil", np.ceil, kink=lambda ans, x: x - np.round(x))
+round_ = _zero_derivative("round", np.round, kink=lambda ans, x: x - np.floor(x) - 0.5,
                           doc="rounds half to even")
 
 
@@ -284,7 +290,7 @@ def _extremum(name, fn, wins):
         return wins(a, b) + 0.5 * eq(a, b)
     return _binary(name, fn, (lambda g, ans, x, y, **_: safe_mul(g, share(x, y)),
                               lambda g, ans, x, y, **_: safe_mul(g, share(y, x))),
-                   analytic=False, kink=lambda x, y: x - y)
+                   analytic=False, kink=lambda ans, x, y, **_: x - y)
 
 
 def _hypot_part(a, ans):
@@ -300,7 +306,8 @@ hypot = _binary("hypot", np.hypot, (lambda g, ans, x, y, **_: safe_mul(g, _hypot
 
 
 def _mask(fn):
-    return lambda x, y: fn(x, y).astype(np.float64)
+    # On complex input (complex-step differences) compare real parts.
+    return lambda x, y: fn(np.real(x), np.real(y)).astype(np.float64)
 
 
 def _comparison(name, fn):
@@ -375,7 +382,16 @@ def _extreme_reduction(name, fn):
         return reduce_sum(safe_mul(t, share(ans, x, axes, keepdims, xshape)), axis=axes,
                           keepdims=keepdims)
 
-    return _reduction(name, fn, vjp, jvp, analytic=False, kink=True)
+    def kink(ans, x, axes, keepdims, xshape):
+        # The gap between the extreme and the runner-up: 0 at a tie.
+        k = len(axes)
+        flat = np.moveaxis(x, axes, tuple(range(-k, 0))).reshape(x.shape[:x.ndim - k] + (-1,))
+        if flat.shape[-1] < 2:
+            return np.full(flat.shape[:-1], np.inf)
+        top = np.sort(flat, axis=-1)
+        return (top[..., -1] - top[..., -2]) if name == "max" else (top[..., 1] - top[..., 0])
+
+    return _reduction(name, fn, vjp, jvp, analytic=False, kink=kink)
 
 
 reduce_max = _extreme_reduction("max", np.max)
@@ -451,7 +467,7 @@ norm = _reduction(
                                                       _norm_direction(ans, x, axes, keepdims, xshape)),
     lambda t, ans, x, axes, keepdims, xshape: reduce_sum(
         safe_mul(t, _norm_direction(ans, x, axes, keepdims, xshape)), axis=axes, keepdims=keepdims),
-    kink=True)
+    kink=lambda ans, x, axes, keepdims, xshape: ans)
 
 
 # ==========================================================================
@@ -687,6 +703,11 @@ def _matmul_params(shapes, builder):
 
 
 def _matmul(a, b, nda, ndb):
+    # Batched vector against a plain matrix: one matrix product for the whole batch.
+    if ndb == 1 and nda == 2 and a.ndim == 2 and b.ndim > 1:
+        return np.matmul(b, a.T)
+    if nda == 1 and ndb == 2 and b.ndim == 2:
+        return np.matmul(a, b)
     if nda == 1 and ndb == 1:
         return np.sum(a * b, axis=-1) if (a.ndim > 1 or b.ndim > 1) else np.dot(a, b)
     if nda == 1:

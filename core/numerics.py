@@ -1,0 +1,446 @@
+"""Finite differences and ``check``: automatic derivatives against independent estimates.
+
+Every finite-difference estimate evaluates all of its perturbed points in one
+batched pass over the forward tape (the tape accepts a leading batch axis), never
+in a Python loop over elements.
+
+Methods and their default steps (per element, from the value's scale
+``s = max(1, |x|)``, rounded to a power of two so that ``x + h`` is exact):
+
+=========== ======================= ============ =========================
+method      estimate                step h        truncation / rounding
+=========== ======================= ============ =========================
+central     (f(x+h) - f(x-h)) / 2h  eps^(1/3) s   O(h^2) / O(eps/h)
+forward     (f(x+h) - f(x)) / h     eps^(1/2) s   O(h)   / O(eps/h)
+richardson  (4 D(h/2) - D(h)) / 3   eps^(1/5) s   O(h^4) / O(eps/h)
+complex     Im f(x + i h) / h       1e-20 s       O(h^2), no cancellation
+=========== ======================= ============ =========================
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import GradcalcError, UsageError
+from .lower import Traced, trace
+from .tape import DEFAULT_MAX_ELEMENTS, eval_equations
+
+EPS = np.finfo(np.float64).eps
+
+METHODS = ("central", "forward", "richardson", "complex")
+
+#: Default tolerances per method: an element passes when
+#: |ad - fd| <= atol + rtol * |fd|.  Chosen from the errors measured on
+#: samples/ (README.md, "check"): the largest error seen times ~100.
+TOLERANCES = {
+    "central": (1e-6, 1e-8),
+    "forward": (1e-4, 1e-6),
+    "richardson": (1e-8, 1e-10),
+    "complex": (1e-12, 1e-14),
+}
+#: Reverse against forward mode: the same arithmetic in another order.
+AD_TOLERANCE = (1e-10, 1e-12)
+
+
+def default_step(x: np.ndarray, method: str) -> np.ndarray:
+    """The per-element step: a power of two near eps^p * max(1, |x|)."""
+    power = {"central": 1 / 3, "forward": 1 / 2, "richardson": 1 / 5}.get(method)
+    scale = np.maximum(1.0, np.abs(x))
+    if method == "complex":
+        return 1e-20 * scale
+    h = EPS ** power * scale
+    return np.exp2(np.round(np.log2(h)))
+
+
+# ==========================================================================
+# Batched evaluation of the forward tape
+# ==========================================================================
+
+def _downstream(tr: Traced, var: int):
+    """The equations to re-run when var changes (all equations after var's definition)."""
+    eqs = tr.tape.equations
+    for i, eq in enumerate(eqs):
+        if eq.out == var:
+            return eqs[i + 1:]
+    return eqs
+
+
+def evaluate_batch(tr: Traced, var: int, batch: np.ndarray, outs: list[int]) -> list[np.ndarray]:
+    """Outputs when the value of var is replaced by each row of batch (shape (B,) + shape)."""
+    env = {v: tr.builder.values[v] for v in tr.tape.consts}
+    env.update({v: tr.builder.values[v] for v in tr.tape.inputs.values()})
+    for eq in tr.tape.equations:  # values upstream of var stay as traced
+        env[eq.out] = tr.builder.values[eq.out]
+    env[var] = batch
+    eval_equations(_downstream(tr, var), env)
+    return [np.broadcast_to(env[o], batch.shape[:1] + tr.builder.shapes[o]) for o in outs]
+
+
+def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", step=None):
+    """Finite-difference Jacobians {of: array of shape of.shape + wrt.shape} and the steps used."""
+    names = tr.tape.names
+    x = tr.value(wrt)
+    n = x.size
+    h = np.broadcast_to(default_step(x, method) if step is None else np.asarray(step, float), x.shape)
+    hflat = h.ravel()
+    eye = np.eye(n).reshape((n,) + x.shape)
+    dx = eye * h  # row i: step h_i along element i
+    outs = [names[o] for o in of]
+    if method == "complex":
+        ys = evaluate_batch(tr, names[wrt], x + 1j * dx, outs)
+        rows = [y.imag / hflat.reshape((n,) + (1,) * (y.ndim - 1)) for y in ys]
+    elif method == "forward":
+        ys = evaluate_batch(tr, names[wrt], np.concatenate([x + dx, x[None]]), outs)
+        rows = [(y[:n] - y[n:]) / _col(hflat, y) for y in ys]
+    elif method == "central":
+        ys = evaluate_batch(tr, names[wrt], np.concatenate([x + dx, x - dx]), outs)
+        rows = [(y[:n] - y[n:]) / (2 * _col(hflat, y)) for y in ys]
+    elif method == "richardson":
+        ys = evaluate_batch(tr, names[wrt], np.concatenate([x + dx, x - dx, x + dx / 2, x - dx / 2]), outs)
+        rows = []
+        for y in ys:
+            hc = _col(hflat, y)
+            d1 = (y[:n] - y[n:2 * n]) / (2 * hc)
+            d2 = (y[2 * n:3 * n] - y[3 * n:]) / hc
+            rows.append((4 * d2 - d1) / 3)
+    else:
+        raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}")
+    return {o: _to_jacobian(r, tr.value(o).shape, x.shape) for o, r in zip(of, rows)}, h
+
+
+def _col(h, y):
+    return h.reshape((h.size,) + (1,) * (y.ndim - 1))
+
+
+def _to_jacobian(rows: np.ndarray, yshape: tuple, xshape: tuple) -> np.ndarray:
+    n = int(np.prod(xshape, dtype=np.int64))
+    return np.moveaxis(np.asarray(rows).reshape((n,) + yshape), 0, -1).reshape(yshape + xshape)
+
+
+def non_analytic(tr: Traced, wrt_var: int) -> list:
+    """Equations downstream of wrt_var whose primitive does not take complex input."""
+    live = {wrt_var}
+    bad = []
+    for eq in tr.tape.equations:
+        if any(a in live for a in eq.args):
+            live.add(eq.out)
+            if not eq.prim.analytic and eq.prim.differentiable:
+                bad.append(eq)
+    return bad
+
+
+def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray) -> list[str]:
+    """Kinked operations whose argument lies within a step of the kink, downstream of wrt."""
+    live = {wrt_var}
+    scale = float(np.max(h)) * 2 if np.size(h) else 0.0
+    notes = []
+    values = tr.builder.values
+    for eq in tr.tape.equations:
+        if not any(a in live for a in eq.args):
+            continue
+        live.add(eq.out)
+        kink = eq.prim.kink
+        if kink is None:
+            continue
+        with np.errstate(all="ignore"):
+            d = np.abs(np.asarray(kink(values[eq.out], *[values[a] for a in eq.args], **eq.params)))
+        if d.size and float(np.min(d)) <= scale:
+            where = f" (line {eq.pos.line}, column {eq.pos.col})" if eq.pos else ""
+            note = f"near the kink of '{eq.prim.name}'{where}"
+            if note not in notes:
+                notes.append(note)
+    return notes
+
+
+# ==========================================================================
+# check
+# ==========================================================================
+
+@dataclass
+class CheckResult:
+    source: str
+    point: int
+    of: str
+    wrt: str
+    max_abs_err: float
+    max_rel_err: float
+    worst_index: list
+    method: str
+    step: float
+    ok: bool
+    notes: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("source", "point", "of", "wrt", "max_abs_err",
+                                           "max_rel_err", "worst_index", "method", "step", "ok",
+                                           "notes")}
+        d.update(self.extra)
+        return d
+
+
+def compare(ad: np.ndarray, ref: np.ndarray, rtol: float, atol: float):
+    """(ok, max_abs_err, max_rel_err, worst_index) of ad against the reference ref.
+
+    The relative error of an element is |ad - ref| / max(|ad|, |ref|) (0 when
+    both are 0); worst_index is the element furthest outside its tolerance.
+    """
+    ad, ref = np.asarray(ad, float), np.asarray(ref, float)
+    with np.errstate(all="ignore"):
+        diff = np.abs(ad - ref)
+        both_inf = (ad == ref)
+        diff = np.where(both_inf, 0.0, diff)
+        denom = np.maximum(np.abs(ad), np.abs(ref))
+        rel = np.where(denom > 0, diff / np.where(denom > 0, denom, 1), 0.0)
+        badness = diff / (atol + rtol * np.abs(ref))
+    finite = np.isfinite(ad) & np.isfinite(ref)
+    badness = np.where(finite, badness, np.inf)
+    ok = bool(finite.all() and (diff <= atol + rtol * np.abs(ref)).all())
+    if ad.size == 0:
+        return True, 0.0, 0.0, []
+    worst = np.unravel_index(int(np.argmax(np.where(np.isnan(badness), np.inf, badness))), ad.shape)
+    max_abs = float(np.nanmax(np.where(finite, diff, np.inf)))
+    max_rel = float(np.nanmax(np.where(finite, rel, np.inf)))
+    return ok, max_abs, max_rel, [int(i) for i in worst]
+
+
+def expand_sources(sources) -> list:
+    """Directories become every *.grad file inside them (sorted)."""
+    out = []
+    for s in sources:
+        if isinstance(s, str) and "\n" not in s and os.path.isdir(s):
+            found = sorted(os.path.join(d, f) for d, _, fs in os.walk(s) for f in fs if f.endswith(".grad"))
+            if not found:
+                raise UsageError(f"no .grad files in directory '{s}'")
+            out.extend(found)
+        else:
+            out.append(s)
+    return out
+
+
+def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
+          method: str = "central", rtol: float | None = None, atol: float | None = None,
+          directions: int = 0, taylor: bool = False, expect: dict | None = None,
+          max_elements: int = DEFAULT_MAX_ELEMENTS, label: str | None = None):
+    """Compare reverse mode with finite differences and with forward mode.
+
+    Returns a Result whose ``results`` is a list of CheckResult and whose
+    ``ok`` is True when all pass.  ``expect`` is a stored grad/jacobian JSON
+    object to compare reverse mode with as well.
+    """
+    from .api import Result, _names, _output, _quiet, parse
+
+    @_quiet
+    def run():
+        if method not in METHODS:
+            raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}")
+        if points < 0 or directions < 0:
+            raise UsageError("--points and --directions must not be negative")
+        rt, at_ = TOLERANCES[method]
+        tol = (rt if rtol is None else rtol, at_ if atol is None else atol)
+        program = parse(source)
+        name = label or program.source.label
+        values = {k: np.asarray(v, dtype=np.float64) for k, v in (at or {}).items()}
+        rng = np.random.default_rng(seed)
+        results = []
+        traced = []
+        try:
+            traced.append((0, trace(program, values, max_elements=max_elements)))
+        except GradcalcError as err:
+            if points == 0 or "has no value" not in err.message:
+                raise  # without --points, every input needs a value
+        if points:
+            # the inputs' shapes, with any missing value sampled
+            shapes = trace(program, values, max_elements=max_elements,
+                           sample=lambda n, shape: rng.standard_normal(shape))
+        for p in range(1, points + 1):
+            traced.append((p, _random_point(program, values, shapes, rng, max_elements)))
+        for p, tr in traced:
+            outs = [_output(tr, None)] if of is None else _names(tr, of, "--of", ())
+            wrts = _names(tr, wrt, "--wrt", tr.tape.inputs)
+            results += _check_point(tr, name, p, outs, wrts, method, tol, directions, taylor, rng)
+            if expect is not None and p == 0:
+                results += _check_expect(tr, name, outs, wrts, expect, tol)
+        return Result({}, ok=all(r.ok for r in results), results=results, rtol=tol[0], atol=tol[1])
+
+    return run()
+
+
+def _random_point(program, values, shapes: Traced, rng, max_elements) -> Traced:
+    """A random point: every input not fixed by --at drawn from a standard normal."""
+    point = dict(values)
+    for info in shapes.inputs:
+        if info.name not in point:
+            point[info.name] = rng.standard_normal(shapes.value(info.name).shape)
+    return trace(program, point, max_elements=max_elements)
+
+
+def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylor, rng):
+    from .api import jacobian_blocks
+
+    results = []
+    names = tr.tape.names
+    intermediate = [w for w in wrts if w not in tr.tape.inputs]
+    rev = jacobian_blocks(tr, outs, wrts, "rev")
+    fwd = jacobian_blocks(tr, outs, [w for w in wrts if w not in intermediate], "fwd") \
+        if not directions else None
+    for w in wrts:
+        if method == "complex":
+            bad = non_analytic(tr, names[w])
+            if bad:
+                eq = bad[0]
+                where = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
+                raise UsageError(f"--method complex needs analytic operations, but '{eq.prim.name}'"
+                                 f"{where} is not", eq.pos,
+                                 hint="use --method central or richardson").located(tr.program.source)
+        if directions:
+            results += _check_directions(tr, name, p, outs, w, method, tol, directions, rng)
+            continue
+        fd, h = fd_jacobian(tr, outs, w, method)
+        notes = kinks_near(tr, names[w], h)
+        for o in outs:
+            ad = rev[o][w]
+            shape = tr.value(o).shape + tr.value(w).shape
+            ad = np.zeros(shape) if ad is None else ad
+            ok, mabs, mrel, worst = compare(ad, fd[o], *tol)
+            extra = {}
+            if fwd is not None and w in fwd[o]:
+                f = fwd[o][w]
+                f = np.zeros(shape) if f is None else f
+                ok2, fabs, _, _ = compare(ad, f, *AD_TOLERANCE)
+                extra["rev_fwd_max_abs_err"] = fabs
+                if not ok2:
+                    ok = False
+                    notes = notes + ["reverse and forward mode disagree"]
+            if not np.isfinite(ad).all():
+                notes = notes + ["non-finite derivative"]
+            if taylor and w in tr.tape.inputs:
+                order = taylor_order(tr, o, w, rng)
+                extra["taylor_order"] = order
+                if not (order >= 1.8):
+                    ok = False
+                    notes = notes + [f"Taylor remainder order {order:.2f}, expected 2"]
+            results.append(CheckResult(name, p, o, w, mabs, mrel, worst, method,
+                                       float(np.max(h)) if h.size else 0.0, ok, list(notes), extra))
+    return results
+
+
+def _check_directions(tr: Traced, name, p, outs, w, method, tol, k, rng):
+    """J v against a directional difference along k random directions; and <u, J v> = <J^T u, v>."""
+    from .transforms import Recording, backward, forward
+
+    if w not in tr.tape.inputs:
+        raise UsageError(f"--directions differentiates with respect to inputs; '{w}' is an intermediate value")
+    names, b = tr.tape.names, tr.builder
+    x = tr.value(w)
+    v = rng.standard_normal((k,) + x.shape)
+    v /= np.sqrt(np.sum(v * v, axis=tuple(range(1, v.ndim)), keepdims=True))
+    rec = Recording(b)
+    seed = rec.seed(x.shape)
+    tan = forward(b, tr.tape.equations, {names[w]: seed})
+    jv = rec.run({seed.var: v}, [tan.get(names[o]) for o in outs], k)
+    hs = float(np.max(default_step(x, method if method != "complex" else "central")))
+    if method == "complex":
+        ys = evaluate_batch(tr, names[w], x + 1j * 1e-20 * v, [names[o] for o in outs])
+        dd = [y.imag / 1e-20 for y in ys]
+    else:
+        ys = evaluate_batch(tr, names[w], np.concatenate([x + hs * v, x - hs * v]),
+                            [names[o] for o in outs])
+        dd = [(y[:k] - y[k:]) / (2 * hs) for y in ys]
+    results = []
+    for o, j, d in zip(outs, jv, dd):
+        yshape = tr.value(o).shape
+        j = np.zeros((k,) + yshape) if j is None else j
+        ok, mabs, mrel, worst = compare(j, d, *tol)
+        # the dot-product test: <u, J v> = <J^T u, v>
+        u = rng.standard_normal((k,) + yshape)
+        rec2 = Recording(b)
+        useed = rec2.seed(yshape)
+        found = backward(b, tr.tape.equations, {names[o]: useed}, [names[w]])
+        (jtu,) = rec2.run({useed.var: u}, [found[names[w]]], k)
+        jtu = np.zeros((k,) + x.shape) if jtu is None else jtu
+        lhs = np.sum((u * j).reshape(k, -1), axis=1)
+        rhs = np.sum((jtu * v).reshape(k, -1), axis=1)
+        ok2, dabs, _, _ = compare(lhs, rhs, *AD_TOLERANCE)
+        notes = [] if ok2 else ["<u, J v> != <J^T u, v>"]
+        results.append(CheckResult(name, p, o, w, mabs, mrel, worst, f"{method} ({k} directions)",
+                                   hs, ok and ok2, notes, {"dot_product_abs_err": dabs}))
+    return results
+
+
+def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6) -> float:
+    """Observed order of |f(x + h v) - f(x) - h J v| as h halves (2 for a correct J v)."""
+    from .transforms import Recording, forward
+
+    names, b = tr.tape.names, tr.builder
+    x = tr.value(wrt)
+    v = rng.standard_normal(x.shape)
+    rec = Recording(b)
+    seed = rec.seed(x.shape)
+    tan = forward(b, tr.tape.equations, {names[wrt]: seed})
+    (jv,) = rec.run({seed.var: v[None]}, [tan.get(names[of])], 1)
+    jv = np.zeros(tr.value(of).shape) if jv is None else jv[0]
+    h0 = 1e-2 * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
+    hs = h0 / 2.0 ** np.arange(halvings)
+    (ys,) = evaluate_batch(tr, names[wrt], x + hs.reshape((-1,) + (1,) * x.ndim) * v, [names[of]])
+    y0 = tr.value(of)
+    rem = np.array([np.sqrt(np.sum((ys[i] - y0 - hs[i] * jv) ** 2)) for i in range(halvings)])
+    if np.all(rem <= 1e-13 * max(1.0, float(np.max(np.abs(y0))) if y0.size else 1.0)):
+        return math.inf  # f is linear along v: the remainder is rounding alone
+    orders = np.log2(rem[:-1] / rem[1:])
+    orders = orders[np.isfinite(orders)]
+    return float(np.median(orders)) if orders.size else math.nan
+
+
+def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
+    """Compare reverse mode with a stored `grad` or `jacobian` JSON object."""
+    from .api import jacobian_blocks
+
+    results = []
+    if "gradient" in expect:
+        of = expect.get("of") or outs[0]
+        stored = {of: expect["gradient"]}
+    elif "jacobian" in expect:
+        stored = expect["jacobian"]
+    else:
+        raise UsageError("--expect: the file holds neither a 'gradient' nor a 'jacobian'",
+                         hint="store the output of gradcalc grad or jacobian with -f json")
+    for o, row in stored.items():
+        if o not in tr.tape.names:
+            raise UsageError(f"--expect: '{o}' is not a name in the program")
+        ws = [w for w in row if w in tr.tape.names]
+        blocks = jacobian_blocks(tr, [o], ws, "rev")[o]
+        for w in ws:
+            want = _from_json(row[w])
+            got = blocks[w]
+            shape = tr.value(o).shape + tr.value(w).shape
+            got = np.zeros(shape) if got is None else got
+            if want.shape != got.shape:
+                results.append(CheckResult(name, 0, o, w, math.inf, math.inf, [], "expect", 0.0, False,
+                                           [f"stored shape {want.shape} != {got.shape}"]))
+                continue
+            ok, mabs, mrel, worst = compare(got, want, *tol)
+            notes = []
+            if not ok:
+                idx = "".join(f"[{i}]" for i in worst)
+                notes.append(f"entry {'jacobian' if 'jacobian' in expect else 'gradient'}"
+                             f"['{w}']{idx}: stored {_g(want[tuple(worst)])}, computed {_g(got[tuple(worst)])}")
+            results.append(CheckResult(name, 0, o, w, mabs, mrel, worst, "expect", 0.0, ok, notes))
+    return results
+
+
+def _g(x) -> str:
+    return repr(float(x))
+
+
+def _from_json(v) -> np.ndarray:
+    def conv(x):
+        if isinstance(x, list):
+            return [conv(i) for i in x]
+        if x is None:
+            return math.nan
+        return float(x)  # "nan", "inf", "-inf" parse too
+    return np.asarray(conv(v), dtype=np.float64)
