@@ -28,57 +28,59 @@ class Token:
     pos: Pos
 
 
-_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-_OPERATORS = ("**", "<=", ">=", "==", "!=", "+", "-", "*", "/", "@", "^", "<", ">",
-              "=", "(", ")", "[", "]", ",", ":", ";")
+_NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+_TOKEN = re.compile(
+    r"(?P<space>[ \t\r\f\v]+)|(?P<comment>\#[^\n]*)|(?P<newline>\n)"
+    rf"|(?P<num>{_NUMBER})(?P<glued>[A-Za-z_])?"
+    r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)"
+    r"|(?P<op>\*\*|<=|>=|==|!=|[-+*/@^<>=()\[\],:;])")
 _OPENERS = {"(": ")", "[": "]"}
 
 
 def tokenize(text: str) -> list[Token]:
     """Split program text into tokens.  Newlines inside brackets are dropped."""
     tokens: list[Token] = []
+    append = tokens.append
     brackets: list[Token] = []
     i, line, line_start, n = 0, 1, 0, len(text)
+    match = _TOKEN.match
     while i < n:
-        c = text[i]
+        m = match(text, i)
+        if m is None:
+            pos = Pos(line, i - line_start + 1)
+            message, where, hint = _bad_character(text[i], pos)
+            raise SyntaxError_(message, where, hint=hint)
+        kind = m.lastgroup
+        if kind == "glued":
+            kind = "num"
+        end = m.end()
+        if kind == "space" or kind == "comment":
+            i = end
+            continue
         pos = Pos(line, i - line_start + 1)
-        if c == "\n":
+        if kind == "newline":
             if not brackets:
-                tokens.append(Token("newline", "\n", pos))
-            i += 1
-            line, line_start = line + 1, i
-        elif c in " \t\r\f\v":
-            i += 1
-        elif c == "#":
-            while i < n and text[i] != "\n":
-                i += 1
-        elif c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit()):
-            m = _NUMBER.match(text, i)
-            tokens.append(Token("num", m.group(), pos))
-            i = m.end()
-            if i < n and (text[i].isalpha() or text[i] == "_"):
-                raise SyntaxError_(f"invalid number '{m.group()}{text[i]}'", Pos(line, i - line_start + 1),
+                append(Token("newline", "\n", pos))
+            line, line_start = line + 1, end
+        elif kind == "num":
+            if m.group("glued"):
+                raise SyntaxError_(f"invalid number '{m.group()}'", Pos(line, m.start("glued") - line_start + 1),
                                    hint="put an operator between a number and a name, e.g. 2*x")
-        elif c.isascii() and (c.isalpha() or c == "_"):
-            m = _NAME.match(text, i)
-            tokens.append(Token("name", m.group(), pos))
-            i = m.end()
+            append(Token("num", m.group("num"), pos))
+        elif kind == "name":
+            append(Token("name", m.group(), pos))
         else:
-            op = next((o for o in _OPERATORS if text.startswith(o, i)), None)
-            if op is None:
-                message, where, hint = _bad_character(c, pos)
-                raise SyntaxError_(message, where, hint=hint)
+            op = m.group()
             if op in _OPENERS:
                 brackets.append(Token("op", op, pos))
-            elif op in (")", "]"):
+            elif op == ")" or op == "]":
                 if not brackets:
                     raise SyntaxError_(f"unmatched '{op}'", pos)
                 opener = brackets.pop()
                 if _OPENERS[opener.text] != op:
                     raise SyntaxError_(f"'{op}' does not match '{opener.text}' at {opener.pos}", pos)
-            tokens.append(Token("op", op, pos))
-            i += len(op)
+            append(Token("op", op, pos))
+        i = end
     if brackets:
         opener = brackets[-1]
         raise SyntaxError_(f"'{opener.text}' is never closed", opener.pos,
