@@ -101,7 +101,7 @@ def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
                 raise UsageError(f"'{name}' has no differentiable path to {of_desc}",
                                  hint="remove it from --wrt, or use --unconnected zero").located(tr.program.source)
             v = np.zeros(shape_of(name)) if mode == "zero" else None
-        values[name] = v
+        values[name] = None if v is None else np.asarray(v)
     return values, missing
 
 
@@ -133,12 +133,9 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
         raise ShapeError(f"grad needs a scalar output, but '{out}' has shape {y.shape}",
                          tr.tape.positions.get(out), hint="use 'gradcalc jacobian', 'gradcalc vjp --cotangent ...', or "
                               "'grad --sum' for the gradient of its sum").located(tr.program.source)
-    b = tr.builder
-    seed = b.const(np.ones(y.shape))
-    found = backward(b, tr.tape.equations, {tr.tape.names[out]: seed},
-                     [tr.tape.names[n] for n in wrt])
-    values = {n: (None if found[tr.tape.names[n]] is None else found[tr.tape.names[n]].value)
-              for n in wrt}
+    found = backward(tr.builder, tr.tape.equations, {tr.tape.names[out]: np.ones(y.shape)},
+                     [tr.tape.names[n] for n in wrt], eager=True)
+    values = {n: found[tr.tape.names[n]] for n in wrt}
     gradient, missing = _unconnected(tr, wrt, values, unconnected,
                                      lambda n: tr.value(n).shape, f"'{out}'")
     return Result(gradient, of=out, value=y, unconnected=missing, warnings=_warnings(tr))
@@ -176,10 +173,9 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
                 raise ShapeError(f"the cotangent for '{o}' has shape {v.shape}, but '{o}' has "
                                  f"shape {shape}", hint="a cotangent has the output's shape (or is a scalar)")
             v = np.broadcast_to(v, shape)
-        seeds[tr.tape.names[o]] = b.const(v)
-    found = backward(b, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
-    values = {n: (None if found[tr.tape.names[n]] is None else found[tr.tape.names[n]].value)
-              for n in wrt}
+        seeds[tr.tape.names[o]] = v
+    found = backward(b, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt], eager=True)
+    values = {n: found[tr.tape.names[n]] for n in wrt}
     result, missing = _unconnected(tr, wrt, values, unconnected, lambda n: tr.value(n).shape,
                                    "the outputs")
     value = tr.value(outs[0]) if len(outs) == 1 else {o: tr.value(o) for o in outs}
@@ -205,11 +201,11 @@ def jvp(source, tangent: dict, at=None, of=None, *, max_elements=DEFAULT_MAX_ELE
             if v.ndim != 0:
                 raise ShapeError(f"the tangent for '{n}' has shape {v.shape}, but '{n}' has shape {shape}")
             v = np.broadcast_to(v, shape)
-        tangents[tr.tape.inputs[n]] = b.const(v)
-    tan = forward(b, tr.tape.equations, tangents)
+        tangents[tr.tape.inputs[n]] = v
+    tan = forward(b, tr.tape.equations, tangents, eager=True)
     y = tr.value(out)
     t = tan.get(tr.tape.names[out])
-    value = np.zeros(y.shape) if t is None else np.asarray(t.value)
+    value = np.zeros(y.shape) if t is None else np.asarray(t)
     return Result({out: value}, of=out, value=y, jvp=value, warnings=_warnings(tr))
 
 

@@ -8,6 +8,7 @@ the source line, a caret and the hint, in exactly one place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,7 @@ class Source:
         return lines[lineno - 1] if 0 < lineno <= len(lines) else ""
 
 
-@dataclass(frozen=True)
-class Pos:
+class Pos(NamedTuple):
     """A position in a source: 1-based line and column."""
 
     line: int

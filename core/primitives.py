@@ -65,10 +65,14 @@ class Primitive:
         return _rule(self.jvp, i, self.variadic)
 
     def __call__(self, *args, **params):
-        builder = next((a.builder for a in args if isinstance(a, Tracer)), None)
-        if builder is None:
-            raise TypeError(f"{self.name}() needs at least one traced argument")
-        return builder.bind(self, tuple(builder.lift(a) for a in args), params)
+        """On tracers: record an equation.  On arrays: compute eagerly (first-order passes)."""
+        for a in args:
+            if type(a) is Tracer:
+                builder = a.builder
+                return builder.bind(self, tuple(builder.lift(x) for x in args), params)
+        xs = [a if isinstance(a, (np.ndarray, np.generic)) else np.asarray(a, dtype=np.float64)
+              for a in args]
+        return self.impl(*xs, **self.normalize([x.shape for x in xs], _UNLIMITED, **params))
 
     def __repr__(self):
         return f"<primitive {self.name}>"
@@ -84,6 +88,17 @@ def _rule(rules, i, variadic):
 
 def _no_params(shapes, builder, **params):
     return params
+
+
+class _Unlimited:
+    """The size budget of eager evaluation: shapes were already checked when traced."""
+
+    @staticmethod
+    def check_size(shape):
+        return None
+
+
+_UNLIMITED = _Unlimited()
 
 
 _REGISTRY: dict[str, Primitive] = {}
@@ -115,21 +130,28 @@ def _batch(x, nd: int) -> tuple:
 
 def _broadcast_params(shapes, builder, **params):
     first = shapes[0]
-    if all(s == first for s in shapes):
-        out = first
+    for s in shapes:
+        if s != first:
+            break
     else:
-        try:
-            out = np.broadcast_shapes(*shapes)
-        except ValueError:
-            shown = " and ".join(str(tuple(s)) for s in shapes)
-            raise ShapeError(f"shapes {shown} do not broadcast") from None
-        builder.check_size(out)
-    return {"nd": tuple(len(s) for s in shapes), "ond": len(out), **params}
+        return params  # equal shapes: nothing to align
+    try:
+        out = np.broadcast_shapes(*shapes)
+    except ValueError:
+        shown = " and ".join(str(tuple(s)) for s in shapes)
+        raise ShapeError(f"shapes {shown} do not broadcast") from None
+    builder.check_size(out)
+    nd = tuple(len(s) for s in shapes)
+    if all(n == len(out) for n in nd):
+        return params  # equal ranks: NumPy lines batched operands up already
+    return {"nd": nd, "ond": len(out), **params}
 
 
 def _elementwise(fn):
     """Wrap an n-ary NumPy function so that batched operands of unequal rank line up."""
-    def impl(*xs, nd, ond):
+    def impl(*xs, nd=None, ond=None):
+        if nd is None:
+            return fn(*xs)
         return fn(*[_align(x, n, ond) for x, n in zip(xs, nd)])
     return impl
 

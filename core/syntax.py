@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import Pos, Source, SyntaxError_
 
@@ -21,8 +22,7 @@ MAX_DEPTH = 100
 # --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
+class Token(NamedTuple):
     kind: str  # "num", "name", "op", "newline", "eof"
     text: str
     pos: Pos
@@ -42,34 +42,19 @@ def tokenize(text: str) -> list[Token]:
     tokens: list[Token] = []
     append = tokens.append
     brackets: list[Token] = []
-    i, line, line_start, n = 0, 1, 0, len(text)
-    match = _TOKEN.match
-    while i < n:
-        m = match(text, i)
-        if m is None:
-            pos = Pos(line, i - line_start + 1)
-            message, where, hint = _bad_character(text[i], pos)
-            raise SyntaxError_(message, where, hint=hint)
+    i, line, line_start = 0, 1, 0
+    for m in _TOKEN.finditer(text):
+        start = m.start()
+        if start != i:  # finditer skipped a character no token starts with
+            break
+        i = m.end()
         kind = m.lastgroup
-        if kind == "glued":
-            kind = "num"
-        end = m.end()
         if kind == "space" or kind == "comment":
-            i = end
             continue
-        pos = Pos(line, i - line_start + 1)
-        if kind == "newline":
-            if not brackets:
-                append(Token("newline", "\n", pos))
-            line, line_start = line + 1, end
-        elif kind == "num":
-            if m.group("glued"):
-                raise SyntaxError_(f"invalid number '{m.group()}'", Pos(line, m.start("glued") - line_start + 1),
-                                   hint="put an operator between a number and a name, e.g. 2*x")
-            append(Token("num", m.group("num"), pos))
-        elif kind == "name":
+        pos = Pos(line, start - line_start + 1)
+        if kind == "name":
             append(Token("name", m.group(), pos))
-        else:
+        elif kind == "op":
             op = m.group()
             if op in _OPENERS:
                 brackets.append(Token("op", op, pos))
@@ -80,12 +65,24 @@ def tokenize(text: str) -> list[Token]:
                 if _OPENERS[opener.text] != op:
                     raise SyntaxError_(f"'{op}' does not match '{opener.text}' at {opener.pos}", pos)
             append(Token("op", op, pos))
-        i = end
+        elif kind == "newline":
+            if not brackets:
+                append(Token("newline", "\n", pos))
+            line, line_start = line + 1, i
+        else:  # a number, perhaps glued to a name
+            if kind == "glued":
+                raise SyntaxError_(f"invalid number '{m.group()}'",
+                                   Pos(line, m.start("glued") - line_start + 1),
+                                   hint="put an operator between a number and a name, e.g. 2*x")
+            append(Token("num", m.group("num"), pos))
+    if i < len(text):
+        message, where, hint = _bad_character(text[i], Pos(line, i - line_start + 1))
+        raise SyntaxError_(message, where, hint=hint)
     if brackets:
         opener = brackets[-1]
         raise SyntaxError_(f"'{opener.text}' is never closed", opener.pos,
                            hint=f"add '{_OPENERS[opener.text]}'")
-    tokens.append(Token("eof", "", Pos(line, n - line_start + 1)))
+    tokens.append(Token("eof", "", Pos(line, len(text) - line_start + 1)))
     return tokens
 
 
@@ -107,8 +104,7 @@ def _bad_character(c: str, pos: Pos):
 # --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Num:
+class Num(NamedTuple):
     value: float
     text: str
     pos: Pos
@@ -118,98 +114,84 @@ class Num:
         return not any(ch in self.text for ch in ".eE")
 
 
-@dataclass(frozen=True, slots=True)
-class Name:
+class Name(NamedTuple):
     id: str
     pos: Pos
 
 
-@dataclass(frozen=True, slots=True)
-class Bool:
+class Bool(NamedTuple):
     value: bool
     pos: Pos
 
 
-@dataclass(frozen=True, slots=True)
-class Unary:
+class Unary(NamedTuple):
     op: str  # "-" or "+"
     operand: object
     pos: Pos
 
 
-@dataclass(frozen=True, slots=True)
-class Binary:
+class Binary(NamedTuple):
     op: str  # + - * / @ ^ and comparisons
     left: object
     right: object
     pos: Pos  # the operator's position
 
 
-@dataclass(frozen=True, slots=True)
-class Keyword:
+class Keyword(NamedTuple):
     name: str
     value: object
     pos: Pos
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
     func: str
     args: tuple
     kwargs: tuple  # of Keyword
     pos: Pos  # the function name's position
 
 
-@dataclass(frozen=True, slots=True)
-class Slice:
+class Slice(NamedTuple):
     start: object  # expression or None
     stop: object
     step: object
     pos: Pos
 
 
-@dataclass(frozen=True, slots=True)
-class Index:
+class Index(NamedTuple):
     value: object
     items: tuple  # expressions and Slices
     pos: Pos  # the '[' position
 
 
-@dataclass(frozen=True, slots=True)
-class ArrayLit:
+class ArrayLit(NamedTuple):
     items: tuple
     pos: Pos
 
 
-@dataclass(frozen=True, slots=True)
-class TupleLit:
+class TupleLit(NamedTuple):
     items: tuple
     pos: Pos
 
 
-@dataclass(frozen=True, slots=True)
-class InputDecl:
+class InputDecl(NamedTuple):
     name: str
     shape: tuple | None  # declared shape, or None
     default: object  # expression or None
     pos: Pos
 
 
-@dataclass(frozen=True, slots=True)
-class Inputs:
+class Inputs(NamedTuple):
     decls: tuple
     pos: Pos
 
 
-@dataclass(frozen=True, slots=True)
-class Assign:
+class Assign(NamedTuple):
     name: str
     value: object
     pos: Pos
 
 
-@dataclass(frozen=True, slots=True)
-class ExprStmt:
+class ExprStmt(NamedTuple):
     value: object
     pos: Pos
 

@@ -14,6 +14,7 @@ whole batch of seeds at once.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -22,6 +23,16 @@ import numpy as np
 from .errors import GradcalcError, LimitError, Pos, ShapeError, ValueError_
 
 DEFAULT_MAX_ELEMENTS = 10**8
+
+
+_F64 = np.dtype(np.float64)
+
+
+def all_finite(value) -> bool:
+    """True when no element is nan or inf (fast for scalars)."""
+    if value.ndim == 0 and value.dtype.kind == "f":
+        return math.isfinite(value)
+    return bool(np.isfinite(value).all())
 
 
 class Equation(NamedTuple):
@@ -155,9 +166,10 @@ class Builder:
 
     # -- recording ------------------------------------------------------------
     def bind(self, prim, args: tuple, params: dict) -> Tracer:
+        values = self.values
         try:
-            params = prim.normalize([a.shape for a in args], self, **params)
-            value = prim.impl(*[self.values[a.var] for a in args], **params)
+            params = prim.normalize([a.builder.shapes[a.var] for a in args], self, **params)
+            value = prim.impl(*[values[a.var] for a in args], **params)
         except GradcalcError as err:
             if err.pos is None:
                 err.pos = self.pos
@@ -166,17 +178,21 @@ class Builder:
             raise ValueError_(f"'{prim.name}': {str(err).lower()}", self.pos) from None
         except (ValueError, IndexError) as err:
             raise ShapeError(f"'{prim.name}': {err}", self.pos) from None
-        value = np.asarray(value)
-        if value.dtype != np.float64 and value.dtype.kind != "c":
+        if value.__class__ is not np.ndarray:
+            value = np.asarray(value)
+        if value.dtype != _F64 and value.dtype.kind != "c":
             value = value.astype(np.float64)
-        out = self._new(value)
-        self.equations.append(Equation(out.var, prim, tuple(a.var for a in args), params, self.pos))
-        if self.check_finite and value.dtype.kind == "f" and not np.isfinite(value).all():
+        var = self._next
+        self._next = var + 1
+        values[var] = value
+        self.shapes[var] = value.shape
+        self.equations.append(Equation(var, prim, tuple(a.var for a in args), params, self.pos))
+        if self.check_finite and not all_finite(value):
             self._note_nonfinite(prim, args, value)
-        return out
+        return Tracer(self, var)
 
     def _note_nonfinite(self, prim, args, value):
-        if all(np.isfinite(self.values[a.var]).all() for a in args):  # the first to produce it
+        if all(all_finite(self.values[a.var]) for a in args):  # the first to produce it
             self.note_nonfinite(f"'{prim.name}'", value)
 
     def note_nonfinite(self, op: str, value) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import primitives as P
-from .tape import Builder, Tracer, eval_equations
+from .tape import Builder, Tracer, all_finite, eval_equations
 
 
-def _fit(c: Tracer, shape: tuple) -> Tracer:
+def _fit(c, shape: tuple):
     """Sum a broadcast cotangent down to shape, or broadcast a tangent up to it."""
     if c.shape == shape:
         return c
@@ -37,19 +37,24 @@ def depends(equations, sources) -> set:
     return live
 
 
-def backward(builder: Builder, equations, cotangents: dict, wrt) -> dict:
-    """Reverse mode: cotangents {var: tracer} of outputs -> {wrt var: tracer or None}.
+def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False) -> dict:
+    """Reverse mode: cotangents {var: value} of outputs -> {wrt var: value or None}.
 
     A wrt variable defined by an equation receives the cotangent it has when
     the pass reaches that equation (everything upstream held fixed), and the
     pass goes on through it, so inputs upstream still get total derivatives.
     None means no differentiable path.
+
+    Traced (default): cotangents are tracers and the rules are recorded into
+    builder, so the pass can be re-run batched or differentiated again.
+    Eager: cotangents are arrays and the rules run directly on the traced
+    values, which is all a first-order gradient needs.
     """
     wanted = set(wrt)
     live = depends(equations, wanted)
     ct = dict(cotangents)
     found = {}
-    shapes = builder.shapes
+    shapes, values = builder.shapes, builder.values
     check, builder.check_finite = builder.check_finite, False
     for eq in reversed(equations):
         g = ct.pop(eq.out, None)
@@ -58,8 +63,12 @@ def backward(builder: Builder, equations, cotangents: dict, wrt) -> dict:
         if g is None or not eq.prim.differentiable:
             continue
         builder.pos = eq.pos
-        args = [Tracer(builder, a) for a in eq.args]
-        ans = Tracer(builder, eq.out)
+        if eager:
+            args = [values[a] for a in eq.args]
+            ans = values[eq.out]
+        else:
+            args = [Tracer(builder, a) for a in eq.args]
+            ans = Tracer(builder, eq.out)
         for i, a in enumerate(eq.args):
             if a not in live:
                 continue
@@ -78,10 +87,13 @@ def backward(builder: Builder, equations, cotangents: dict, wrt) -> dict:
     return found
 
 
-def forward(builder: Builder, equations, tangents: dict) -> dict:
-    """Forward mode: tangents {var: tracer} of inputs -> tangents of every reached variable."""
+def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False) -> dict:
+    """Forward mode: tangents {var: value} of inputs -> tangents of every reached variable.
+
+    Traced or eager, as for :func:`backward`.
+    """
     tan = dict(tangents)
-    shapes = builder.shapes
+    shapes, values = builder.shapes, builder.values
     check, builder.check_finite = builder.check_finite, False
     for eq in equations:
         if not eq.prim.differentiable:
@@ -90,8 +102,12 @@ def forward(builder: Builder, equations, tangents: dict) -> dict:
         if all(t is None for t in ts):
             continue
         builder.pos = eq.pos
-        args = [Tracer(builder, a) for a in eq.args]
-        ans = Tracer(builder, eq.out)
+        if eager:
+            args = [values[a] for a in eq.args]
+            ans = values[eq.out]
+        else:
+            args = [Tracer(builder, a) for a in eq.args]
+            ans = Tracer(builder, eq.out)
         out = None
         for i, t in enumerate(ts):
             rule = eq.prim.jvp_rule(i) if t is not None else None
@@ -108,11 +124,16 @@ def forward(builder: Builder, equations, tangents: dict) -> dict:
     return tan
 
 
+def value_of(x):
+    """The array of a tracer, or the array itself."""
+    return x.value if type(x) is Tracer else x
+
+
 def _note_nonfinite(builder: Builder, eq, g, c):
     """Warn when a rule turns finite input into a non-finite derivative."""
-    if np.isfinite(c.value).all() or (g is not None and not np.isfinite(g.value).all()):
+    if all_finite(value_of(c)) or (g is not None and not all_finite(value_of(g))):
         return
-    builder.note_nonfinite(f"the derivative of '{eq.prim.name}'", c.value)
+    builder.note_nonfinite(f"the derivative of '{eq.prim.name}'", value_of(c))
 
 
 class Recording:
