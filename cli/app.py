@@ -484,6 +484,45 @@ def _write_junit(path: str, results) -> None:
         raise ValueError_(f"--junit-xml: cannot write '{path}': {err.strerror}") from None
 
 
+class GraphFormat(str, Enum):
+    table = "table"
+    json = "json"
+    plain = "plain"
+    dot = "dot"
+
+
+@app.command("graph")
+def graph_cmd(
+    source: SourceArg,
+    at: AtOpt = None,
+    backward: Annotated[bool, typer.Option("--backward", help="also show the backward tape that grad runs")] = False,
+    format: Annotated[GraphFormat, typer.Option("--format", "-f", help="output format")] = GraphFormat.table,
+    json_: JsonOpt = False,
+    precision: PrecisionOpt = 6,
+    debug: DebugOpt = False,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+):
+    """The tape: one primitive equation per row (and with --backward, one VJP rule per equation)."""
+    fmt = GraphFormat.json if json_ else format
+    opts = Options(Format.json if fmt is GraphFormat.json else Format.table, False, precision, debug,
+                   max_elements)
+
+    def body():
+        from gradcalc.api import graph
+        from . import graphs
+        r = graph(_source(source), _at(at, opts), backward_pass=backward, max_elements=max_elements)
+        if fmt is GraphFormat.json:
+            render.dump_json({"command": "graph", "output": r.output, "nodes": r.nodes,
+                              "guessed_shapes": r.guessed, "warnings": r.warnings})
+        elif fmt is GraphFormat.dot:
+            sys.stdout.write(graphs.dot(r.nodes, r.output))
+        elif fmt is GraphFormat.plain:
+            sys.stdout.write(graphs.listing(r.nodes, precision))
+        else:
+            graphs.tables(r.nodes, r.output, r.guessed, precision)
+    _run(opts, body)
+
+
 def _named_matrix(title, grid, names, precision):
     from rich.table import Table
     table = Table()

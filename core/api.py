@@ -335,3 +335,127 @@ def _nonfinite(blocks: dict, what: str, tr: Traced):
         for w, v in row.items():
             if v is not None and not np.isfinite(v).all():
                 tr.builder.warnings.append(Warning_(f"the {what} block d{o}/d{w} has non-finite entries", None))
+
+
+# ==========================================================================
+# graph
+# ==========================================================================
+
+def _guess_shape(program: Program):
+    """Shapes for inputs that have no value when only the tape's structure is wanted:
+    2×2 for matrix operands, 2 for vectors, 4 for indexed names, else scalars."""
+    from .lower import _walk_names
+    from .syntax import Binary, Call, Index, Name
+
+    guesses: dict = {}
+
+    def mark(node, shape):
+        if type(node) is Name and len(shape) >= len(guesses.get(node.id, ())):
+            guesses[node.id] = shape
+
+    stack = [st.value for st in program.statements if hasattr(st, "value")]
+    while stack:
+        node = stack.pop()
+        t = type(node)
+        if t is Binary:
+            if node.op == "@":
+                mark(node.left, (2, 2))
+                mark(node.right, (2,))
+            stack += [node.left, node.right]
+        elif t is Call:
+            if node.func in ("matmul", "dot", "solve") and len(node.args) == 2:
+                mark(node.args[0], (2, 2))
+                mark(node.args[1], (2,))
+            elif node.func in ("det", "inv", "trace") and node.args:
+                mark(node.args[0], (2, 2))
+            stack += list(node.args) + [k.value for k in node.kwargs]
+        elif t is Index:
+            mark(node.value, (4,) * max(1, len(node.items)))
+            stack.append(node.value)
+        else:
+            stack += [n for n in _walk_names(node) if n is not node]
+    return lambda name, shape: np.zeros(shape or guesses.get(name, ()))
+
+
+@_quiet
+def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+    """The tape as a list of nodes (and, with backward_pass, the backward tape grad runs).
+
+    Inputs without a value get zeros of their declared shape, or a guessed
+    small shape (the output says which) so that the structure can be shown.
+    """
+    program = parse(source)
+    values = {k: np.asarray(v, dtype=np.float64) for k, v in (at or {}).items()}
+    guessed = []
+    guess = _guess_shape(program)
+
+    def sample(name, shape):
+        guessed.append(name)
+        return guess(name, shape)
+
+    tr = trace(program, values, max_elements=max_elements, sample=sample)
+    b, tape = tr.builder, tr.tape
+    names_of = {}
+    for n, v in tape.names.items():
+        names_of.setdefault(v, n)
+    show_values = bool(at) or not guessed
+    nodes = []
+
+    def node(var, op, args=(), params=None, pos=None, phase="forward", extra=None):
+        d = {"id": f"v{var}", "op": op, "args": [f"v{a}" for a in args],
+             "shape": list(b.shapes[var]), "phase": phase}
+        if var in names_of and phase == "forward":
+            d["name"] = names_of[var]
+        if pos is not None:
+            d["line"], d["column"] = pos.line, pos.col
+        if params:
+            d["params"] = {k: _param_text(v) for k, v in params.items() if k not in ("xshape", "nd", "ond")}
+        if show_values or op == "const":
+            d["value"] = b.values[var]
+        if extra:
+            d.update(extra)
+        nodes.append(d)
+
+    input_vars = set(tape.inputs.values())
+    used = {a for eq in tape.equations for a in eq.args}
+    for name, var in tape.inputs.items():
+        node(var, "input", pos=tape.positions.get(name), extra={"guessed_shape": name in guessed})
+    for var in tape.consts:
+        if var in used or var in names_of:
+            node(var, "const")
+    for eq in tape.equations:
+        node(eq.out, eq.prim.name, eq.args, eq.params, eq.pos)
+    output = tape.output
+    if backward_pass and output is not None:
+        out_var = tape.names[output]
+        rec_start = len(b.equations)
+        log: list = []
+        seed = b.const(np.ones(b.shapes[out_var]))
+        node(seed.var, "const", phase="backward", extra={"role": f"seed: d{output}/d{output} = 1"})
+        found = backward(b, tape.equations, {out_var: seed}, list(input_vars), log=log)
+        for eq, first, end in log:
+            for k in range(first, end):
+                e = b.equations[k]
+                for a in e.args:
+                    if a in b.consts and a >= rec_start and not any(n["id"] == f"v{a}" for n in nodes):
+                        node(a, "const", phase="backward")
+                node(e.out, e.prim.name, e.args, e.params, e.pos, phase="backward",
+                     extra={"vjp_of": f"v{eq.out}"})
+        for name, var in tape.inputs.items():
+            g = found.get(var)
+            if g is not None:
+                nodes.append({"id": f"v{g.var}", "op": "gradient", "args": [f"v{g.var}"],
+                              "shape": list(b.shapes[g.var]), "phase": "backward",
+                              "name": f"d{output}/d{name}"})
+    return Result({}, nodes=nodes, output=output, guessed=guessed, warnings=_warnings(tr))
+
+
+def _param_text(v):
+    if isinstance(v, tuple):
+        return [_param_text(i) for i in v]
+    if isinstance(v, slice):
+        return f"{'' if v.start is None else v.start}:{'' if v.stop is None else v.stop}" + \
+               ("" if v.step in (None, 1) else f":{v.step}")
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    return v

@@ -415,6 +415,11 @@ class _Lowering:
                 node = node.left
             acc = self.expr(node)
             for op in reversed(spine):
+                p = _literal_exponent(op)
+                if p is not None:
+                    self.b.pos = op.pos
+                    acc = P.pow_const(acc, p=p)
+                    continue
                 right = self.expr(op.right)
                 self.b.pos = op.pos
                 acc = _BINARY[op.op](acc, right)
@@ -525,6 +530,18 @@ class _Lowering:
         except _NotStatic:
             raise ShapeError(f"{func}(): '{pname}' must be a literal (a number, a tuple such as "
                              f"(2, -1), or true/false)", _pos(node)) from None
+
+
+def _literal_exponent(op: Binary):
+    """The exponent of x^2, x^-1, x^0.5 written as a number, else None."""
+    if op.op != "^":
+        return None
+    r = op.right
+    if type(r) is Num:
+        return r.value
+    if type(r) is Unary and type(r.operand) is Num:
+        return -r.operand.value if r.op == "-" else r.operand.value
+    return None
 
 
 class _NotStatic(Exception):

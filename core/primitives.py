@@ -306,6 +306,20 @@ pow_ = _binary("pow", np.power, (lambda g, ans, x, y, **_: safe_mul(g, _pow_dx(x
                                  lambda g, ans, x, y, **_: safe_mul(g, _pow_dy(ans, x))))
 
 
+def _pow_const_rule(g, ans, x, p):
+    # d/dx x^p = p x^(p-1), with p = 0 pinned to 0 and p = 1, 2 written without a power
+    if p == 0:
+        return zeros_like(g)
+    if p == 1:
+        return g
+    return safe_mul(g, p * (x if p == 2 else pow_const(x, p=p - 1)))
+
+
+pow_const = _def("pow_const", lambda x, p: np.power(x, p), (_pow_const_rule,), (_pow_const_rule,),
+                 lambda shapes, builder, p: {"p": float(p)},
+                 doc="x^p for a constant exponent p (x^2 in a program)")
+
+
 def _extremum(name, fn, wins):
     # Ties share the gradient equally, as in JAX.
     def share(a, b):

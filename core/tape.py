@@ -99,7 +99,10 @@ class Tracer:
     def __rmul__(self, other): return _ops().mul(other, self)
     def __truediv__(self, other): return _ops().div(self, other)
     def __rtruediv__(self, other): return _ops().div(other, self)
-    def __pow__(self, other): return _ops().pow_(self, other)
+    def __pow__(self, other):
+        if isinstance(other, (int, float)):
+            return _ops().pow_const(self, p=other)
+        return _ops().pow_(self, other)
     def __rpow__(self, other): return _ops().pow_(other, self)
     def __matmul__(self, other): return _ops().matmul(self, other)
     def __rmatmul__(self, other): return _ops().matmul(other, self)

@@ -37,7 +37,8 @@ def depends(equations, sources) -> set:
     return live
 
 
-def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False) -> dict:
+def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False,
+             log: list | None = None) -> dict:
     """Reverse mode: cotangents {var: value} of outputs -> {wrt var: value or None}.
 
     A wrt variable defined by an equation receives the cotangent it has when
@@ -48,7 +49,8 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     Traced (default): cotangents are tracers and the rules are recorded into
     builder, so the pass can be re-run batched or differentiated again.
     Eager: cotangents are arrays and the rules run directly on the traced
-    values, which is all a first-order gradient needs.
+    values, which is all a first-order gradient needs.  ``log`` receives
+    (forward equation, first, end) spans of the equations each VJP recorded.
     """
     wanted = set(wrt)
     live = depends(equations, wanted)
@@ -69,6 +71,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
         else:
             args = [Tracer(builder, a) for a in eq.args]
             ans = Tracer(builder, eq.out)
+        first = len(builder.equations)
         for i, a in enumerate(eq.args):
             if a not in live:
                 continue
@@ -79,6 +82,8 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
             if check:
                 _note_nonfinite(builder, eq, g, c)
             ct[a] = ct[a] + c if a in ct else c
+        if log is not None:
+            log.append((eq, first, len(builder.equations)))
     builder.pos = None
     builder.check_finite = check
     for v in wanted:

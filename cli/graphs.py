@@ -1,0 +1,118 @@
+"""Rendering of `gradcalc graph`: an equation listing, rich tables, or Graphviz dot."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import render
+
+
+def _shape(node) -> str:
+    return render.shape_text(np.empty(node["shape"], dtype=np.int8)) if node["shape"] else "scalar"
+
+
+def _params(node) -> str:
+    p = node.get("params") or {}
+    return ", ".join(f"{k}={_short(v)}" for k, v in p.items())
+
+
+def _short(v) -> str:
+    if isinstance(v, list):
+        return "(" + ", ".join(_short(i) for i in v) + ("," if len(v) == 1 else "") + ")"
+    return str(v)
+
+
+def _rhs(node, precision: int) -> str:
+    if node["op"] == "input":
+        return f"input {node.get('name', '')}"
+    if node["op"] == "const":
+        return f"const {render.value_text(node['value'], precision)}".replace("\n", " ")
+    args = ", ".join(node["args"])
+    params = _params(node)
+    return f"{node['op']}({args}{', ' + params if params else ''})"
+
+
+def listing(nodes, precision: int) -> str:
+    """One line per equation, like JAX's jaxprs: `v5 = tanh(v4)   # h, 1:5, 2`."""
+    lines, phase = [], "forward"
+    for n in nodes:
+        if n["phase"] != phase:
+            phase = n["phase"]
+            lines.append("# backward: one VJP rule per forward equation, newest first")
+        if n["op"] == "gradient":
+            lines.append(f"# {n['name']} = {n['args'][0]}")
+            continue
+        notes = [x for x in (n.get("name"), f"{n['line']}:{n['column']}" if "line" in n else None,
+                             _shape(n), f"vjp of {n['vjp_of']}" if "vjp_of" in n else None) if x]
+        lines.append(f"{n['id']} = {_rhs(n, precision)}".ljust(40) + "  # " + ", ".join(notes))
+    return "\n".join(lines) + "\n"
+
+
+def tables(nodes, output, guessed, precision: int) -> None:
+    from rich.table import Table
+
+    out = render.console()
+    forward = [n for n in nodes if n["phase"] == "forward"]
+    backward = [n for n in nodes if n["phase"] == "backward" and n["op"] != "gradient"]
+    show_values = any("value" in n for n in forward if n["op"] != "const")
+    cols = ["id", "equation", "shape", "where", "name"] + (["value"] if show_values else [])
+
+    def table(rows, extra=None):
+        t = Table()
+        for c in cols + ([extra] if extra else []):
+            t.add_column(c, justify="right" if c == "value" else "left")
+        for n in rows:
+            cells = [n["id"], _rhs(n, precision), _shape(n),
+                     f"{n['line']}:{n['column']}" if "line" in n else "", n.get("name", "")]
+            if show_values:
+                cells.append(render.value_text(n["value"], precision) if "value" in n else "")
+            if extra:
+                cells.append(n.get("vjp_of", n.get("role", "")))
+            t.add_row(*cells)
+        return t
+
+    out.print(f"forward tape: {len([n for n in forward if n['op'] not in ('input', 'const')])} "
+              f"equations, output {output}", style="bold")
+    out.print(table(forward))
+    if guessed:
+        out.print(f"shapes guessed for {', '.join(guessed)} (no values given; use --at to set them)")
+    if backward:
+        grads = [n for n in nodes if n["op"] == "gradient"]
+        out.print(f"backward tape: {len([n for n in backward if n['op'] != 'const'])} equations, "
+                  f"one VJP rule per forward equation; no Jacobian is ever formed", style="bold")
+        out.print(table(backward, "vjp of"))
+        out.print("gradients: " + ", ".join(f"{g['name']} = {g['id']}" for g in grads))
+
+
+def _quote(s: str) -> str:
+    """A DOT string: quotes and backslashes escaped, newlines as \\n."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def dot(nodes, output) -> str:
+    """Graphviz: inputs as ellipses, operations as boxes, outputs bold; backward dashed."""
+    lines = ["digraph gradcalc {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=10];']
+    for n in nodes:
+        if n["op"] == "gradient":
+            gid = f"grad_{n['args'][0]}"
+            lines.append(f"  {gid} [label={_quote(n['name'])}, shape=note, style=dashed];")
+            lines.append(f"  {n['args'][0]} -> {gid} [style=dashed];")
+            continue
+        label = n["op"] if n["op"] not in ("input", "const") else (
+            n.get("name", "") if n["op"] == "input" else render.value_text(n["value"], 4).replace("\n", " "))
+        if n["op"] not in ("input", "const"):
+            params = _params(n)
+            label = f"{n['id']} = {label}" + (f"\n{params}" if params else "")
+            if n.get("name"):
+                label += f"\n[{n['name']}]"
+        shape = {"input": "ellipse", "const": "plaintext"}.get(n["op"], "box")
+        attrs = [f"label={_quote(label)}", f"shape={shape}"]
+        if n["phase"] == "backward":
+            attrs.append("style=dashed")
+        if n.get("name") == output and n["phase"] == "forward":
+            attrs.append("penwidth=2")
+        lines.append(f"  {n['id']} [{', '.join(attrs)}];")
+        for a in n["args"]:
+            style = " [style=dashed]" if n["phase"] == "backward" else ""
+            lines.append(f"  {a} -> {n['id']}{style};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
