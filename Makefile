@@ -23,3 +23,6 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench.py

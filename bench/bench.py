@@ -1,0 +1,297 @@
+"""gradcalc's benchmark: six workloads, timed side by side with their baselines and peers.
+
+Run with `make bench`.  Every workload's result is checked against a closed
+form first (a fast wrong answer counts for nothing), then timed: the median of
+several repeats after a warm-up.  Peers (HIPS autograd, PyTorch, JAX) run
+where installed (`pip install -e '.[bench]'`).  Ratios are what matter on a
+shared machine: both sides of a ratio are measured in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+import gradcalc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def median_time(fn, repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def peak_memory(fn) -> float:
+    """Peak traced allocation of fn() in MB (NumPy reports its buffers to tracemalloc)."""
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def optional(module: str):
+    try:
+        return __import__(module)
+    except Exception:  # noqa: BLE001 - any failure means: not available
+        return None
+
+
+def verify(name: str, got, want, rtol=1e-9, atol=1e-12):
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol):
+        err = np.max(np.abs(got - want)) if got.shape == want.shape else f"shape {got.shape} != {want.shape}"
+        raise SystemExit(f"{name}: WRONG RESULT (max error {err}); not timing it")
+
+
+class Row:
+    def __init__(self, workload, what, seconds, base_name, base_seconds, target, limit):
+        self.workload, self.what, self.seconds = workload, what, seconds
+        self.base_name, self.base_seconds = base_name, base_seconds
+        self.target, self.limit = target, limit
+
+    @property
+    def ratio(self):
+        return None if self.base_seconds in (None, 0) else self.seconds / self.base_seconds
+
+    @property
+    def met(self):
+        if self.ratio is None:
+            return None
+        return self.ratio <= self.limit
+
+
+# ==========================================================================
+# Workloads
+# ==========================================================================
+
+def w1_startup(repeats: int):
+    exe = os.path.join(os.path.dirname(sys.executable), "gradcalc")
+    cmd_a = [exe, "grad", "sin(x)*y", "--at", "x=1,y=2", "-f", "json"]
+    cmd_b = [sys.executable, "-c", "import numpy"]
+    out = subprocess.run(cmd_a, capture_output=True, text=True, check=True).stdout
+    import json
+    doc = json.loads(out)
+    verify("W1", [doc["gradient"]["x"], doc["gradient"]["y"]], [2 * np.cos(1.0), np.sin(1.0)], 0, 0)
+    ta, tb = [], []
+    env = dict(os.environ)
+    for _ in range(2):  # warm the file cache
+        subprocess.run(cmd_a, capture_output=True, env=env)
+        subprocess.run(cmd_b, capture_output=True, env=env)
+    for _ in range(repeats):  # alternate A and B so that drift hits both
+        for cmd, acc in ((cmd_a, ta), (cmd_b, tb)):
+            t = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, env=env)
+            acc.append(time.perf_counter() - t)
+    a, b = statistics.median(ta), statistics.median(tb)
+    return [Row("W1", "cold CLI grad one-liner", a, "python -c 'import numpy'", b, "≤ 1.6×", 1.6)]
+
+
+def w2_big_grad(repeats: int):
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((2000, 2000)) / 45
+    X = rng.standard_normal((2000, 256))
+    b = rng.standard_normal((2000, 1))
+    src = "sum(tanh(W @ X + b)^2)"
+    at = {"W": W, "X": X, "b": b}
+
+    def numpy_forward():
+        return np.sum(np.tanh(W @ X + b) ** 2)
+
+    def ours():
+        return gradcalc.grad(src, at=at)
+
+    r = ours()
+    h = np.tanh(W @ X + b)
+    d = 2 * h * (1 - h * h)
+    verify("W2 dW", r["W"], d @ X.T, 1e-9, 1e-9)
+    verify("W2 dX", r["X"], W.T @ d, 1e-9, 1e-9)
+    verify("W2 db", r["b"], d.sum(axis=1, keepdims=True), 1e-9, 1e-9)
+    t_np = median_time(numpy_forward, repeats)
+    t_ours = median_time(ours, repeats)
+    mem_np, mem_ours = peak_memory(numpy_forward), peak_memory(ours)
+    rows = [Row("W2", f"grad, 2000×2000 @ 2000×256 (peak {mem_ours:.0f} MB; numpy forward "
+                      f"{mem_np:.0f} MB)", t_ours, "numpy forward pass", t_np, "≤ 3×", 3.0)]
+    ag = optional("autograd")
+    if ag:
+        import autograd.numpy as anp
+
+        def f(W, X, b):
+            return anp.sum(anp.tanh(anp.dot(W, X) + b) ** 2)
+        gf = ag.grad(lambda args: f(*args))
+        verify("W2 autograd", gf((W, X, b))[0], d @ X.T, 1e-9, 1e-9)
+        t_ag = median_time(lambda: gf((W, X, b)), repeats)
+        rows.append(Row("W2", "grad vs HIPS autograd", t_ours, "autograd.grad", t_ag, "< 1×", 1.0))
+    return rows
+
+
+def recurrence_source(n: int) -> str:
+    return "\n".join(["input x0 = 0.5"] + [f"x{i + 1} = sin(x{i})*1.01 + 0.1*x{i}" for i in range(n)])
+
+
+def w3_recurrence(repeats: int):
+    n = 3000
+    src = recurrence_source(n)
+    x, d = 0.5, 1.0
+    for _ in range(n):
+        d *= np.cos(x) * 1.01 + 0.1
+        x = np.sin(x) * 1.01 + 0.1 * x
+    verify("W3", gradcalc.grad(src)["x0"], d, 1e-12, 1e-15)
+    t_ours = median_time(lambda: gradcalc.grad(src), repeats)
+    rows = []
+    torch = optional("torch")
+    if torch:
+        def torch_grad():
+            x0 = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+            x = x0
+            for _ in range(n):
+                x = torch.sin(x) * 1.01 + 0.1 * x
+            x.backward()
+            return x0.grad
+        verify("W3 torch", torch_grad().item(), d, 1e-12, 1e-15)
+        rows.append(Row("W3", f"parse + grad of a {n}-statement recurrence", t_ours,
+                        "torch eager autograd", median_time(torch_grad, repeats), "< 1×", 1.0))
+    else:
+        rows.append(Row("W3", f"parse + grad of a {n}-statement recurrence", t_ours, "torch (absent)",
+                        None, "< 1×", 1.0))
+    return rows
+
+
+def w4_data():
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((500, 500)) / 22
+    x = rng.standard_normal(500)
+    h = np.tanh(A @ x)
+    return A, x, (1 - h * h)[:, None] * A
+
+
+def w4_jacobian(repeats: int):
+    A, x, want = w4_data()
+    src = "tanh(A @ x)"
+    at = {"A": A, "x": x}
+    verify("W4", gradcalc.jacobian(src, at=at, wrt=["x"])["_"]["x"], want)
+    t_ours = median_time(lambda: gradcalc.jacobian(src, at=at, wrt=["x"]), repeats)
+    rows = []
+    ag = optional("autograd")
+    if ag:
+        import autograd.numpy as anp
+        from autograd import jacobian as ajac
+        jf = ajac(lambda x: anp.tanh(anp.dot(A, x)))
+        verify("W4 autograd", jf(x), want)
+        rows.append(Row("W4", "jacobian of tanh(A @ x), A 500×500", t_ours, "autograd.jacobian",
+                        median_time(lambda: jf(x), repeats), "≤ 0.5×", 0.5))
+    jax = optional("jax")
+    if jax:
+        jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp
+        Aj = jnp.asarray(A)
+        jf = jax.jit(jax.jacrev(lambda x: jnp.tanh(Aj @ x)))
+        xj = jnp.asarray(x)
+        verify("W4 jax", np.asarray(jf(xj)), want)
+        rows.append(Row("W4", "jacobian of tanh(A @ x), A 500×500", t_ours, "jax.jit(jax.jacrev)",
+                        median_time(lambda: jf(xj).block_until_ready(), repeats), "≤ 2×", 2.0))
+    if not rows:
+        rows.append(Row("W4", "jacobian of tanh(A @ x), A 500×500", t_ours, "peers (absent)", None,
+                        "≤ 0.5× autograd", 0.5))
+    return rows
+
+
+def w5_check(repeats: int):
+    A, x, _ = w4_data()
+    src = "tanh(A @ x)"
+    at = {"A": A, "x": x}
+    r = gradcalc.check(src, at=at, wrt=["x"])
+    if not r.ok:
+        raise SystemExit("W5: check failed on a correct program")
+    t_ours = median_time(lambda: gradcalc.check(src, at=at, wrt=["x"]), repeats)
+    torch = optional("torch")
+    if torch:
+        At = torch.tensor(A)
+        xt = torch.tensor(x, requires_grad=True)
+        ok = torch.autograd.gradcheck(lambda x: torch.tanh(At @ x), (xt,))
+        if not ok:
+            raise SystemExit("W5: gradcheck failed")
+        t_torch = median_time(lambda: torch.autograd.gradcheck(lambda x: torch.tanh(At @ x), (xt,)),
+                              max(1, repeats // 2))
+        return [Row("W5", "check: full Jacobian vs central differences", t_ours,
+                    "torch.autograd.gradcheck", t_torch, "≤ 0.1×", 0.1)]
+    return [Row("W5", "check: full Jacobian vs central differences", t_ours, "gradcheck (absent)",
+                None, "≤ 0.1×", 0.1)]
+
+
+def w6_hessian(repeats: int):
+    n = 200
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(n)
+    src = "sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)"
+    H = np.zeros((n, n))
+    for i in range(n - 1):
+        H[i, i] += 1200 * x[i] ** 2 - 400 * x[i + 1] + 2
+        H[i, i + 1] += -400 * x[i]
+        H[i + 1, i] += -400 * x[i]
+        H[i + 1, i + 1] += 200
+    verify("W6", gradcalc.hessian(src, at={"x": x})["x"]["x"], H, 1e-10, 1e-9)
+    t_ours = median_time(lambda: gradcalc.hessian(src, at={"x": x}), repeats)
+    torch = optional("torch")
+    if torch:
+        xt = torch.tensor(x)
+
+        def f(x):
+            return torch.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+        def th():
+            return torch.autograd.functional.hessian(f, xt, vectorize=True)
+        verify("W6 torch", th().numpy(), H, 1e-10, 1e-9)
+        return [Row("W6", f"hessian of Rosenbrock, n = {n}", t_ours,
+                    "torch.autograd.functional.hessian(vectorize=True)", median_time(th, repeats),
+                    "< 1×", 1.0)]
+    return [Row("W6", f"hessian of Rosenbrock, n = {n}", t_ours, "torch (absent)", None, "< 1×", 1.0)]
+
+
+WORKLOADS = {"W1": w1_startup, "W2": w2_big_grad, "W3": w3_recurrence, "W4": w4_jacobian,
+             "W5": w5_check, "W6": w6_hessian}
+
+
+def fmt_seconds(s):
+    if s is None:
+        return "-"
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--only", nargs="*", default=list(WORKLOADS))
+    args = ap.parse_args(argv)
+    rows = []
+    for name in args.only:
+        rows += WORKLOADS[name](args.repeats if name != "W1" else max(args.repeats, 10))
+    print(f"gradcalc benchmark — {platform.machine()}, {os.cpu_count()} cores, Python "
+          f"{platform.python_version()}, NumPy {np.__version__}")
+    print(f"| workload | what | gradcalc | baseline / peer | their time | ratio | target | met |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}×"
+        met = {True: "yes", False: "NO", None: "n/a"}[r.met]
+        print(f"| {r.workload} | {r.what} | {fmt_seconds(r.seconds)} | {r.base_name} | "
+              f"{fmt_seconds(r.base_seconds)} | {ratio} | {r.target} | {met} |")
+    print("every result above was verified against a closed form before it was timed")
+
+
+if __name__ == "__main__":
+    main()
