@@ -1,0 +1,175 @@
+"""`check`: finite differences catch wrong rules, pass right ones, and report through every channel."""
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import gradcalc
+from gradcalc.cli.app import app
+from gradcalc.numerics import METHODS, default_step, fd_jacobian
+from gradcalc.lower import trace
+from gradcalc.primitives import REGISTRY, safe_mul, sin
+
+runner = CliRunner()
+SMOOTH = "sin(x)*exp(y) + x^2*y"
+POINT = {"x": 0.7, "y": -0.3}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_passes_a_correct_program(method):
+    r = gradcalc.check(SMOOTH, at=POINT, method=method)
+    assert r.ok and len(r.results) == 2
+    assert all(x.method == method for x in r.results)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_catches_a_wrong_rule(method, monkeypatch):
+    # sin's derivative made cos(x) * 1.01: a 1% error
+    wrong = (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),)
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", wrong)
+    r = gradcalc.check("sin(x)*y", at={"x": 0.4, "y": 2.0}, method=method)
+    assert not r.ok
+    bad = [x for x in r.results if not x.ok]
+    assert [x.wrt for x in bad] == ["x"]
+    # the reported error is the injected one: 0.01 * cos(0.4) * 2
+    assert bad[0].max_abs_err == pytest.approx(0.02 * math.cos(0.4), rel=1e-3)
+
+
+def test_reverse_against_forward_catches_a_wrong_jvp_rule(monkeypatch):
+    monkeypatch.setattr(REGISTRY["sin"], "jvp", (lambda t, ans, x, **_: t * 0.5,))
+    r = gradcalc.check("sin(x)", at={"x": 0.3})
+    assert not r.ok
+    assert "reverse and forward mode disagree" in r.results[0].notes
+
+
+def test_complex_step_agrees_to_1e13_on_analytic_samples():
+    for src in ["samples/rosenbrock.grad", "samples/softmax_cross_entropy.grad", "samples/mlp.grad",
+                "samples/det_inverse.grad", "samples/least_squares.grad"]:
+        with open(src) as f:
+            r = gradcalc.check(f.read(), method="complex")
+        assert r.ok, src
+        for x in r.results:
+            assert x.max_rel_err < 1e-13 or x.max_abs_err < 1e-13, (src, x)
+
+
+def test_complex_step_names_a_non_analytic_primitive():
+    with pytest.raises(gradcalc.GradcalcError) as e:
+        gradcalc.check("x + abs(x)", at={"x": 0.5}, method="complex")
+    assert e.value.message == "--method complex needs analytic operations, but 'abs' at line 1, column 5 is not"
+
+
+def test_richardson_beats_central_on_a_smooth_function():
+    src = "exp(sin(3*x))"
+    x0 = 0.37
+    exact = math.exp(math.sin(3 * x0)) * math.cos(3 * x0) * 3
+    tr = trace(gradcalc.parse(src), {"x": np.array(x0)})
+    central, _ = fd_jacobian(tr, ["_"], "x", "central")
+    rich, _ = fd_jacobian(tr, ["_"], "x", "richardson")
+    err_c = abs(float(central["_"]) - exact)
+    err_r = abs(float(rich["_"]) - exact)
+    assert err_r < err_c / 10, (err_r, err_c)
+
+
+def test_default_steps_are_powers_of_two_scaled_by_the_value():
+    h = default_step(np.array([0.1, 1.0, 1000.0]), "central")
+    assert np.all(np.log2(h) == np.round(np.log2(h)))
+    assert h[0] == h[1] == 2.0 ** round(math.log2(np.finfo(float).eps ** (1 / 3)))
+    assert h[2] / h[1] == pytest.approx(1024, rel=0.5)
+
+
+def test_kink_is_flagged():
+    r = gradcalc.check("abs(x)", at={"x": 0.0})
+    assert r.results[0].notes == ["near the kink of 'abs' (line 1, column 1)"]
+    r = gradcalc.check("abs(x)", at={"x": 1.0})
+    assert r.results[0].notes == []
+
+
+def test_directions_on_a_large_input():
+    r = gradcalc.check("input x[400]; y = tanh(x)*x[0]", points=1, directions=4)
+    assert r.ok and [x.point for x in r.results] == [1]
+    assert r.results[0].extra["dot_product_abs_err"] < 1e-12
+
+
+def test_taylor_order_is_two():
+    r = gradcalc.check(SMOOTH, at=POINT, taylor=True)
+    for x in r.results:
+        assert x.extra["taylor_order"] == pytest.approx(2.0, abs=0.1)
+
+
+def test_non_finite_derivative_fails():
+    r = gradcalc.check("sqrt(x)", at={"x": 0.0})
+    assert not r.ok
+
+
+def test_points_are_reproducible_with_a_seed():
+    a = gradcalc.check("input v[3]; sum(sin(v))", points=2, seed=5)
+    b = gradcalc.check("input v[3]; sum(sin(v))", points=2, seed=5)
+    assert [x.max_abs_err for x in a.results] == [x.max_abs_err for x in b.results]
+    assert [x.point for x in a.results] == [1, 2]
+
+
+# -- CLI ---------------------------------------------------------------------
+
+def test_cli_samples_pass_with_junit(tmp_path):
+    xml = tmp_path / "r.xml"
+    res = runner.invoke(app, ["check", "samples/", "--junit-xml", str(xml), "-f", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == 1 and doc["ok"] is True
+    suite = ET.parse(xml).getroot()
+    cases = suite.findall("testcase")
+    assert len(cases) == len(doc["results"]) and suite.get("failures") == "0"
+    assert not suite.findall(".//failure")
+
+
+def test_cli_complex_step_json():
+    res = runner.invoke(app, ["check", "sin(x)*exp(y)", "--at", "x=0.7,y=-0.3", "--method",
+                              "complex", "-f", "json"])
+    assert res.exit_code == 0
+    doc = json.loads(res.stdout)
+    assert all(r["max_rel_err"] < 1e-12 for r in doc["results"])
+    assert {r["wrt"] for r in doc["results"]} == {"x", "y"}
+    assert set(doc["results"][0]) >= {"source", "point", "of", "wrt", "max_abs_err", "max_rel_err",
+                                      "worst_index", "method", "step", "ok"}
+
+
+def test_cli_failure_exits_1_and_junit_carries_the_numbers(tmp_path, monkeypatch):
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: g * ans,))
+    xml = tmp_path / "r.xml"
+    res = runner.invoke(app, ["check", "sin(x)", "--at", "x=1", "--junit-xml", str(xml)])
+    assert res.exit_code == 1
+    failure = ET.parse(xml).getroot().find("testcase/failure")
+    assert failure is not None and "max_abs_err=" in failure.text
+
+
+def test_cli_expect_names_the_altered_entry(tmp_path):
+    res = runner.invoke(app, ["grad", "samples/mlp.grad", "-f", "json"])
+    stored = json.loads(res.stdout)
+    stored["gradient"]["W1"][1][2] *= 1.001  # one entry off by 0.1%
+    path = tmp_path / "expect.json"
+    path.write_text(json.dumps(stored))
+    res = runner.invoke(app, ["check", "samples/mlp.grad", "--expect", str(path), "-f", "json"])
+    assert res.exit_code == 1
+    failed = [r for r in json.loads(res.stdout)["results"] if not r["ok"]]
+    assert len(failed) == 1 and failed[0]["wrt"] == "W1" and failed[0]["method"] == "expect"
+    assert failed[0]["worst_index"] == [1, 2]
+    assert failed[0]["notes"][0].startswith("entry gradient['W1'][1][2]: stored ")
+
+
+def test_cli_expect_unaltered_passes(tmp_path):
+    res = runner.invoke(app, ["jacobian", "samples/least_squares.grad", "-f", "json"])
+    path = tmp_path / "expect.json"
+    path.write_text(res.stdout)
+    res = runner.invoke(app, ["check", "samples/least_squares.grad", "--expect", str(path)])
+    assert res.exit_code == 0, res.output
+
+
+def test_cli_user_errors_exit_2():
+    assert runner.invoke(app, ["check", "x+", "--at", "x=1"]).exit_code == 2
+    assert runner.invoke(app, ["check", "x", "--points", "-1"]).exit_code == 2
+    assert runner.invoke(app, ["check", "abs(x)", "--at", "x=1", "--method", "complex"]).exit_code == 2
