@@ -104,11 +104,19 @@ def _run(opts: Options, body: Callable[[], Optional[int]]) -> None:
 
 
 def _source(arg: str):
+    import re
+
     from gradcalc.api import parse
+    from gradcalc.errors import SyntaxError_
     from gradcalc.values import read_source
 
     src = read_source(arg)
-    return parse(src.text, src.label)
+    try:
+        return parse(src.text, src.label)
+    except SyntaxError_ as err:
+        if src.label == "<expr>" and re.fullmatch(r"[\w./\\~-]+", arg) and re.search(r"[./\\]", arg):
+            err.hint = f"there is no file '{arg}'; SOURCE is a file, - for stdin, or program text"
+        raise
 
 
 def _at(items, opts: Options) -> dict:
@@ -123,8 +131,7 @@ def _emit(opts: Options, payload: dict, plain_lines, show_table: Callable[[], No
         render.print_plain(plain_lines)
     else:
         show_table()
-    if opts.format is not Format.json:
-        render.print_warnings(payload.get("warnings"))
+    render.print_warnings(payload.get("warnings"))
 
 
 def _point_caption(at: dict, precision: int) -> str | None:

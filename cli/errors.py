@@ -20,12 +20,23 @@ def error_text(err: GradcalcError) -> str:
     if err.source is not None and err.pos is not None:
         line = err.source.line(err.pos.line)
         if line:
-            shown = line.expandtabs(1)
+            shown, col = _window(line.expandtabs(1), err.pos.col)
             lines.append(f"  {shown}")
-            lines.append("  " + " " * (err.pos.col - 1) + "^")
+            lines.append("  " + " " * (col - 1) + "^")
     if err.hint:
         lines.append(f"hint: {err.hint}")
     return "\n".join(lines)
+
+
+def _window(line: str, col: int, width: int = 100):
+    """At most width characters of a long line around the column, and the column in them."""
+    if len(line) <= width:
+        return line, col
+    start = max(0, min(col - 1 - width // 2, len(line) - width))
+    shown = line[start:start + width]
+    prefix = "…" if start > 0 else ""
+    suffix = "…" if start + width < len(line) else ""
+    return prefix + shown + suffix, col - start + len(prefix)
 
 
 def error_json(err: GradcalcError) -> dict:

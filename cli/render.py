@@ -175,8 +175,6 @@ def _label(name: str, shape, flat: int) -> str:
 
 
 def print_warnings(warnings) -> None:
-    if not warnings:
-        return
-    err = console(stderr=True)
-    for w in warnings:
-        err.print(f"[yellow]warning:[/yellow] {w}", markup=True, highlight=False)
+    """Warnings go to stderr in every format (JSON output also carries them)."""
+    for w in warnings or ():
+        sys.stderr.write(f"warning: {w}\n")

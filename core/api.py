@@ -256,7 +256,10 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
     if mode == "rev":
         for o in outs:
             yshape = tr.value(o).shape
-            m = max(tr.value(o).size, 1)
+            m = tr.value(o).size
+            if m == 0:  # an empty output has an empty Jacobian
+                blocks[o] = {w: np.zeros(yshape + tr.value(w).shape) for w in wrt}
+                continue
             b.check_size((m, max(wrt_size, 1)))
             rec = Recording(b)
             seed = rec.seed(yshape)

@@ -27,12 +27,20 @@ CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 # ==========================================================================
 
 
-@dataclass(frozen=True)
 class Builtin:
-    name: str
-    fn: object
-    static: frozenset  # parameters that take literals (axis, shape...), not arrays
-    signature: inspect.Signature
+    """A function of the language: a Python function over tracers, and which of its
+    parameters take literals (axis, shape...) rather than arrays."""
+
+    __slots__ = ("name", "fn", "static", "_signature")
+
+    def __init__(self, name, fn, static):
+        self.name, self.fn, self.static, self._signature = name, fn, frozenset(static), None
+
+    @property
+    def signature(self) -> inspect.Signature:
+        if self._signature is None:  # computed on first use: start-up pays for none of them
+            self._signature = inspect.signature(self.fn)
+        return self._signature
 
 
 FUNCTIONS: dict[str, Builtin] = {}
@@ -40,7 +48,7 @@ FUNCTIONS: dict[str, Builtin] = {}
 
 def _builtin(name, static=()):
     def register(fn):
-        FUNCTIONS[name] = Builtin(name, fn, frozenset(static), inspect.signature(fn))
+        FUNCTIONS[name] = Builtin(name, fn, static)
         return fn
     return register
 
@@ -206,7 +214,7 @@ _CONSTRUCTORS = {}
 def _constructor(name):
     def register(fn):
         _CONSTRUCTORS[name] = fn
-        params = inspect.signature(fn).parameters
+        params = fn.__code__.co_varnames[:fn.__code__.co_argcount]
         _builtin(name, static=tuple(p for p in params if p != "builder"))(fn)
         return fn
     return register
@@ -519,7 +527,7 @@ class _Lowering:
         except GradcalcError as err:
             if err.pos is None:
                 err.pos = node.pos
-            if not err.message.startswith(node.func):
+            if not err.message.startswith((node.func, f"'{node.func}'")):
                 err.message = f"{node.func}(): {err.message}"
                 err.args = (err.message,)
             raise

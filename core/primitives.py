@@ -268,7 +268,7 @@ def _binary(name, fn, rules, **facts):
 def _safe_mul(g, d):
     r = g * d
     if r.dtype.kind == "f" and not np.isfinite(r).all():
-        r = np.where(g == 0, 0.0, r)
+        r = np.where((g == 0) | (d == 0), 0.0, r)
     return r
 
 
@@ -286,7 +286,7 @@ div = _binary("div", np.divide, (lambda g, ans, x, y, **_: safe_div(g, y),
                                  lambda g, ans, x, y, **_: -safe_mul(g, ans / y)))
 safe_mul = _binary("safe_mul", _safe_mul, (lambda gg, ans, g, d, **_: safe_mul(gg, d),
                                            lambda gg, ans, g, d, **_: safe_mul(gg, g)),
-                   internal=True, doc="g * d, and exactly 0 where g is 0")
+                   internal=True, doc="g * d, and exactly 0 where g or d is 0")
 safe_div = _binary("safe_div", _safe_div, (lambda gg, ans, g, d, **_: safe_div(gg, d),
                                            lambda gg, ans, g, d, **_: -safe_mul(gg, ans / d)),
                    internal=True, doc="g / d, and exactly 0 where g is 0")
@@ -445,13 +445,58 @@ def _prod_others(x, axes, xshape):
     return np.moveaxis((left * right).reshape(moved.shape), tuple(range(-k, 0)), axes)
 
 
+def _move_flat(a, axes):
+    k = len(axes)
+    moved = np.moveaxis(a, axes, tuple(range(-k, 0)))
+    return moved, moved.reshape(moved.shape[:moved.ndim - k] + (-1,))
+
+
+def _prod_others_jvp(x, t, axes, xshape):
+    """(J t)_j = sum_{i != j} t_i prod_{k != i, j} x_k, exact with zeros: forward mode through
+    the exclusive cumulative products, one step per element along the reduced axes."""
+    x, t = np.broadcast_arrays(x, t)
+    moved, X = _move_flat(x, axes)
+    _, T = _move_flat(t, axes)
+    n = X.shape[-1]
+    L, dL = np.ones_like(X), np.zeros_like(X)
+    R, dR = np.ones_like(X), np.zeros_like(X)
+    for j in range(1, n):
+        L[..., j] = L[..., j - 1] * X[..., j - 1]
+        dL[..., j] = dL[..., j - 1] * X[..., j - 1] + L[..., j - 1] * T[..., j - 1]
+        r = n - 1 - j
+        R[..., r] = R[..., r + 1] * X[..., r + 1]
+        dR[..., r] = dR[..., r + 1] * X[..., r + 1] + R[..., r + 1] * T[..., r + 1]
+    k = len(axes)
+    return np.moveaxis((dL * R + L * dR).reshape(moved.shape), tuple(range(-k, 0)), axes)
+
+
 def _prod_others_rule(t, ans, x, axes, xshape):
-    # Its Jacobian is symmetric: (J t)_j = sum_{i != j} t_i prod_{k != i, j} x_k,
-    # written here as (P / x_j) * (sum_i t_i / x_i - t_j / x_j): exact away from zeros.
+    # The Jacobian of prod_others is symmetric, so one rule serves both modes.
+    return prod_others_jvp(x, t, axes=axes, xshape=xshape)
+
+
+def _pojvp_x_jvp(u, ans, x, t, axes, xshape):
+    # d/dx of F = P (S - t/x), P = prod_others(x), S = sum(t/x): exact away from zeros
     s = reduce_sum(t / x, axis=axes, keepdims=True)
-    return ans * (s - t / x)
+    tu = t * u / (x * x)
+    return (prod_others_jvp(x, u, axes=axes, xshape=xshape) * (s - t / x)
+            + prod_others(x, axes=axes, xshape=xshape) * (tu - reduce_sum(tu, axis=axes, keepdims=True)))
 
 
+def _pojvp_x_vjp(g, ans, x, t, axes, xshape):
+    s = reduce_sum(t / x, axis=axes, keepdims=True)
+    p = prod_others(x, axes=axes, xshape=xshape)
+    w = t / (x * x)
+    return (prod_others_jvp(x, g * (s - t / x), axes=axes, xshape=xshape)
+            + w * (g * p - reduce_sum(g * p, axis=axes, keepdims=True)))
+
+
+prod_others_jvp = _def("prod_others_jvp", _prod_others_jvp,
+                       (_pojvp_x_vjp, lambda g, ans, x, t, axes, xshape: prod_others_jvp(x, g, axes=axes, xshape=xshape)),
+                       (_pojvp_x_jvp, lambda u, ans, x, t, axes, xshape: prod_others_jvp(x, u, axes=axes, xshape=xshape)),
+                       lambda shapes, builder, axes, xshape: {"axes": axes, "xshape": xshape},
+                       internal=True, doc="the Jacobian of prod_others times t (exact; its own "
+                                          "derivative in x is exact away from zeros)")
 prod_others = _def("prod_others", _prod_others, (_prod_others_rule,), (_prod_others_rule,),
                    lambda shapes, builder, axes, xshape: {"axes": axes, "xshape": xshape},
                    internal=True, doc="product of the other elements along axes")
@@ -586,8 +631,8 @@ def _broadcast_to_params(shapes, builder, shape):
 
 
 def _broadcast_to(x, shape, xshape):
-    x = _align(x, len(xshape), len(shape))
-    return np.broadcast_to(x, _batch(x, len(shape)) + shape)
+    batch = _batch(x, len(xshape))
+    return np.broadcast_to(_align(x, len(xshape), len(shape)), batch + shape)
 
 
 def _sum_to_params(shapes, builder, shape):
@@ -628,7 +673,7 @@ def _index_params(shapes, builder, idx):
     out = []
     for axis, (item, size) in enumerate(zip(idx, xshape)):
         if isinstance(item, slice):
-            out.append(slice(*item.indices(size)) if item != slice(None) else item)
+            out.append(item)  # NumPy clips the bounds, whatever the step's sign
         else:
             if not -size <= item < size:
                 raise ShapeError(f"index {item} is out of range for axis {axis} with size {size}")

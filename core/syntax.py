@@ -28,7 +28,7 @@ class Token(NamedTuple):
     pos: Pos
 
 
-_NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+_NUMBER = r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _TOKEN = re.compile(
     r"(?P<space>[ \t\r\f\v]+)|(?P<comment>\#[^\n]*)|(?P<newline>\n)"
     rf"|(?P<num>{_NUMBER})(?P<glued>[A-Za-z_])?"

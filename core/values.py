@@ -78,7 +78,12 @@ def load_array(path: str, label: str = "value") -> np.ndarray:
             with open(path, encoding="utf-8") as f:
                 return _json_array(json.load(f), path, label)
         if ext == ".npy":
-            return _as_float(np.load(path, allow_pickle=False), path, label)
+            try:
+                return _as_float(np.load(path, allow_pickle=False), path, label)
+            except ValueError as err:
+                if "pickle" in str(err):
+                    raise ValueError("not a .npy file of numbers") from None
+                raise
         if ext in (".csv", ".txt"):
             return np.loadtxt(path, delimiter="," if ext == ".csv" else None, dtype=np.float64, ndmin=0)
     except (OSError, ValueError, UnicodeDecodeError, json.JSONDecodeError) as err:

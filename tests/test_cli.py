@@ -1,0 +1,717 @@
+"""The command line (SPEC §3, §5, §6, §7) through typer's CliRunner, plus real subprocesses.
+
+Expected numbers come from closed forms and ``math``; exact texts are those of
+SPEC §6/§7.
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from gradcalc.cli.app import app
+
+runner = CliRunner()
+
+
+def run(*args, input=None):
+    """Invoke the CLI; returns the click Result (stdout and stderr kept apart)."""
+    return runner.invoke(app, [str(a) for a in args], input=input)
+
+
+def ok(*args, input=None):
+    r = run(*args, input=input)
+    assert r.exit_code == 0, (r.exit_code, r.stdout, r.stderr, r.exception)
+    return r
+
+
+def ok_json(*args, input=None) -> dict:
+    r = ok(*args, "-f", "json", input=input)
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == 1
+    return doc
+
+
+def user_error(*args, input=None):
+    r = run(*args, input=input)
+    assert r.exit_code == 2, (r.exit_code, r.stdout, r.stderr, r.exception)
+    assert "Traceback" not in r.stderr
+    return r
+
+
+def plain_numbers(text: str) -> list[list[float]]:
+    return [[float(v) for v in line.split()] for line in text.splitlines()]
+
+
+# ==========================================================================
+# Plain output (SPEC §6)
+# ==========================================================================
+
+
+def test_grad_plain_is_exactly_the_numbers():
+    r = ok("grad", "x^2*y", "--at", "x=3,y=2", "-f", "plain")
+    assert r.stdout == "12\n9\n"
+    assert r.stderr == ""
+
+
+def test_grad_sum_plain():
+    assert ok("grad", "x*x", "--at", "x=[1,2]", "--sum", "-f", "plain").stdout == "2 4\n"
+
+
+def test_plain_follows_wrt_order():
+    r = ok("grad", "x^2*y", "--at", "x=3,y=2", "--wrt", "y", "--wrt", "x", "-f", "plain")
+    assert r.stdout == "9\n12\n"
+
+
+def test_plain_flattens_in_c_order():
+    # d/dX sum(X * W) = W, printed row by row
+    r = ok("grad", "sum(X * [[1, 2, 3], [4, 5, 6]])", "--at", "X=zeros((2, 3))", "-f", "plain")
+    assert r.stdout == "1 2 3 4 5 6\n"
+
+
+def test_plain_shortest_round_trip_numbers():
+    assert ok("eval", "1/3", "-f", "plain").stdout == repr(1 / 3) + "\n"
+    assert ok("eval", "0.1", "-f", "plain").stdout == "0.1\n"
+    assert ok("eval", "[log(0), -log(0), nan]", "-f", "plain").stdout == "-inf inf nan\n"
+
+
+def test_jacobian_plain():
+    assert ok("jacobian", "x*x", "--at", "x=[1,2]", "-f", "plain").stdout == "2 0 0 4\n"
+
+
+def test_vjp_plain():
+    r = ok("vjp", "x*x", "--at", "x=[1,2]", "--cotangent", "[2,3]", "-f", "plain")
+    assert r.stdout == "4 12\n"
+
+
+def test_vjp_negative_scalar_cotangent_with_equals():
+    r = ok("vjp", "x*x", "--at", "x=[1,2]", "--cotangent=-1.5", "-f", "plain")
+    assert r.stdout == "-3 -6\n"
+
+
+def test_jvp_plain():
+    r = ok("jvp", "x*x", "--at", "x=[1,2]", "--tangent", "x=[1,1]", "-f", "plain")
+    assert r.stdout == "2 4\n"
+
+
+ROSENBROCK = "(1-x)^2 + 100*(y-x^2)^2"
+
+
+def rosenbrock_hessian(x, y):
+    return [[2 - 400 * (y - x * x) + 800 * x * x, -400 * x], [-400 * x, 200.0]]
+
+
+def test_hessian_plain():
+    r = ok("hessian", ROSENBROCK, "--at", "x=1,y=1", "-f", "plain")
+    flat = [v for line in plain_numbers(r.stdout) for v in line]
+    assert flat == [v for row in rosenbrock_hessian(1.0, 1.0) for v in row] == [802, -400, -400, 200]
+
+
+# ==========================================================================
+# JSON output (SPEC §5, §6)
+# ==========================================================================
+
+
+def test_grad_json_fields_and_exact_floats():
+    doc = ok_json("grad", "sin(x)*y", "--at", "x=1,y=2")
+    assert doc["schema"] == 1
+    assert doc["command"] == "grad"
+    assert doc["of"] == "_"
+    assert doc["value"] == math.sin(1) * 2
+    assert doc["gradient"] == {"x": 2 * math.cos(1), "y": math.sin(1)}
+    assert list(doc["gradient"]) == ["x", "y"]
+    assert doc["unconnected"] == []
+    assert doc["warnings"] == []
+
+
+def test_json_flag_is_format_json():
+    a = ok("grad", "x^2*y", "--at", "x=3,y=2", "--json").stdout
+    b = ok("grad", "x^2*y", "--at", "x=3,y=2", "-f", "json").stdout
+    c = ok("grad", "x^2*y", "--at", "x=3,y=2", "--format", "json").stdout
+    assert a == b == c
+    assert json.loads(a)["gradient"] == {"x": 12.0, "y": 9.0}
+
+
+def test_json_is_one_object_on_stdout_only():
+    r = ok("eval", "x + 1", "--at", "x=1", "-f", "json")
+    assert r.stdout.count("\n") == 1 and r.stdout.endswith("}\n")
+    assert r.stderr == ""
+
+
+def test_json_non_finite_numbers_are_strings():
+    doc = ok_json("eval", "[log(0), -log(0), nan, 1]")
+    assert doc["values"]["_"] == ["-inf", "inf", "nan", 1.0]
+
+
+def test_json_scalars_are_numbers_and_arrays_nested_lists():
+    doc = ok_json("eval", "a = 2.5; b = [[1, 2], [3, 4]]; c = [0.1]", "--all")
+    assert doc["values"] == {"a": 2.5, "b": [[1.0, 2.0], [3.0, 4.0]], "c": [0.1]}
+
+
+def test_json_floats_round_trip():
+    xs = [0.1, 1 / 3, math.pi, 1e-300, 2.0 ** 0.5, -7.123456789012345e22]
+    doc = ok_json("eval", "x", "--at", "x=" + json.dumps(xs))
+    assert doc["values"]["_"] == xs
+
+
+def test_jacobian_json():
+    doc = ok_json("jacobian", "x*x", "--at", "x=[1,2]")
+    assert doc["command"] == "jacobian"
+    assert doc["of"] == ["_"]
+    assert doc["value"] == {"_": [1.0, 4.0]}
+    assert doc["jacobian"] == {"_": {"x": [[2.0, 0.0], [0.0, 4.0]]}}
+    assert doc["unconnected"] == [] and doc["warnings"] == []
+
+
+@pytest.mark.parametrize("mode", ["rev", "fwd", "auto"])
+def test_jacobian_modes_agree(mode):
+    doc = ok_json("jacobian", "[x*y, sin(x)]", "--at", "x=0.5,y=3", "--mode", mode)
+    jac = doc["jacobian"]["_"]
+    assert jac["x"] == [3.0, math.cos(0.5)]
+    assert jac["y"] == [0.5, 0.0]
+
+
+def test_jacobian_shape_is_of_shape_plus_wrt_shape():
+    doc = ok_json("jacobian", "A @ v", "--at", "A=[[1, 2, 3], [4, 5, 6]]", "--at", "v=[1, 1, 1]")
+    # d(Av)/dA[k, l] = delta_ik v_l ; d(Av)/dv = A
+    assert np.array(doc["jacobian"]["_"]["A"]).shape == (2, 2, 3)
+    assert doc["jacobian"]["_"]["v"] == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+
+
+def test_vjp_json():
+    doc = ok_json("vjp", "x*x", "--at", "x=[1,2]", "--cotangent", "[2,3]")
+    assert doc["command"] == "vjp"
+    assert doc["of"] == "_"
+    assert doc["value"] == [1.0, 4.0]
+    assert doc["cotangent"] == [2.0, 3.0]
+    assert doc["vjp"] == {"x": [4.0, 12.0]}
+    assert doc["unconnected"] == [] and doc["warnings"] == []
+
+
+def test_jvp_json():
+    doc = ok_json("jvp", "x*x", "--at", "x=[1,2]", "--tangent", "x=[1,1]")
+    assert doc["command"] == "jvp"
+    assert doc["of"] == "_"
+    assert doc["value"] == [1.0, 4.0]
+    assert doc["jvp"] == [2.0, 4.0]
+    assert doc["warnings"] == []
+
+
+def test_hessian_json_rosenbrock():
+    doc = ok_json("hessian", ROSENBROCK, "--at", "x=1,y=1")
+    assert doc["command"] == "hessian"
+    assert doc["of"] == "_"
+    assert doc["value"] == 0.0
+    (hxx, hxy), (hyx, hyy) = rosenbrock_hessian(1.0, 1.0)
+    assert doc["hessian"] == {"x": {"x": hxx, "y": hxy}, "y": {"x": hyx, "y": hyy}}
+    assert doc["hessian"] == {"x": {"x": 802.0, "y": -400.0}, "y": {"x": -400.0, "y": 200.0}}
+
+
+def test_hessian_json_rosenbrock_elsewhere():
+    doc = ok_json("hessian", ROSENBROCK, "--at", "x=-1.5,y=2")
+    (hxx, hxy), (hyx, hyy) = rosenbrock_hessian(-1.5, 2.0)
+    h = doc["hessian"]
+    assert h["x"]["x"] == pytest.approx(hxx, rel=1e-14)
+    assert h["x"]["y"] == pytest.approx(hxy, rel=1e-14)
+    assert h["y"]["x"] == pytest.approx(hyx, rel=1e-14)
+    assert h["y"]["y"] == pytest.approx(hyy, rel=1e-14)
+
+
+def test_table_output_default():
+    r = ok("grad", "x^2*y", "--at", "x=3,y=2")
+    assert "12" in r.stdout and "9" in r.stdout
+    assert "dx" in r.stdout and "dy" in r.stdout
+
+
+# ==========================================================================
+# --unconnected, --wrt intermediate values, --of, eval --all
+# ==========================================================================
+
+UNCONNECTED_SRC = "x + 0*y + stop_gradient(w) + (v > 0)"
+UNCONNECTED_AT = "x=1,y=2,w=3,v=4"
+
+
+def test_unconnected_zero_is_default():
+    doc = ok_json("grad", UNCONNECTED_SRC, "--at", UNCONNECTED_AT)
+    # y is connected (through a multiplication by zero); w and v are not
+    assert doc["gradient"] == {"x": 1.0, "y": 0.0, "w": 0.0, "v": 0.0}
+    assert doc["unconnected"] == ["w", "v"]
+
+
+def test_unconnected_none():
+    doc = ok_json("grad", UNCONNECTED_SRC, "--at", UNCONNECTED_AT, "--unconnected", "none")
+    assert doc["gradient"] == {"x": 1.0, "y": 0.0, "w": None, "v": None}
+    assert doc["unconnected"] == ["w", "v"]
+    r = ok("grad", UNCONNECTED_SRC, "--at", UNCONNECTED_AT, "--unconnected", "none", "-f", "plain")
+    assert r.stdout == "1\n0\nnull\nnull\n"
+
+
+def test_unconnected_error():
+    r = user_error("grad", UNCONNECTED_SRC, "--at", UNCONNECTED_AT, "--unconnected", "error")
+    assert r.stderr.startswith("error: <expr>: 'w' has no differentiable path to '_'\n")
+    assert "hint: remove it from --wrt, or use --unconnected zero" in r.stderr
+
+
+def test_unconnected_jacobian():
+    doc = ok_json("jacobian", "[x, stop_gradient(w)]", "--at", "x=1,w=2")
+    assert doc["jacobian"]["_"] == {"x": [1.0, 0.0], "w": [0.0, 0.0]}
+    assert doc["unconnected"] == ["w"]
+
+
+def test_wrt_intermediate_value():
+    # z = h^2, h = x*y: dz/dh = 2h holding x, y fixed; dz/dx = 2h*y, the total derivative
+    x, y = 2.0, 3.0
+    h = x * y
+    doc = ok_json("grad", "h = x*y; z = h^2", "--wrt", "h", "--wrt", "x", "--at", f"x={x},y={y}")
+    assert doc["of"] == "z"
+    assert doc["value"] == h * h
+    assert doc["gradient"] == {"h": 2 * h, "x": 2 * h * y}
+    assert list(doc["gradient"]) == ["h", "x"]
+
+
+def test_of_selects_an_output():
+    doc = ok_json("grad", "a = x^2; b = 3*x", "--of", "a", "--at", "x=5")
+    assert doc["of"] == "a" and doc["value"] == 25.0 and doc["gradient"] == {"x": 10.0}
+
+
+def test_eval_all():
+    doc = ok_json("eval", "a = x*2; a+1", "--at", "x=1", "--all")
+    assert doc["command"] == "eval"
+    assert doc["values"] == {"x": 1.0, "a": 2.0, "_": 3.0}
+    assert list(doc["values"]) == ["x", "a", "_"]
+    assert ok("eval", "a = x*2; a+1", "--at", "x=1", "--all", "-f", "plain").stdout == "1\n2\n3\n"
+
+
+def test_eval_repeated_of():
+    doc = ok_json("eval", "a = x*2; b = a+1; b*b", "--at", "x=1", "--of", "b", "--of", "a")
+    assert doc["values"] == {"b": 3.0, "a": 2.0}
+
+
+# ==========================================================================
+# Warnings for NaN / inf (SPEC §7)
+# ==========================================================================
+
+
+def test_nan_warning_in_json_names_operation_and_line():
+    doc = ok_json("grad", "a = x + 1\nb = log(a)\nb * 2", "--at", "x=-2")
+    assert doc["value"] == "nan"
+    assert doc["gradient"] == {"x": -2.0}  # 2 / (x + 1)
+    (w,) = doc["warnings"]
+    assert "log" in w and "line 2" in w
+
+
+def test_nan_warning_on_stderr():
+    r = ok("eval", "log(x)", "--at", "x=-1", "-f", "plain")
+    assert r.stdout == "nan\n"
+    assert r.stderr == "warning: 'log' at line 1, column 1 produced nan\n"
+
+
+def test_inf_warning_on_stderr_with_table():
+    r = ok("eval", "y = 1 / x", "--at", "x=0")
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("warning: ") and "line 1, column 7" in line and line.endswith("produced inf")
+
+
+def test_warnings_go_to_stderr_with_json_too():
+    r = ok("eval", "log(x)", "--at", "x=-1", "-f", "json")
+    assert json.loads(r.stdout)["warnings"]
+    assert "warning: 'log' at line 1, column 1 produced nan" in r.stderr
+
+
+# ==========================================================================
+# SOURCE: text, file, stdin
+# ==========================================================================
+
+
+def test_source_as_file(tmp_path):
+    p = tmp_path / "model.grad"
+    p.write_text("# a model\ninput w = 2\nloss = (w * x - 1)^2\n")
+    doc = ok_json("grad", p, "--at", "x=3")
+    # d/dw (w x - 1)^2 = 2 (w x - 1) x ; d/dx = 2 (w x - 1) w
+    assert doc["of"] == "loss"
+    assert doc["gradient"] == {"w": 2 * (6 - 1) * 3.0, "x": 2 * (6 - 1) * 2.0}
+
+
+def test_missing_source_file_hint(tmp_path):
+    missing = tmp_path / "model.grad"
+    r = user_error("grad", missing, "--at", "x=1")
+    (hint,) = [line for line in r.stderr.splitlines() if line.startswith("hint: ")]
+    assert "file" in hint and "model.grad" in hint
+
+
+def test_missing_source_file_is_a_user_error():
+    user_error("grad", "model.grad")
+
+
+def test_source_from_stdin():
+    r = ok("eval", "-", "--at", "x=2", "-f", "plain", input="y = x^2\ny + 1\n")
+    assert r.stdout == "5\n"
+
+
+# ==========================================================================
+# Error rendering (SPEC §7)
+# ==========================================================================
+
+
+def test_error_rendering_program_text():
+    r = user_error("grad", "sin(x) + sine(y)", "--at", "x=1,y=2")
+    assert r.stdout == ""
+    assert r.stderr == (
+        "error: <expr>:1:10: unknown function 'sine'\n"
+        "  sin(x) + sine(y)\n"
+        "           ^\n"
+        "hint: did you mean 'sin'?\n"
+    )
+
+
+def test_error_rendering_file(tmp_path):
+    p = tmp_path / "bad.grad"
+    p.write_text("a = x * y\nb = sine(a)\n")
+    r = user_error("eval", p, "--at", "x=2,y=1")
+    assert r.stderr == (
+        f"error: {p}:2:5: unknown function 'sine'\n"
+        "  b = sine(a)\n"
+        "      ^\n"
+        "hint: did you mean 'sin'?\n"
+    )
+
+
+def test_error_rendering_stdin():
+    r = user_error("eval", "-", input="y = (x^2\n")
+    assert r.stderr == (
+        "error: <stdin>:1:5: '(' is never closed\n"
+        "  y = (x^2\n"
+        "      ^\n"
+        "hint: add ')'\n"
+    )
+
+
+def test_error_rendering_without_hint():
+    r = user_error("eval", "1)")
+    assert r.stderr == "error: <expr>:1:2: unmatched ')'\n  1)\n   ^\n"
+
+
+def test_error_rendering_caret_with_tab():
+    r = user_error("eval", "\tsine(1)")
+    lines = r.stderr.splitlines()
+    assert lines[0] == "error: <expr>:1:2: unknown function 'sine'"
+    assert lines[2].index("^") == lines[1].index("s")
+
+
+def test_error_json_object():
+    r = user_error("grad", "sin(x) + sine(y)", "--at", "x=1,y=2", "-f", "json")
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == 1
+    err = doc["error"]
+    assert err["kind"] == "name"
+    assert err["message"] == "unknown function 'sine'"
+    assert err["line"] == 1 and err["column"] == 10
+    # and the same error is rendered on stderr
+    assert r.stderr.startswith("error: <expr>:1:10: unknown function 'sine'\n")
+
+
+def test_error_json_object_without_position():
+    r = user_error("eval", "x + y", "--at", "xx=1,y=2", "--json")
+    err = json.loads(r.stdout)["error"]
+    assert err["kind"] == "usage"
+    assert err["message"] == "'xx' is not an input of the program"
+    assert err["line"] is None and err["column"] is None
+
+
+@pytest.mark.parametrize("args, first_line", [
+    (["eval", "a < b < c", "--at", "a=1,b=2,c=3"], "error: <expr>:1:7: comparisons cannot be chained"),
+    (["eval", "a = 1\na = 2"], "error: <expr>:2:1: 'a' is already assigned at line 1"),
+    (["eval", "input x\nx = 2", "--at", "x=1"], "error: <expr>:2:1: cannot assign to 'x': it is an input (line 1)"),
+    (["eval", "sin + 1"], "error: <expr>:1:1: 'sin' is a function; call it as sin(...)"),
+    (["eval", "[1, 2] + [1, 2, 3]"], "error: <expr>:1:8: shapes (2,) and (3,) do not broadcast"),
+    (["eval", "x[3]", "--at", "x=[1,2,3]"], "error: <expr>:1:2: index 3 is out of range for axis 0 with size 3"),
+    (["eval", "x.__class__", "--at", "x=1"], "error: <expr>:1:2: unexpected character '.'"),
+    (["eval", "x + y", "--at", "x=1"], "error: <expr>:1:5: input 'y' has no value"),
+    (["eval", ""], "error: <expr>:1:1: empty program"),
+    (["grad", "x*x", "--at", "x=[1,2]"], "error: <expr>:1:1: grad needs a scalar output, but '_' has shape (2,)"),
+    (["grad", "a = x*y; a", "--at", "x=1,y=2", "--of", "aa"], "error: <expr>: --of 'aa' is not a name in the program"),
+    (["grad", "a = x*y; a", "--at", "x=1,y=2", "--wrt", "xx"], "error: <expr>: --wrt 'xx' is not a name in the program"),
+])
+def test_user_errors_exit_2_with_located_message(args, first_line):
+    r = user_error(*args)
+    assert r.stderr.splitlines()[0] == first_line
+
+
+def test_grad_non_scalar_hint_points_to_alternatives():
+    r = user_error("grad", "x*x", "--at", "x=[1,2]")
+    (hint,) = [line for line in r.stderr.splitlines() if line.startswith("hint: ")]
+    assert "jacobian" in hint and "vjp" in hint and "--sum" in hint
+
+
+def test_deep_nesting_exit_2():
+    r = user_error("eval", "(" * 100_000 + "1" + ")" * 100_000)
+    assert "nested deeper than" in r.stderr.splitlines()[0]
+
+
+def test_user_error_with_debug_still_exit_2():
+    r = run("eval", "sine(1)", "--debug")
+    assert r.exit_code == 2
+    assert "unknown function 'sine'" in r.stderr
+
+
+# ==========================================================================
+# Internal errors (exit 3)
+# ==========================================================================
+
+
+@pytest.fixture
+def broken_grad(monkeypatch):
+    import gradcalc.api
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("kaboom")
+    monkeypatch.setattr(gradcalc.api, "grad", boom)
+
+
+def test_internal_error_is_one_line_exit_3(broken_grad):
+    r = run("grad", "sin(x)", "--at", "x=1")
+    assert r.exit_code == 3
+    assert r.stdout == ""
+    assert "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.endswith("\n")
+    assert "internal error" in r.stderr and "RuntimeError: kaboom" in r.stderr
+    assert "report" in r.stderr.lower()
+
+
+def test_internal_error_with_json_format(broken_grad):
+    r = run("grad", "sin(x)", "--at", "x=1", "-f", "json")
+    assert r.exit_code == 3
+    assert "Traceback" not in r.stderr
+
+
+def test_internal_error_traceback_with_debug(broken_grad):
+    r = run("grad", "sin(x)", "--at", "x=1", "--debug")
+    assert r.exit_code == 3
+    assert "Traceback (most recent call last)" in r.stderr
+    assert "RuntimeError: kaboom" in r.stderr
+
+
+# ==========================================================================
+# --at (SPEC §3)
+# ==========================================================================
+
+
+def test_at_comma_separated():
+    assert ok("eval", "x - y", "--at", "x=1,y=2", "-f", "plain").stdout == "-1\n"
+
+
+def test_at_commas_inside_brackets_do_not_split():
+    assert ok("eval", "sum(x)", "--at", "x=[1, 2, 3]", "-f", "plain").stdout == "6\n"
+    r = ok("eval", "x + y", "--at", "x=[1, 2], y=[[10], [20]]", "-f", "plain")
+    assert r.stdout == "11 12 21 22\n"
+    assert ok("eval", "sum(x)", "--at", "x=ones((2, 3))", "-f", "plain").stdout == "6\n"
+
+
+def test_at_repeated():
+    r = ok("eval", "x * y", "--at", "x=[1,2]", "--at", "y=3", "-f", "plain")
+    assert r.stdout == "3 6\n"
+
+
+def test_at_constant_expressions():
+    assert ok_json("eval", "x", "--at", "x=pi/4")["values"]["_"] == math.pi / 4
+    assert ok_json("eval", "x", "--at", "x=ones(3)")["values"]["_"] == [1.0, 1.0, 1.0]
+    assert ok_json("eval", "x", "--at", "x=-1.5")["values"]["_"] == -1.5
+    assert ok_json("eval", "x", "--at", "x=2^-1")["values"]["_"] == 0.5
+    assert ok_json("eval", "x", "--at", "x=[e, -e]")["values"]["_"] == [math.e, -math.e]
+
+
+def test_at_overrides_input_default():
+    assert ok("eval", "input x = 5\nx * 2", "-f", "plain").stdout == "10\n"
+    assert ok("eval", "input x = 5\nx * 2", "--at", "x=1", "-f", "plain").stdout == "2\n"
+
+
+def test_at_file_json(tmp_path):
+    (tmp_path / "v.json").write_text("[[1, 2], [3, 4.5]]")
+    doc = ok_json("eval", "x", "--at", f"x=@{tmp_path / 'v.json'}")
+    assert doc["values"]["_"] == [[1.0, 2.0], [3.0, 4.5]]
+
+
+def test_at_file_json_scalar(tmp_path):
+    (tmp_path / "s.json").write_text("2.5")
+    assert ok_json("eval", "x * 2", "--at", f"x=@{tmp_path / 's.json'}")["values"]["_"] == 5.0
+
+
+def test_at_file_npy(tmp_path):
+    a = np.array([[0.1, 0.2, 0.3]])
+    np.save(tmp_path / "v.npy", a)
+    doc = ok_json("eval", "x", "--at", f"x=@{tmp_path / 'v.npy'}")
+    assert doc["values"]["_"] == a.tolist()
+
+
+def test_at_file_csv(tmp_path):
+    (tmp_path / "v.csv").write_text("1,2,3\n4,5,6\n")
+    doc = ok_json("eval", "x", "--at", f"x=@{tmp_path / 'v.csv'}")
+    assert doc["values"]["_"] == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+
+
+def test_at_file_txt(tmp_path):
+    (tmp_path / "v.txt").write_text("1.5 2.5\n3.5 4.5\n")
+    doc = ok_json("eval", "x", "--at", f"x=@{tmp_path / 'v.txt'}")
+    assert doc["values"]["_"] == [[1.5, 2.5], [3.5, 4.5]]
+
+
+def test_at_file_object_json(tmp_path):
+    (tmp_path / "point.json").write_text(json.dumps({"x": [1, 2], "y": 3}))
+    doc = ok_json("grad", "sum(x) * y", "--at", f"@{tmp_path / 'point.json'}")
+    assert doc["gradient"] == {"x": [3.0, 3.0], "y": 3.0}
+
+
+def test_at_file_npz(tmp_path):
+    np.savez(tmp_path / "point.npz", x=np.array([1.0, 2.0]), y=np.array(3.0))
+    doc = ok_json("grad", "sum(x) * y", "--at", f"@{tmp_path / 'point.npz'}")
+    assert doc["gradient"] == {"x": [3.0, 3.0], "y": 3.0}
+
+
+def test_at_file_combined_with_values(tmp_path):
+    (tmp_path / "x.json").write_text("[1, 2]")
+    r = ok("eval", "x * y", "--at", f"x=@{tmp_path / 'x.json'},y=10", "-f", "plain")
+    assert r.stdout == "10 20\n"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("x", "error: --at expects NAME=VALUE, got 'x'"),
+    ("1x=2", "error: --at expects NAME=VALUE, got '1x=2'"),
+    ("x=", "error: --at x: empty value"),
+    ("x=[1,2", "error: --at x:1:1: '[' is never closed"),
+    ("x=foo", "error: --at x:1:1: unknown name 'foo'"),
+    ("x=1 2", "error: --at x:1:3: expected end of value, found '2'"),
+    ("x=[[1,2],[3]]", "error: --at x:1:1: ragged array literal: rows have different lengths"),
+    ("x=sine(1)", "error: --at x:1:1: unknown function 'sine'"),
+])
+def test_at_malformed_values(value, message):
+    r = user_error("eval", "sum(x)", "--at", value)
+    assert r.stderr.splitlines()[0] == message
+
+
+def test_at_malformed_value_hint():
+    r = user_error("eval", "sum(x)", "--at", "x")
+    assert "hint: for example: --at x=1.5,y=[1, 2]" in r.stderr
+
+
+def test_at_unknown_name_did_you_mean():
+    r = user_error("eval", "x + y", "--at", "xx=1,y=2")
+    assert r.stderr == "error: <expr>: 'xx' is not an input of the program\nhint: did you mean 'x'?\n"
+
+
+def test_at_shape_differs_from_declared_shape():
+    r = user_error("eval", "input x[3]\nsum(x)", "--at", "x=[1,2]")
+    assert "the value given for 'x' has shape (2,), but it is declared as x[3]" in r.stderr.splitlines()[0]
+
+
+def test_at_missing_file(tmp_path):
+    missing = tmp_path / "nope.json"
+    r = user_error("eval", "x", "--at", f"x=@{missing}")
+    first = r.stderr.splitlines()[0]
+    assert first.startswith(f"error: --at x: cannot read '{missing}'")
+    assert "No such file or directory" in first
+
+
+def test_at_mapping_missing_file(tmp_path):
+    missing = tmp_path / "nope.json"
+    r = user_error("eval", "x", "--at", f"@{missing}")
+    assert r.stderr.splitlines()[0].startswith(f"error: --at: cannot read '{missing}'")
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("bad.json", "garbage{", "cannot read"),
+    ("str.json", '"text"', "must hold a number or a nested list of numbers"),
+    ("ragged.json", "[[1, 2], [3]]", "ragged"),
+    ("bad.csv", "abc,def\n", "cannot read"),
+    ("bad.txt", "1 2\n3\n", "cannot read"),
+    ("v.xyz", "1", "unsupported file type '.xyz'"),
+])
+def test_at_garbage_files(tmp_path, name, content, message):
+    p = tmp_path / name
+    p.write_text(content)
+    r = user_error("eval", "x", "--at", f"x=@{p}")
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("error: --at x: ")
+    assert message in first
+
+
+def test_at_mapping_must_be_an_object(tmp_path):
+    p = tmp_path / "list.json"
+    p.write_text("[1, 2]")
+    r = user_error("eval", "x", "--at", f"@{p}")
+    assert r.stderr.splitlines()[0] == f"error: --at: '{p}' must hold a JSON object of name: value"
+
+
+def test_at_mapping_unsupported_type(tmp_path):
+    p = tmp_path / "v.npy"
+    np.save(p, np.ones(2))
+    r = user_error("eval", "x", "--at", f"@{p}")
+    assert r.stderr.splitlines()[0] == "error: --at @FILE: unsupported file type '.npy'"
+
+
+def test_at_garbage_npy_message(tmp_path):
+    p = tmp_path / "bad.npy"
+    p.write_text("not a numpy file")
+    r = user_error("eval", "x", "--at", f"x=@{p}")
+    first = r.stderr.splitlines()[0]
+    assert first.startswith(f"error: --at x: cannot read '{p}'")
+    assert "pickle" not in r.stderr
+
+
+def test_at_garbage_npy_is_a_user_error(tmp_path):
+    p = tmp_path / "bad.npy"
+    p.write_text("not a numpy file")
+    user_error("eval", "x", "--at", f"x=@{p}")
+
+
+def test_at_deeply_nested_value_exit_2():
+    r = user_error("eval", "x", "--at", "x=" + "[" * 50_000 + "1" + "]" * 50_000)
+    assert "nested deeper than" in r.stderr.splitlines()[0]
+
+
+def test_usage_errors_from_click_exit_2():
+    assert run("eval", "x", "-f", "xml").exit_code == 2
+    assert run("eval", "x", "--no-such-option").exit_code == 2
+    assert run("vjp", "x*x", "--at", "x=1").exit_code == 2  # --cotangent is required
+
+
+# ==========================================================================
+# Real subprocesses: python -m gradcalc
+# ==========================================================================
+
+
+def gradcalc_proc(*args, input=None):
+    return subprocess.run([sys.executable, "-m", "gradcalc", *args], input=input,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_subprocess_grad_plain():
+    p = gradcalc_proc("grad", "x^2*y", "--at", "x=3,y=2", "-f", "plain")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "12\n9\n"
+    assert p.stderr == ""
+
+
+def test_subprocess_user_error_and_json_from_stdin():
+    p = gradcalc_proc("grad", "-", "--at", "x=1", "-f", "json", input="a = x\nb = sine(a)\n")
+    assert p.returncode == 2
+    assert p.stderr == (
+        "error: <stdin>:2:5: unknown function 'sine'\n"
+        "  b = sine(a)\n"
+        "      ^\n"
+        "hint: did you mean 'sin'?\n"
+    )
+    doc = json.loads(p.stdout)
+    assert doc["schema"] == 1
+    assert {k: doc["error"][k] for k in ("kind", "message", "line", "column")} == {
+        "kind": "name", "message": "unknown function 'sine'", "line": 2, "column": 5}
+
+
+def test_subprocess_json_exact_floats():
+    p = gradcalc_proc("grad", "sin(x)*y", "--at", "x=1,y=2", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["gradient"] == {"x": 2 * math.cos(1), "y": math.sin(1)}

@@ -1,0 +1,811 @@
+"""Every primitive of the registry against finite differences, in both modes.
+
+The suite is driven by ``gradcalc.primitives.REGISTRY`` (STYLE.md, principles 1
+and 9): ``TABLE`` below says, for every primitive, how to reach it (a program in
+the language through the public API, or a direct trace that calls the Primitive
+on ``Builder`` tracers) and where to sample its inputs.  A primitive added to the
+registry without an entry here fails ``test_table_covers_registry``.
+
+Each case compares the reverse-mode Jacobian, the forward-mode Jacobian, a
+central-difference Jacobian computed here from values alone, and the value
+itself against a NumPy reference; tolerances are documented in ``fdcheck``.
+Expected numbers in the special-value tests are closed forms derived by hand.
+"""
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import gradcalc
+import gradcalc.lower as lower
+from gradcalc import primitives as P
+from gradcalc.primitives import REGISTRY
+from gradcalc.tape import Builder
+
+from fdcheck import check_hessian, check_program, check_traced
+
+# ==========================================================================
+# Input domains: where each primitive is differentiable and well conditioned
+# ==========================================================================
+
+
+def _distinct(rng, shape):
+    """Values at least 0.3 apart, so no max/min ties within a finite-difference step."""
+    n = int(np.prod(shape, dtype=int))
+    return (rng.permutation(n) * 0.5 - 0.25 * n + rng.uniform(-0.1, 0.1, n)).reshape(shape)
+
+
+DOMAINS: dict[str, Callable] = {
+    "real": lambda rng, s: rng.uniform(-2.0, 2.0, s),
+    "pos": lambda rng, s: rng.uniform(0.5, 2.0, s),  # log, sqrt, pow's base
+    "unit": lambda rng, s: rng.uniform(-0.9, 0.9, s),  # asin, acos, atanh, tan
+    "gt1": lambda rng, s: rng.uniform(1.2, 3.0, s),  # acosh
+    "away0": lambda rng, s: rng.choice([-1.0, 1.0], s) * rng.uniform(0.3, 2.0, s),  # abs, sign...
+    "offgrid": lambda rng, s: rng.integers(-3, 3, s) + rng.uniform(0.1, 0.4, s),  # floor, round
+    "distinct": _distinct,  # max, min
+    "lo": lambda rng, s: rng.uniform(-1.0, -0.2, s),  # clip bounds
+    "hi": lambda rng, s: rng.uniform(0.2, 1.0, s),
+    "wellcond": lambda rng, s: 2.0 * np.eye(s[-1]) + rng.uniform(-0.5, 0.5, s),  # det, inv, solve
+    "mask": lambda rng, s: (rng.uniform(size=s) > 0.5).astype(np.float64),
+}
+
+# ==========================================================================
+# The table
+# ==========================================================================
+
+
+@dataclass(frozen=True)
+class Case:
+    """One way to exercise a primitive.
+
+    Exactly one of ``src`` (a program, inputs by name, through the public API)
+    and ``fn`` (``fn(*tracers)`` calling primitives on ``Builder`` inputs).
+    ``inputs``: (name, (shape, domain)) or (name, fixed value).  ``ref``: the
+    value by NumPy, called with the inputs positionally, in order.
+    """
+
+    id: str
+    src: str | None = None
+    fn: Callable | None = None
+    inputs: tuple = ()
+    ref: Callable | None = None
+    const: tuple = ()  # fn: argument indices that are not differentiated (a mask)
+    zero: tuple = ()  # src: inputs whose derivative is zero by definition
+    unconnected: tuple = ()  # src: the exact Result.unconnected expected
+    bug: str | None = None  # a known bug: the case is a strict xfail
+    hessian_bug: str | None = None  # a known bug of its second derivatives only
+
+    def point(self) -> dict:
+        rng = np.random.default_rng(zlib.crc32(self.id.encode()))
+        out = {}
+        for name, spec in self.inputs:
+            if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], str):
+                shape, domain = spec
+                out[name] = np.asarray(DOMAINS[domain](rng, shape), dtype=np.float64)
+            else:
+                out[name] = np.asarray(spec, dtype=np.float64)
+        return out
+
+
+def _desc(spec) -> str:
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], str):
+        return "x".join(map(str, spec[0])) or "scalar"
+    return "at" + re.sub(r"\s+", "", np.array2string(np.asarray(spec, dtype=float), separator=","))
+
+
+def E(src, ref=None, *, zero=(), unconnected=(), bug=None, hessian_bug=None, **inputs) -> Case:
+    """A case written in the language; inputs by keyword: name=(shape, domain) or a value."""
+    cid = src + " | " + " ".join(f"{k}:{_desc(v)}" for k, v in inputs.items())
+    return Case(cid, src=src, inputs=tuple(inputs.items()), ref=ref, zero=tuple(zero),
+                unconnected=tuple(unconnected), bug=bug, hessian_bug=hessian_bug)
+
+
+def D(label, fn, *args, ref=None, const=(), bug=None) -> Case:
+    """A direct trace: fn(*tracers) with args given as (shape, domain) or values."""
+    cid = label + " | " + " ".join(_desc(a) for a in args)
+    return Case(cid, fn=fn, inputs=tuple((f"a{i}", a) for i, a in enumerate(args)), ref=ref,
+                const=tuple(const), bug=bug)
+
+
+def _kw(**kwargs) -> str:
+    """Keyword arguments in the language's syntax: axis=(0, 1), keepdims=true."""
+    def lit(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, tuple):
+            return "(" + ", ".join(map(str, v)) + ")"
+        return str(v)
+    return "".join(f", {k}={lit(v)}" for k, v in kwargs.items())
+
+
+def np_softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def np_log_softmax(x, axis=-1):
+    return np.log(np_softmax(x, axis))
+
+
+def np_logsumexp(x, axis=None, keepdims=False):
+    return np.log(np.sum(np.exp(x), axis=axis, keepdims=keepdims))
+
+
+def np_norm(x, axis=None, keepdims=False):
+    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
+
+
+UNARY = {  # name: (NumPy reference, domain)
+    "abs": (np.abs, "away0"), "sqrt": (np.sqrt, "pos"), "cbrt": (np.cbrt, "away0"),
+    "exp": (np.exp, "real"), "expm1": (np.expm1, "real"), "exp2": (np.exp2, "real"),
+    "log": (np.log, "pos"), "log1p": (np.log1p, "pos"), "log2": (np.log2, "pos"),
+    "log10": (np.log10, "pos"), "sin": (np.sin, "real"), "cos": (np.cos, "real"),
+    "tan": (np.tan, "unit"), "asin": (np.arcsin, "unit"), "acos": (np.arccos, "unit"),
+    "atan": (np.arctan, "real"), "sinh": (np.sinh, "real"), "cosh": (np.cosh, "real"),
+    "tanh": (np.tanh, "real"), "asinh": (np.arcsinh, "real"), "acosh": (np.arccosh, "gt1"),
+    "atanh": (np.arctanh, "unit"), "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), "real"),
+    "relu": (lambda x: np.where(x > 0, x, 0.0), "away0"),
+    "softplus": (lambda x: np.log1p(np.exp(x)), "real"),
+    "sign": (np.sign, "away0"), "floor": (np.floor, "offgrid"), "ceil": (np.ceil, "offgrid"),
+    "round": (np.round, "offgrid"),
+}
+
+BINARY = {  # name: (program, NumPy reference, domain of x, domain of y)
+    "add": ("x + y", np.add, "real", "real"),
+    "mul": ("x * y", np.multiply, "real", "real"),
+    "div": ("x / y", np.divide, "real", "away0"),
+    "pow": ("x ^ y", np.power, "pos", "real"),
+    "atan2": ("atan2(x, y)", np.arctan2, "away0", "away0"),
+    "hypot": ("hypot(x, y)", np.hypot, "real", "real"),
+    "maximum": ("maximum(x, y)", np.maximum, "real", "real"),
+    "minimum": ("minimum(x, y)", np.minimum, "real", "real"),
+}
+PAIRS = [((), ()), ((3,), (3,)), ((), (3,)), ((3,), (2, 3)), ((2, 1), (1, 3)), ((2, 3), ())]
+
+REDUCTIONS = {  # name: (NumPy reference, domain)
+    "sum": (np.sum, "real"), "max": (np.max, "distinct"), "min": (np.min, "distinct"),
+    "prod": (np.prod, "real"), "logsumexp": (np_logsumexp, "real"), "norm": (np_norm, "real"),
+}
+AXES = [((), {}), ((4,), {}), ((2, 3), {}), ((2, 3), {"axis": 0}), ((2, 3), {"axis": 1}),
+        ((2, 3), {"axis": (0, 1)}), ((2, 3), {"axis": -1, "keepdims": True}),
+        ((2, 3), {"axis": 0, "keepdims": True}), ((2, 3, 2), {"axis": (0, 2)})]
+
+NEG_STEP_BUG = None  # fixed
+BROADCAST_TO_BUG = None  # fixed
+EMPTY_REV_BUG = None  # fixed
+PROD_OTHERS_ZERO_BUG = None  # fixed
+
+
+def _np_prod_others_jvp(x, t):
+    """(J t)_j = sum_{i != j} t_i prod_{k != i, j} x_k, by brute force."""
+    x, t = np.asarray(x, float), np.asarray(t, float)
+    n = x.size
+    out = np.zeros(n)
+    for j in range(n):
+        for i in range(n):
+            if i != j:
+                out[j] += t[i] * np.prod([x[k] for k in range(n) if k not in (i, j)])
+    return out
+
+
+def _build_table() -> dict[str, list[Case]]:
+    t: dict[str, list[Case]] = {}
+
+    def add(name, *cases):
+        t.setdefault(name, []).extend(cases)
+
+    # -- elementwise, one argument ---------------------------------------------
+    for name, (ref, dom) in UNARY.items():
+        for shape in [(), (3,), (2, 3)]:
+            add(name, E(f"{name}(x)", lambda x, ref=ref: ref(x), x=(shape, dom)))
+    add("neg", E("-x", lambda x: -x, x=((), "real")), E("-x", lambda x: -x, x=((2, 3), "real")),
+        E("-x^2", lambda x: -x ** 2, x=((3,), "real")))
+
+    # -- elementwise, two arguments (broadcasting) --------------------------------
+    for name, (src, ref, dx, dy) in BINARY.items():
+        for sx, sy in PAIRS:
+            add(name, E(src, lambda x, y, ref=ref: ref(x, y), x=(sx, dx), y=(sy, dy)))
+    add("add",
+        E("x - y", lambda x, y: x - y, x=((3,), "real"), y=((2, 3), "real")),
+        E("x + x * y", lambda x, y: x + x * y, x=((3,), "real"), y=((2, 1), "real")))
+    add("mul",
+        E("outer(x, y)", np.outer, x=((2,), "real"), y=((3,), "real")),
+        E("x * (ones(3) + zeros(3) + arange(3) + linspace(0, 1, 3))",
+          lambda x: x * (1 + np.arange(3) + np.linspace(0, 1, 3)), x=((3,), "real")))
+    add("pow",
+        E("pow(x, y)", np.power, x=((2, 3), "pos"), y=((3,), "real")),
+        E("pow(x, 3)", lambda x: x ** 3, x=((4,), "real")),  # a negative base, constant exponent
+        E("2 ^ x", lambda x: 2.0 ** x, x=((3,), "real")))
+    add("pow_const",  # x ^ literal
+        E("x ^ 3", lambda x: x ** 3, x=((4,), "real")),
+        E("x ^ 2", lambda x: x ** 2, x=((2, 3), "real")),
+        E("x ^ 1", lambda x: x ** 1, x=((3,), "real")),
+        E("x ^ 0", lambda x: x ** 0, x=((3,), "real")),
+        E("x ^ -2", lambda x: x ** -2.0, x=((3,), "away0")),
+        E("x ^ 0.5", lambda x: x ** 0.5, x=((3,), "pos")),
+        E("x ^ -1.5", lambda x: x ** -1.5, x=((), "pos")),
+        D("pow_const(p=3)", lambda a: P.pow_const(a, p=3), ((2, 3), "real"), ref=lambda a: a ** 3))
+    clip_ref = lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi)  # noqa: E731
+    for name in ("maximum", "minimum"):
+        add(name,
+            E("clip(x, lo, hi)", clip_ref, x=[-2.0, -0.3, 0.2, 1.5, 0.9], lo=-0.5, hi=0.8),
+            E("clip(x, lo, hi)", clip_ref, x=((2, 3), "real"), lo=((3,), "lo"), hi=((2, 1), "hi")))
+    where_ref = lambda c, x, y: np.where(c > 0, x, y)  # noqa: E731
+    for sc, sx, sy in [((3,), (3,), (3,)), ((2, 3), (), (3,)), ((), (2, 1), (1, 3))]:
+        add("where", E("where(c > 0, x, y)", where_ref, unconnected=("c",),
+                       c=(sc, "away0"), x=(sx, "real"), y=(sy, "real")))
+    add("where", D("where(mask, a, b)", lambda c, a, b: P.where(c, a, b),
+                   ((2, 3), "mask"), ((3,), "real"), ((2, 1), "real"), const=(0,),
+                   ref=lambda c, a, b: np.where(c != 0, a, b)))
+    for name, ref in [("safe_mul", np.multiply), ("safe_div", np.divide)]:
+        prim = REGISTRY[name]
+        for sx, sy in PAIRS[1:]:
+            add(name, D(name, lambda a, b, prim=prim: prim(a, b), (sx, "real"),
+                        (sy, "away0"), ref=ref))
+
+    # -- cut by definition: comparisons, stop_gradient, zeros_like --------------------
+    for name, op, ref in [("lt", "<", np.less), ("le", "<=", np.less_equal),
+                          ("gt", ">", np.greater), ("ge", ">=", np.greater_equal),
+                          ("eq", "==", np.equal), ("ne", "!=", np.not_equal)]:
+        add(name, E(f"(x {op} y) * y", lambda x, y, ref=ref: ref(x, y) * y, unconnected=("x",),
+                    x=((2, 3), "real"), y=((3,), "real")))
+    add("eq", E("(x == x) * y", lambda x, y: y + 0 * x, unconnected=("x",),
+                x=((3,), "real"), y=((3,), "real")))
+    add("stop_gradient",
+        E("stop_gradient(x) * y", lambda x, y: x * y, zero=("x",), unconnected=("x",),
+          x=((3,), "real"), y=((2, 3), "real")))
+    add("zeros_like", D("zeros_like(a) + b", lambda a, b: P.zeros_like(a) + b,
+                        ((3,), "real"), ((2, 3), "real"), ref=lambda a, b: 0 * a + b))
+
+    # -- reductions ---------------------------------------------------------------
+    for name, (ref, dom) in REDUCTIONS.items():
+        for shape, kw in AXES:
+            add(name, E(f"{name}(x{_kw(**kw)})", lambda x, ref=ref, kw=kw: ref(x, **kw),
+                        x=(shape, dom)))
+    add("prod",
+        E("prod(x)", np.prod, hessian_bug=PROD_OTHERS_ZERO_BUG, x=[0.0, 2.0, 3.0]),
+        E("prod(x)", np.prod, hessian_bug=PROD_OTHERS_ZERO_BUG, x=[0.0, 0.0, 3.0]),
+        E("prod(x, axis=0)", lambda x: np.prod(x, axis=0), hessian_bug=PROD_OTHERS_ZERO_BUG,
+          x=[[0.0, 2.0, 1.5], [3.0, 4.0, 0.0]]))
+    for src, ref, shape in [
+            ("mean(x)", np.mean, (2, 3)),
+            ("mean(x, axis=1, keepdims=true)", lambda x: np.mean(x, 1, keepdims=True), (2, 3)),
+            ("var(x)", np.var, (4,)),
+            ("var(x, axis=0, ddof=1)", lambda x: np.var(x, 0, ddof=1), (3, 2)),
+            ("std(x, ddof=1)", lambda x: np.std(x, ddof=1), (2, 3)),
+            ("std(x, axis=1, keepdims=true)", lambda x: np.std(x, 1, keepdims=True), (2, 3)),
+            ("std(x, axis=(0, 1), ddof=2)", lambda x: np.std(x, (0, 1), ddof=2), (2, 3))]:
+        add("sum", E(src, ref, x=(shape, "real")))
+    for xs in [((4,), (-1,)), ((2, 3), (-2,)), ((2, 3), (-2, -1))]:
+        shape, axes = xs
+        add("prod_others", D(f"prod_others(axes={axes})",
+                             lambda a, axes=axes, shape=shape: P.prod_others(a, axes=axes,
+                                                                             xshape=shape),
+                             (shape, "real"), ref=lambda a, axes=axes: _np_prod_others(a, axes)))
+    add("prod_others", D("prod_others(axes=(-1,))",
+                         lambda a: P.prod_others(a, axes=(-1,), xshape=(4,)),
+                         [0.0, 2.0, 3.0, 4.0], ref=lambda a: _np_prod_others(a, (-1,)),
+                         bug=PROD_OTHERS_ZERO_BUG))
+
+    for xs in [((4,), (-1,), [0.5, 2.0, -3.0, 4.0]), ((4,), (-1,), [0.0, 2.0, 3.0, 4.0])]:
+        shape, axes, x0 = xs
+        t0 = [0.3, -1.2, 0.7, 2.0]
+        add("prod_others_jvp", D(f"prod_others_jvp(axes={axes}) at {x0}",
+                                 lambda a, t, axes=axes, shape=shape: P.prod_others_jvp(
+                                     a, t, axes=axes, xshape=shape),
+                                 x0, t0, ref=lambda a, t: _np_prod_others_jvp(a, t),
+                                 bug=None if x0[0] else "third derivatives of prod are exact only away from zeros"))
+
+    # -- softmax family ---------------------------------------------------------------
+    for name, ref in [("softmax", np_softmax), ("log_softmax", np_log_softmax)]:
+        for shape, kw in [((3,), {}), ((2, 3), {}), ((2, 3), {"axis": 0}), ((2, 3), {"axis": -2})]:
+            add(name, E(f"{name}(x{_kw(**kw)})", lambda x, ref=ref, kw=kw: ref(x, **kw),
+                        x=(shape, "real")))
+
+    # -- shapes ---------------------------------------------------------------------
+    add("reshape",
+        E("reshape(x, (3, 2))", lambda x: x.reshape(3, 2), x=((2, 3), "real")),
+        E("reshape(x, (2, 1, 3))", lambda x: x.reshape(2, 1, 3), x=((6,), "real")),
+        E("reshape(x, (-1,))", lambda x: x.reshape(-1), x=((2, 3), "real")),
+        E("reshape(x, (1, 1))", lambda x: x.reshape(1, 1), x=((), "real")),
+        E("flatten(x)", lambda x: x.ravel(), x=((3, 2), "real")))
+    for src, ref, shape, bug in [
+            ("x[1]", lambda x: x[1], (3,), None),
+            ("x[-1]", lambda x: x[-1], (4,), None),
+            ("x[1:3]", lambda x: x[1:3], (5,), None),
+            ("x[::2]", lambda x: x[::2], (5,), None),
+            ("x[3:0:-1]", lambda x: x[3:0:-1], (5,), None),
+            ("x[4:1:-2]", lambda x: x[4:1:-2], (5,), None),
+            ("x[1:100]", lambda x: x[1:100], (4,), None),
+            ("x[-100:2]", lambda x: x[-100:2], (4,), None),
+            ("x[::-1]", lambda x: x[::-1], (5,), NEG_STEP_BUG),
+            ("x[::-2]", lambda x: x[::-2], (5,), NEG_STEP_BUG),
+            ("x[-2::-1]", lambda x: x[-2::-1], (5,), NEG_STEP_BUG),
+            ("x[2:-100:-1]", lambda x: x[2:-100:-1], (5,), NEG_STEP_BUG),
+            ("x[:, 1]", lambda x: x[:, 1], (2, 3), None),
+            ("x[0, 1:]", lambda x: x[0, 1:], (2, 3), None),
+            ("x[-1, -1]", lambda x: x[-1, -1], (2, 3), None),
+            ("x[1, ::-1]", lambda x: x[1, ::-1], (2, 3), NEG_STEP_BUG),
+            ("x[1:, 2:0:-2]", lambda x: x[1:, 2:0:-2], (3, 3), None),
+            ("x[0] * x[2] + x[1:]", lambda x: x[0] * x[2] + x[1:], (4,), None),
+            ("x[2:1]", lambda x: x[2:1], (4,), EMPTY_REV_BUG)]:
+        add("index", E(src, ref, bug=bug, x=(shape, "real")))
+    for label, idx, shape, xs, ref, bug in [
+            ("index_put([1:3], (4,))", (slice(1, 3, 1),), (4,), (2,),
+             lambda a: _put(a, np.s_[1:3], 4), None),
+            ("index_put([1], (3,))", (1,), (3,), (), lambda a: _put(a, np.s_[1], 3), None),
+            ("index_put([:, 2], (2, 3))", (slice(None), 2), (2, 3), (2,),
+             lambda a: _put(a, np.s_[:, 2], (2, 3)), None),
+            ("index_put([3:0:-2], (4,))", (slice(3, 0, -2),), (4,), (2,),
+             lambda a: _put(a, np.s_[3:0:-2], 4), None),
+            ("index_put([3::-2], (4,))", (slice(3, None, -2),), (4,), (2,),
+             lambda a: _put(a, np.s_[3::-2], 4), None)]:
+        add("index_put", D(label, lambda a, idx=idx, shape=shape: P.index_put(a, idx=idx, shape=shape),
+                           (xs, "real"), ref=ref, bug=bug))
+    add("concat",
+        E("concat(x, y)", lambda x, y: np.concatenate([x, y]), x=((2,), "real"), y=((3,), "real")),
+        E("concat(x, y, axis=1)", lambda x, y: np.concatenate([x, y], 1),
+          x=((2, 1), "real"), y=((2, 3), "real")),
+        E("concat(x, y, axis=-2)", lambda x, y: np.concatenate([x, y], -2),
+          x=((1, 3), "real"), y=((2, 3), "real")),
+        E("concat(x, y, x)", lambda x, y: np.concatenate([x, y, x]), x=((2,), "real"), y=((1,), "real")),
+        E("stack(x, y)", lambda x, y: np.stack([x, y]), x=((3,), "real"), y=((3,), "real")),
+        E("stack(x, y, axis=1)", lambda x, y: np.stack([x, y], 1), x=((2, 3), "real"), y=((2, 3), "real")),
+        E("stack(x, y, axis=-1)", lambda x, y: np.stack([x, y], -1), x=((), "real"), y=((), "real")),
+        E("[x, 2*y]", lambda x, y: np.array([x, 2 * y]), x=((2,), "real"), y=((2,), "real")),
+        E("[[cos(t), -sin(t)], [sin(t), cos(t)]]",
+          lambda t: np.array([[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]]), t=((), "real")))
+    add("transpose",
+        E("transpose(x)", lambda x: x.T, x=((2, 3), "real")),
+        E("transpose(x)", lambda x: x.T, x=((3,), "real")),
+        E("transpose(x, axes=(1, 2, 0))", lambda x: x.transpose(1, 2, 0), x=((2, 3, 2), "real")),
+        E("transpose(x, axes=(2, 0, 1))", lambda x: x.transpose(2, 0, 1), x=((2, 3, 2), "real")))
+    for label, bug, xs, to in [("broadcast_to(2, 3)", None, (3,), (2, 3)),
+                              ("broadcast_to(2, 3)", None, (2, 1), (2, 3)),
+                              ("broadcast_to(2, 2)", None, (), (2, 2)),
+                              ("broadcast_to(2, 1, 3)", BROADCAST_TO_BUG, (1, 3), (2, 1, 3)),
+                              ("broadcast_to(2, 3, 2)", BROADCAST_TO_BUG, (3, 1), (2, 3, 2))]:
+        add("broadcast_to", D(label, lambda a, to=to: P.broadcast_to(a, shape=to), (xs, "real"),
+                              ref=lambda a, to=to: np.broadcast_to(a, to), bug=bug))
+    # the same bug through the public API: gradcalc.jvp with a tangent for x alone returns
+    # shape (1, 2, 2, 3), and jacobian(mode="fwd", wrt=["x"]) raises a ValueError
+    add("broadcast_to", E("x + y", np.add, bug=BROADCAST_TO_BUG, x=((1, 3), "real"),
+                          y=((2, 2, 3), "real")))
+    for xs, to, bug in [((2, 3), (3,), None), ((2, 3), (2, 1), None), ((2, 3), (), None),
+                        ((2, 3), (1, 3), None), ((2, 3, 2), (3, 1), BROADCAST_TO_BUG)]:
+        add("sum_to", D(f"sum_to{to}", lambda a, to=to: P.sum_to(a, shape=to), (xs, "real"),
+                        ref=lambda a, to=to: _np_sum_to(a, to), bug=bug))
+
+    # -- linear algebra ---------------------------------------------------------------
+    for sx, sy in [((3,), (3,)), ((3,), (3, 2)), ((2, 3), (3,)), ((2, 3), (3, 2)), ((1, 3), (3, 1))]:
+        add("matmul", E("x @ y", np.matmul, x=(sx, "real"), y=(sy, "real")))
+    add("matmul",
+        E("matmul(x, y)", np.matmul, x=((2, 2), "real"), y=((2, 3), "real")),
+        E("dot(x, y)", np.dot, x=((3,), "real"), y=((3,), "real")),
+        E("x @ x", lambda x: x @ x, x=((3,), "real")),
+        E("x @ A @ x", lambda x, A: x @ A @ x, x=((3,), "real"), A=((3, 3), "real")),
+        E("eye(2, 3) @ x", lambda x: np.eye(2, 3) @ x, x=((3,), "real")))
+    add("det", *[E("det(A)", np.linalg.det, A=((n, n), "wellcond")) for n in (1, 2, 3)])
+    add("inv", *[E("inv(A)", np.linalg.inv, A=((n, n), "wellcond")) for n in (2, 3)],
+        E("inv(A) @ b", lambda A, b: np.linalg.inv(A) @ b, A=((2, 2), "wellcond"), b=((2,), "real")))
+    add("solve",
+        E("solve(A, b)", np.linalg.solve, A=((3, 3), "wellcond"), b=((3,), "real")),
+        E("solve(A, b)", np.linalg.solve, A=((3, 3), "wellcond"), b=((3, 2), "real")),
+        E("solve(A, b)", np.linalg.solve, A=((2, 2), "wellcond"), b=((2, 1), "real")))
+    add("diag",
+        E("diag(x)", np.diag, x=((3, 3), "real")),
+        E("diag(x, k=1)", lambda x: np.diag(x, 1), x=((3, 3), "real")),
+        E("diag(x, k=-1)", lambda x: np.diag(x, -1), x=((2, 3), "real")),
+        E("diag(x, k=2)", lambda x: np.diag(x, 2), x=((2, 4), "real")),
+        E("trace(x)", np.trace, x=((3, 3), "real")),
+        E("trace(x)", np.trace, x=((2, 3), "real")))
+    add("diag_embed",
+        E("diag(v)", np.diag, v=((3,), "real")),
+        E("diag(v, k=1)", lambda v: np.diag(v, 1), v=((2,), "real")),
+        E("diag(v, k=-2)", lambda v: np.diag(v, -2), v=((2,), "real")),
+        D("diag_embed(k=1, shape=(3, 4))", lambda a: P.diag_embed(a, k=1, shape=(3, 4)),
+          ((3,), "real"), ref=lambda a: np.eye(3, 4, 1) * np.pad(a, (1, 0))[None, :]))
+    return t
+
+
+def _put(a, idx, shape):
+    out = np.zeros(shape)
+    out[idx] = a
+    return out
+
+
+def _np_sum_to(a, shape):
+    lead = a.ndim - len(shape)
+    a = a.sum(axis=tuple(range(lead))) if lead else a
+    keep = tuple(i for i, d in enumerate(shape) if d == 1 and a.shape[i] != 1)
+    return a.sum(axis=keep, keepdims=True) if keep else a
+
+
+def _np_prod_others(a, axes):
+    """For each element, the product of the others along axes, by brute force."""
+    a = np.asarray(a)
+    out = np.empty_like(a)
+    for i in np.ndindex(a.shape):
+        b = a.copy()
+        b[i] = 1.0
+        out[i] = np.prod(b, axis=axes, keepdims=True)[tuple(
+            0 if (k - a.ndim) in axes else i[k] for k in range(a.ndim))]
+    return out
+
+
+TABLE = _build_table()
+NONDIFF_ARGS = {"where": {0}}  # arguments that may have no rule (where's condition)
+
+
+def _case_params():
+    return [pytest.param(name, c, id=f"{name}: {c.id}",
+                         marks=[pytest.mark.xfail(strict=True, reason=c.bug)] if c.bug else [])
+            for name, cs in TABLE.items() for c in cs]
+
+
+CASES = _case_params()
+
+
+def _equations(case: Case):
+    """The forward equations one case records."""
+    at = case.point()
+    if case.src is not None:
+        return lower.trace(gradcalc.parse(case.src), at).tape.equations
+    b = Builder()
+    case.fn(*[b.input(v) for v in at.values()])
+    return b.equations
+
+
+def run(case: Case):
+    at = case.point()
+    if case.src is not None:
+        return check_program(case.src, at, ref=case.ref, zero=case.zero,
+                             unconnected=case.unconnected)
+    args = list(at.values())
+    return check_traced(case.fn, args, [i for i in range(len(args)) if i not in case.const],
+                        ref=case.ref)
+
+
+# ==========================================================================
+# 1. The registry and the table
+# ==========================================================================
+
+N_COVERED = sum(1 for name in REGISTRY if TABLE.get(name))
+
+
+@pytest.mark.parametrize("count", [N_COVERED], ids=[f"{N_COVERED}-of-{len(REGISTRY)}-primitives"])
+def test_table_covers_registry(count, capsys):
+    missing = [name for name in REGISTRY if not TABLE.get(name)]
+    stale = [name for name in TABLE if name not in REGISTRY]
+    with capsys.disabled():
+        print(f"\n[test_primitives] {count} of {len(REGISTRY)} registry primitives covered, "
+              f"{len(CASES)} derivative cases")
+    assert not missing, f"primitives with no entry in TABLE (add cases for them): {missing}"
+    assert not stale, f"TABLE entries for primitives not in the registry: {stale}"
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_cases_reach_their_primitive(name):
+    """Each table entry records its primitive at least once (the table does not lie)."""
+    prim = REGISTRY[name]
+    assert TABLE.get(name), f"no cases for {name}"
+    reached = [c.id for c in TABLE[name] if not c.bug and any(eq.prim is prim for eq in _equations(c))]
+    assert reached, f"no case of {name!r} records the primitive"
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_rules_present(name):
+    """A differentiable primitive has a VJP and a JVP rule for each argument."""
+    prim = REGISTRY[name]
+    if not prim.differentiable:
+        return
+    assert prim.vjp is not None and prim.jvp is not None, f"{name} lacks a vjp or jvp rule"
+    if prim.variadic:
+        assert callable(prim.vjp) and callable(prim.jvp)
+        return
+    arities = {len(eq.args) for c in TABLE[name] if not c.bug
+               for eq in _equations(c) if eq.prim is prim}
+    assert len(arities) == 1, f"{name} recorded with {arities} arguments"
+    (n,) = arities
+    for kind, rules in [("vjp", prim.vjp), ("jvp", prim.jvp)]:
+        assert isinstance(rules, tuple), f"{name}.{kind} is not a tuple of rules"
+        assert len(rules) == n, f"{name}.{kind} has {len(rules)} rules for {n} arguments"
+        for i, rule in enumerate(rules):
+            if rule is None:
+                assert i in NONDIFF_ARGS.get(name, ()), f"{name}.{kind}[{i}] is None"
+            else:
+                assert callable(rule)
+
+
+SPEC_FUNCTIONS = """
+abs sign sqrt cbrt exp expm1 exp2 log log1p log2 log10 sin cos tan asin acos atan sinh cosh
+tanh asinh acosh atanh sigmoid relu softplus floor ceil round
+atan2 hypot maximum minimum pow where clip
+sum mean prod max min norm var std logsumexp
+matmul dot outer trace diag det inv solve transpose
+reshape flatten concat stack
+softmax log_softmax
+zeros ones eye arange linspace
+stop_gradient
+""".split()
+
+
+def test_spec_functions_are_builtins():
+    missing = [f for f in SPEC_FUNCTIONS if f not in lower.FUNCTIONS]
+    assert not missing, f"SPEC §2 functions missing from gradcalc.lower.FUNCTIONS: {missing}"
+
+
+def test_every_builtin_is_exercised():
+    """Each built-in function appears in some derivative case's program."""
+    used = {m for cs in TABLE.values() for c in cs if c.src
+            for m in re.findall(r"\b([a-z_0-9]+)\(", c.src)}
+    assert not [f for f in SPEC_FUNCTIONS if f not in used]
+
+
+# ==========================================================================
+# 2. Every differentiable primitive: rev vs fwd vs central differences
+# ==========================================================================
+
+
+@pytest.mark.parametrize("name, case", CASES)
+def test_derivatives(name, case):
+    report = run(case)
+    assert report.ok, f"{case.id}\n{report}"
+
+
+# Second order, every case in the language: the rules are traced, so each derivative
+# pass is itself differentiated (the Hessian is forward over reverse).  sin() makes the
+# second derivatives of linear primitives non-trivial.
+HESSIAN_CASES = [
+    pytest.param(name, c, id=f"{name}: sum(sin({c.src})) | {c.id.split(' | ')[1]}",
+                 marks=[pytest.mark.xfail(strict=True, reason=c.hessian_bug)] if c.hessian_bug else [])
+    for name, cs in TABLE.items() if REGISTRY[name].differentiable
+    for c in cs if c.src and not c.bug and not c.zero]
+
+
+@pytest.mark.parametrize("name, case", HESSIAN_CASES)
+def test_second_derivatives(name, case):
+    report = check_hessian(f"sum(sin({case.src}))", case.point())
+    assert report.ok, f"{case.id}\n{report}"
+
+
+# ==========================================================================
+# 3. Higher order: Hessians against closed forms and differences of grad
+# ==========================================================================
+
+
+def _hess_matrix(res, names, sizes):
+    return np.block([[res[a][b].reshape(sizes[a], sizes[b]) for b in names] for a in names])
+
+
+def test_hessian_sin_exp():
+    x = np.array([0.3, -1.1, 2.0])
+    src = "sum(sin(x) * exp(x))"
+    h = gradcalc.hessian(src, at={"x": x})["x"]["x"]
+    # d/dx e^x sin x = e^x (sin x + cos x); d2 = 2 e^x cos x, diagonal
+    np.testing.assert_allclose(h, np.diag(2 * np.exp(x) * np.cos(x)), rtol=1e-13, atol=1e-13)
+    assert check_hessian(src, {"x": x}).ok
+
+
+def test_hessian_quadratic_form_nonsymmetric():
+    A = np.array([[1.0, 2.0, 0.0], [-1.0, 3.0, 5.0], [4.0, 0.0, 2.0]])
+    x = np.array([0.5, -1.0, 2.0])
+    src = "A = [[1, 2, 0], [-1, 3, 5], [4, 0, 2]]\nx @ A @ x"
+    h = gradcalc.hessian(src, at={"x": x})["x"]["x"]
+    np.testing.assert_allclose(h, A + A.T, rtol=0, atol=1e-14)
+    # with A as an input: d2/dx_m dA_kl = delta_mk x_l + x_k delta_ml, d2/dA2 = 0
+    res = gradcalc.hessian("x @ A @ x", at={"x": x, "A": A})
+    eye = np.eye(3)
+    hxa = np.einsum("mk,l->mkl", eye, x) + np.einsum("k,ml->mkl", x, eye)
+    np.testing.assert_allclose(res["x"]["x"], A + A.T, atol=1e-14)
+    np.testing.assert_allclose(res["x"]["A"], hxa, atol=1e-14)
+    np.testing.assert_allclose(res["A"]["x"], np.moveaxis(hxa, 0, -1), atol=1e-14)
+    np.testing.assert_allclose(res["A"]["A"], np.zeros((3, 3, 3, 3)), atol=0)
+    assert check_hessian("x @ A @ x", {"x": x, "A": A}).ok
+
+
+def test_hessian_rosenbrock():
+    res = gradcalc.hessian("(1 - x)^2 + 100 * (y - x^2)^2", at={"x": 1.0, "y": 1.0})
+    np.testing.assert_allclose(_hess_matrix(res, ["x", "y"], {"x": 1, "y": 1}),
+                               [[802, -400], [-400, 200]], rtol=0, atol=1e-12)
+    vec = "sum(100 * (v[1:] - v[:-1]^2)^2 + (1 - v[:-1])^2)"
+    np.testing.assert_allclose(gradcalc.hessian(vec, at={"v": [1.0, 1.0]})["v"]["v"],
+                               [[802, -400], [-400, 200]], rtol=0, atol=1e-12)
+    assert check_hessian(vec, {"v": np.array([0.3, -0.7, 1.2, 0.9])}).ok
+
+
+def test_hessian_mixed_blocks():
+    res = gradcalc.hessian("x^2 * y", at={"x": 3.0, "y": 2.0})
+    np.testing.assert_allclose(_hess_matrix(res, ["x", "y"], {"x": 1, "y": 1}),
+                               [[4.0, 6.0], [6.0, 0.0]], rtol=0, atol=1e-13)
+
+
+def test_hessian_logsumexp_closed_form():
+    x = np.array([0.2, -1.0, 1.5])
+    s = np.exp(x) / np.exp(x).sum()
+    h = gradcalc.hessian("logsumexp(x)", at={"x": x})["x"]["x"]
+    np.testing.assert_allclose(h, np.diag(s) - np.outer(s, s), rtol=1e-12, atol=1e-14)
+
+
+def test_hessian_prod_with_a_zero():
+    h = gradcalc.hessian("prod(x)", at={"x": [0.0, 2.0, 3.0]})["x"]["x"]
+    # d2/dx_i dx_j prod = prod of the others (i != j), 0 on the diagonal
+    np.testing.assert_allclose(h, [[0, 3, 2], [3, 0, 0], [2, 0, 0]], rtol=0, atol=1e-14)
+
+
+def test_hessian_prod_away_from_zero():
+    x = np.array([2.0, -3.0, 0.5])
+    h = gradcalc.hessian("prod(x)", at={"x": x})["x"]["x"]
+    want = np.array([[0, x[2], x[1]], [x[2], 0, x[0]], [x[1], x[0], 0]])
+    np.testing.assert_allclose(h, want, rtol=1e-14, atol=1e-14)
+
+
+# ==========================================================================
+# 4. The checker catches a wrong rule
+# ==========================================================================
+
+AT = {"x": np.array([0.3, -1.2, 2.0])}
+
+
+def _problems(report, text):
+    return [p for p in report.problems if text in p]
+
+
+def test_checker_passes_the_real_rules():
+    assert check_program("sin(x)", AT).ok
+    assert check_traced(lambda x: P.sin(x), [AT["x"]]).ok
+    assert check_hessian("sum(sin(x))", AT).ok
+
+
+def test_checker_catches_wrong_vjp(monkeypatch):
+    # sin' = sin instead of cos
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: P.safe_mul(g, P.sin(x)),))
+    report = check_program("sin(x)", AT)
+    assert not report.ok
+    assert _problems(report, "rev vs central differences")
+    assert _problems(report, "rev vs fwd")
+    assert not _problems(report, "fwd vs central differences")  # forward mode is still right
+    assert not check_traced(lambda x: P.sin(x), [AT["x"]]).ok
+
+
+def test_checker_catches_wrong_jvp(monkeypatch):
+    monkeypatch.setattr(REGISTRY["sin"], "jvp", (lambda t, ans, x, **_: P.safe_mul(t, P.sin(x)),))
+    report = check_program("sin(x)", AT)
+    assert not report.ok
+    assert _problems(report, "fwd vs central differences")
+    assert _problems(report, "rev vs fwd")
+    assert not _problems(report, "rev vs central differences")
+    assert not check_traced(lambda x: P.sin(x), [AT["x"]]).ok
+
+
+def test_checker_catches_wrong_broadcasting_rule(monkeypatch):
+    # mul's rule for y returns g * y instead of g * x: wrong, and of the wrong shape before summing
+    mul = REGISTRY["mul"]
+    wrong = (mul.vjp[0], lambda g, ans, x, y, **_: P.safe_mul(g, y))
+    monkeypatch.setattr(mul, "vjp", wrong)
+    report = check_program("x * y", {"x": np.array([0.5, -1.0, 2.0]),
+                                     "y": np.array([[1.0, 2.0, 3.0], [-1.0, 0.5, 0.25]])})
+    assert not report.ok and _problems(report, "d/dy rev")
+
+
+def test_hessian_checker_catches_wrong_second_order_rule(monkeypatch):
+    # cos's JVP is used only when sin's derivative pass is differentiated again
+    monkeypatch.setattr(REGISTRY["cos"], "jvp", (lambda t, ans, x, **_: P.safe_mul(t, P.sin(x)),))
+    assert check_program("sum(sin(x))", AT).ok
+    assert not check_hessian("sum(sin(x))", AT).ok
+
+
+# ==========================================================================
+# 5. Special values (SPEC §2), with closed forms
+# ==========================================================================
+
+E1 = np.e
+FWD_ZERO_FACTOR_BUG = None  # fixed
+
+
+def S(src, at, want, unconnected=(), fwd_bug=None):
+    return (src, at, want, list(unconnected), fwd_bug)
+
+
+SPECIAL = [  # program, point, {input: gradient (closed form)}, unconnected
+    S("abs(x)", {"x": 0.0}, {"x": 0.0}),
+    S("sum(abs(x))", {"x": [0.0, -1.0, 2.0]}, {"x": [0.0, -1.0, 1.0]}),
+    S("relu(x)", {"x": 0.0}, {"x": 0.0}),
+    S("sum(relu(x))", {"x": [0.0, -1.0, 2.0]}, {"x": [0.0, 0.0, 1.0]}),
+    S("maximum(x, y)", {"x": 1.5, "y": 1.5}, {"x": 0.5, "y": 0.5}),
+    S("minimum(x, y)", {"x": -1.5, "y": -1.5}, {"x": 0.5, "y": 0.5}),
+    S("max(x)", {"x": [1.0, 3.0, 3.0]}, {"x": [0.0, 0.5, 0.5]}),
+    S("min(x)", {"x": [2.0, 1.0, 1.0]}, {"x": [0.0, 0.5, 0.5]}),
+    S("sum(max(x, axis=0))", {"x": [[1.0, 2.0], [1.0, 0.0]]}, {"x": [[0.5, 1.0], [0.5, 0.0]]}),
+    S("norm(x)", {"x": [0.0, 0.0]}, {"x": [0.0, 0.0]}),
+    S("norm(x)", {"x": [3.0, 4.0]}, {"x": [0.6, 0.8]}),
+    S("where(x > 0, sqrt(x), 0)", {"x": 0.0}, {"x": 0.0}),
+    S("sum(where(x > 0, sqrt(x), 0))", {"x": [0.0, 4.0]}, {"x": [0.0, 0.25]}),
+    S("0 * sqrt(x)", {"x": 0.0}, {"x": 0.0}, fwd_bug=FWD_ZERO_FACTOR_BUG),
+    S("x ^ y", {"x": 0.0, "y": 2.0}, {"x": 0.0, "y": 0.0}),
+    S("x ^ 2", {"x": 0.0}, {"x": 0.0}),
+    S("x ^ 0", {"x": 0.0}, {"x": 0.0}),
+    S("x ^ 1", {"x": 0.0}, {"x": 1.0}),
+    S("prod(x)", {"x": [0.0, 2.0, 3.0]}, {"x": [6.0, 0.0, 0.0]}),
+    S("prod(x)", {"x": [0.0, 0.0, 3.0]}, {"x": [0.0, 0.0, 0.0]}),
+    S("prod(x)", {"x": [2.0, 3.0, 4.0]}, {"x": [12.0, 8.0, 6.0]}),
+    S("sum(clip(x, lo, hi))", {"x": [-2.0, 0.0, 2.0], "lo": -1.0, "hi": 1.0},
+      {"x": [0.0, 1.0, 0.0], "lo": 1.0, "hi": 1.0}),
+    S("clip(x, lo, hi)", {"x": -1.0, "lo": -1.0, "hi": 1.0}, {"x": 0.5, "lo": 0.5, "hi": 0.0}),
+    S("sign(x) + floor(x) + ceil(x) + round(x)", {"x": 1.3}, {"x": 0.0}),
+    S("floor(x) * y", {"x": 1.3, "y": 2.0}, {"x": 0.0, "y": 1.0}),
+    S("stop_gradient(x) * y", {"x": 2.0, "y": 3.0}, {"x": 0.0, "y": 2.0}, ["x"]),
+    S("stop_gradient(x)", {"x": 2.0}, {"x": 0.0}, ["x"]),
+    S("(x > 0) * y", {"x": 2.0, "y": 3.0}, {"x": 0.0, "y": 1.0}, ["x"]),
+    S("logsumexp(x)", {"x": [1000.0, 1001.0]}, {"x": [1 / (1 + E1), E1 / (1 + E1)]}),
+]
+# Exact zeros must come out exactly zero (never nan): atol is 0.  Otherwise 1e-12
+# relative: logsumexp([1000, 1001]) loses a few digits to exp(x - 1001.31...).
+SPECIAL_RTOL = 1e-12
+
+
+@pytest.mark.parametrize("src, at, want, unconnected, fwd_bug", SPECIAL,
+                         ids=[f"{s} at {a}" for s, a, *_ in SPECIAL])
+def test_special_values_rev(src, at, want, unconnected, fwd_bug):
+    res = gradcalc.grad(src, at=at)
+    assert sorted(res.unconnected) == sorted(unconnected)
+    for name, g in want.items():
+        np.testing.assert_allclose(res[name], np.asarray(g, dtype=np.float64), rtol=SPECIAL_RTOL,
+                                   atol=0, err_msg=f"rev d/d{name}")
+
+
+@pytest.mark.parametrize("src, at, want, unconnected, fwd_bug", [
+    pytest.param(*s, marks=[pytest.mark.xfail(strict=True, reason=s[4])] if s[4] else [])
+    for s in SPECIAL], ids=[f"{s} at {a}" for s, a, *_ in SPECIAL])
+def test_special_values_fwd(src, at, want, unconnected, fwd_bug):
+    fwd = gradcalc.jacobian(src, at=at, mode="fwd")
+    for name, g in want.items():
+        np.testing.assert_allclose(fwd[fwd.of[0]][name], np.asarray(g, dtype=np.float64),
+                                   rtol=SPECIAL_RTOL, atol=0, err_msg=f"fwd d/d{name}")
+
+
+SECOND_ORDER_NAN_TRAP = None  # fixed
+
+
+@pytest.mark.parametrize("x", [-1.0, 0.0])
+def test_where_nan_trap_second_order(x):
+    h = gradcalc.hessian("where(x > 0, sqrt(x), 0)", at={"x": x})["x"]["x"]
+    np.testing.assert_array_equal(h, 0.0)
+
+
+def test_where_nan_trap_first_order_unselected_nan():
+    # the unselected branch is nan (sqrt(-1)); the gradient is still exactly 0, both modes
+    assert gradcalc.grad("where(x > 0, sqrt(x), 0)", at={"x": -1.0})["x"] == 0.0
+    fwd = gradcalc.jacobian("where(x > 0, sqrt(x), 0)", at={"x": -1.0}, mode="fwd")
+    assert fwd["_"]["x"] == 0.0
+
+
+def test_log_softmax_large_inputs():
+    x = np.array([1000.0, 1001.0])
+    s = np.array([1 / (1 + E1), E1 / (1 + E1)])
+    value = gradcalc.evaluate("log_softmax(x)", at={"x": x})["_"]
+    np.testing.assert_allclose(value, [-np.log1p(E1), -np.log1p(1 / E1)], rtol=1e-14)
+    for mode in ("rev", "fwd"):
+        res = gradcalc.jacobian("log_softmax(x)", at={"x": x}, mode=mode)
+        assert not res.warnings
+        # d log_softmax_i / d x_j = delta_ij - softmax_j
+        np.testing.assert_allclose(res["_"]["x"], np.eye(2) - s[None, :], rtol=1e-14, atol=1e-16)
+        sm = gradcalc.jacobian("softmax(x)", at={"x": x}, mode=mode)["_"]["x"]
+        np.testing.assert_allclose(sm, np.diag(s) - np.outer(s, s), rtol=1e-13, atol=1e-16)
+
+
+def test_round_half_to_even():
+    value = gradcalc.evaluate("round(x)", at={"x": [0.5, 1.5, 2.5, -0.5, -1.5]})["_"]
+    np.testing.assert_array_equal(value, [0.0, 2.0, 2.0, -0.0, -2.0])
+
+
+def test_zero_derivative_functions_connect():
+    for f in ("sign", "floor", "ceil", "round"):
+        res = gradcalc.jacobian(f"{f}(x)", at={"x": [0.3, 1.7]}, mode="rev")
+        assert res.unconnected == [], f
+        np.testing.assert_array_equal(res["_"]["x"], np.zeros((2, 2)))
