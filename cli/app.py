@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
-from typing import Callable, List, Optional
+from typing import Annotated, Callable, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from gradcalc.errors import GradcalcError
 from gradcalc.tape import DEFAULT_MAX_ELEMENTS
