@@ -15,7 +15,7 @@ from .errors import GradcalcError, ShapeError, UsageError, did_you_mean
 from .lower import Traced, trace
 from .syntax import Program
 from .syntax import parse as _parse
-from .tape import DEFAULT_MAX_ELEMENTS, Warning_
+from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
 from .transforms import Recording, backward, basis, forward
 
 UNCONNECTED = ("zero", "none", "error")
@@ -84,6 +84,16 @@ def _inputs_only(tr: Traced, names, command: str):
                              "an intermediate value", hint="use grad, jacobian or vjp for intermediate values")
 
 
+def _eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
+    """One eager backward pass -> {wrt name: array or None}.  Only when a result is not
+    finite does a second pass look for the rule that made it so, to name it in a warning."""
+    args = (tr.builder, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
+    found = backward(*args, eager=True, check=False)
+    if any(v is not None and not all_finite(np.asarray(v)) for v in found.values()):
+        backward(*args, eager=True, check=True)
+    return {n: found[tr.tape.names[n]] for n in wrt}
+
+
 def _warnings(tr: Traced) -> list[str]:
     return [w.message for w in tr.warnings]
 
@@ -133,9 +143,7 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
         raise ShapeError(f"grad needs a scalar output, but '{out}' has shape {y.shape}",
                          tr.tape.positions.get(out), hint="use 'gradcalc jacobian', 'gradcalc vjp --cotangent ...', or "
                               "'grad --sum' for the gradient of its sum").located(tr.program.source)
-    found = backward(tr.builder, tr.tape.equations, {tr.tape.names[out]: np.ones(y.shape)},
-                     [tr.tape.names[n] for n in wrt], eager=True)
-    values = {n: found[tr.tape.names[n]] for n in wrt}
+    values = _eager_backward(tr, {tr.tape.names[out]: np.ones(y.shape)}, wrt)
     gradient, missing = _unconnected(tr, wrt, values, unconnected,
                                      lambda n: tr.value(n).shape, f"'{out}'")
     return Result(gradient, of=out, value=y, unconnected=missing, warnings=_warnings(tr))
@@ -174,8 +182,7 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
                                  f"shape {shape}", hint="a cotangent has the output's shape (or is a scalar)")
             v = np.broadcast_to(v, shape)
         seeds[tr.tape.names[o]] = v
-    found = backward(b, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt], eager=True)
-    values = {n: found[tr.tape.names[n]] for n in wrt}
+    values = _eager_backward(tr, seeds, wrt)
     result, missing = _unconnected(tr, wrt, values, unconnected, lambda n: tr.value(n).shape,
                                    "the outputs")
     value = tr.value(outs[0]) if len(outs) == 1 else {o: tr.value(o) for o in outs}

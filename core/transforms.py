@@ -38,7 +38,7 @@ def depends(equations, sources) -> set:
 
 
 def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False,
-             log: list | None = None) -> dict:
+             log: list | None = None, check: bool | None = None) -> dict:
     """Reverse mode: cotangents {var: value} of outputs -> {wrt var: value or None}.
 
     A wrt variable defined by an equation receives the cotangent it has when
@@ -51,13 +51,17 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     Eager: cotangents are arrays and the rules run directly on the traced
     values, which is all a first-order gradient needs.  ``log`` receives
     (forward equation, first, end) spans of the equations each VJP recorded.
+    ``check`` (default: the builder's setting) warns about the first rule that
+    turns finite values into a non-finite derivative.
     """
     wanted = set(wrt)
     live = depends(equations, wanted)
     ct = dict(cotangents)
     found = {}
     shapes, values = builder.shapes, builder.values
-    check, builder.check_finite = builder.check_finite, False
+    saved = builder.check_finite
+    check = saved if check is None else check
+    builder.check_finite = False
     for eq in reversed(equations):
         g = ct.pop(eq.out, None)
         if eq.out in wanted:
@@ -85,7 +89,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
         if log is not None:
             log.append((eq, first, len(builder.equations)))
     builder.pos = None
-    builder.check_finite = check
+    builder.check_finite = saved
     for v in wanted:
         if v not in found:
             found[v] = ct.get(v)
