@@ -133,6 +133,11 @@ def _emit(opts: Options, payload: dict, plain_lines, show_table: Callable[[], No
     render.print_warnings(payload.get("warnings"))
 
 
+def _of_label(name: str) -> str:
+    """How an output is named in tables: bare expressions (_, _2) read as f, f2."""
+    return "f" + name[1:] if name.startswith("_") else name
+
+
 def _point_caption(at: dict, precision: int) -> str | None:
     if not at:
         return None
@@ -196,10 +201,12 @@ def grad_cmd(
                  max_elements=max_elements)
         payload = {"command": "grad", "of": r.of, "value": r.value, "gradient": dict(r),
                    "unconnected": r.unconnected, "warnings": r.warnings}
-        title = f"gradient of {'sum(' + r.of + ')' if sum_ else r.of} = {render.value_text(r.value.sum() if sum_ else r.value, precision)}"
+        f = _of_label(r.of)
+        f = f"sum({f})" if sum_ else f
+        title = f"gradient of {f} = {render.value_text(r.value.sum() if sum_ else r.value, precision)}"
 
         def table():
-            rows = [(f"d{r.of}/d{k}" + (" (unconnected)" if k in r.unconnected else ""), v)
+            rows = [(f"d{f}/d{k}" + (" (unconnected)" if k in r.unconnected else ""), v)
                     for k, v in r.items()]
             render.print_table(title, rows, precision=precision, caption=_point_caption(point, precision))
         _emit(opts, payload, list(r.values()), table)
@@ -238,11 +245,12 @@ def jacobian_cmd(
 
         def table():
             for o, w, v in blocks:
-                title = f"jacobian d{o}/d{w}  ({r.mode} mode)"
+                f = _of_label(o)
+                title = f"jacobian d{f}/d{w}  ({r.mode} mode: {'a row per output element' if r.mode == 'rev' else 'a column per input element'})"
                 if v is None:
-                    render.print_table(title, [(f"d{o}/d{w}", None)], precision=precision)
+                    render.print_table(title, [(f"d{f}/d{w}", None)], precision=precision)
                 else:
-                    render.print_matrix(title, v, o, w, r.value[o].shape,
+                    render.print_matrix(title, v, f, w, r.value[o].shape,
                                         v.shape[r.value[o].ndim:], precision)
         _emit(opts, payload, [v for _, _, v in blocks], table)
     _run(opts, body)
@@ -280,11 +288,12 @@ def vjp_cmd(
         payload = {"command": "vjp", "of": r.of, "value": r.value,
                    "cotangent": r.cotangent[r.of] if single else r.cotangent, "vjp": dict(r),
                    "unconnected": r.unconnected, "warnings": r.warnings}
-        outs = r.of if not single else [r.of]
-        title = "vjp: v^T J for " + ", ".join(outs)
+        outs = [_of_label(o) for o in (r.of if not single else [r.of])]
+        title = "vjp: v^T J, one backward pass (no Jacobian is formed)"
 
         def table():
-            render.print_table("cotangent v", list(r.cotangent.items()), precision=precision)
+            render.print_table("cotangent v", [(_of_label(k), v) for k, v in r.cotangent.items()],
+                               precision=precision)
             render.print_table(title, [(f"v^T d{'+'.join(outs)}/d{k}", v) for k, v in r.items()],
                                precision=precision)
         _emit(opts, payload, list(r.values()), table)
@@ -322,7 +331,7 @@ def jvp_cmd(
 
         def table():
             render.print_table("tangent v", list(tangents.items()), precision=precision)
-            render.print_table(f"jvp: J v for {r.of}", [(f"J v", r.jvp), (r.of, r.value)],
+            render.print_table("jvp: J v, one forward pass", [("J v", r.jvp), (_of_label(r.of), r.value)],
                                precision=precision)
         _emit(opts, payload, [r.jvp], table)
     _run(opts, body)
@@ -355,7 +364,7 @@ def hessian_cmd(
             names = list(r)
             if all(np.shape(r[n][n]) == () for n in names):
                 grid = np.array([[r[a][b] for b in names] for a in names])
-                _named_matrix(f"hessian of {r.of}", grid, names, precision)
+                _named_matrix(f"hessian of {_of_label(r.of)}", grid, names, precision)
                 return
             for a, b, v in blocks:
                 render.print_table(f"d²{r.of}/d{a}d{b}", [(f"d²{r.of}/d{a}d{b}", v)], precision=precision)
@@ -382,7 +391,7 @@ def check_cmd(
                                                   "method: central 1e-6, forward 1e-4, richardson 1e-8, complex 1e-12)",
                                                   show_default=False)] = None,
     atol: Annotated[Optional[float], typer.Option("--atol", help="absolute tolerance (default per "
-                                                  "method: central 1e-8, forward 1e-6, richardson 1e-10, complex 1e-14)",
+                                                  "method: central 1e-8, forward 1e-5, richardson 1e-10, complex 1e-14)",
                                                   show_default=False)] = None,
     points: Annotated[int, typer.Option("--points", min=0, help="also check N random points "
                                         "(inputs without --at values ~ N(0, 1))")] = 0,
@@ -455,7 +464,7 @@ def _check_table(results, ok, precision):
     for c in ("source", "point", "d of/d wrt", "abs err", "rel err", "worst", "method",
               "step", "", "notes"):
         table.add_column(c, justify="right" if "err" in c or c in ("point", "step") else "left",
-                         no_wrap=c not in ("notes", "source"))
+                         no_wrap=c != "notes")
     for x in results:
         table.add_row(x.source, str(x.point), f"d{x.of}/d{x.wrt}", render.fmt(x.max_abs_err, precision),
                       render.fmt(x.max_rel_err, precision),

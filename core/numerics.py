@@ -34,10 +34,10 @@ METHODS = ("central", "forward", "richardson", "complex")
 
 #: Default tolerances per method: an element passes when
 #: |ad - fd| <= atol + rtol * |fd|.  Chosen from the errors measured on
-#: samples/ (README.md, "check"): the largest error seen times ~100.
+#: samples/ (README.md, "check"), with a margin of 100 or more for other scales.
 TOLERANCES = {
     "central": (1e-6, 1e-8),
-    "forward": (1e-4, 1e-6),
+    "forward": (1e-4, 1e-5),
     "richardson": (1e-8, 1e-10),
     "complex": (1e-12, 1e-14),
 }
