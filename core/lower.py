@@ -31,10 +31,13 @@ class Builtin:
     """A function of the language: a Python function over tracers, and which of its
     parameters take literals (axis, shape...) rather than arrays."""
 
-    __slots__ = ("name", "fn", "static", "_signature")
+    __slots__ = ("name", "fn", "static", "_signature", "arity")
 
     def __init__(self, name, fn, static):
         self.name, self.fn, self.static, self._signature = name, fn, frozenset(static), None
+        code = fn.__code__
+        plain = not static and not fn.__defaults__ and not code.co_flags & 0x04  # no *args
+        self.arity = code.co_argcount if plain else None  # fast path: array arguments only
 
     @property
     def signature(self) -> inspect.Signature:
@@ -503,6 +506,10 @@ class _Lowering:
             if node.func in self.env:
                 hint = f"'{node.func}' is a value, not a function; use '*' to multiply"
             raise NameError_(f"unknown function '{node.func}'", node.pos, hint=hint)
+        if fn.arity == len(node.args) and not node.kwargs:
+            args = [self.expr(a) for a in node.args]
+            self.b.pos = node.pos
+            return self.invoke(node, fn.fn, args, {})
         is_constructor = node.func in _CONSTRUCTORS
         try:
             if is_constructor:
@@ -522,8 +529,12 @@ class _Lowering:
             else:
                 bound.arguments[pname] = self.expr(arg)
         self.b.pos = node.pos
+        return self.invoke(node, fn.fn, bound.args, bound.kwargs)
+
+    @staticmethod
+    def invoke(node: Call, fn, args, kwargs) -> Tracer:
         try:
-            return fn.fn(*bound.args, **bound.kwargs)
+            return fn(*args, **kwargs)
         except GradcalcError as err:
             if err.pos is None:
                 err.pos = node.pos

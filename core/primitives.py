@@ -39,7 +39,7 @@ class Primitive:
     """One entry of the registry.  Calling it on tracers records an equation."""
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "zero_derivative",
-                 "linear", "analytic", "kink", "variadic", "internal", "doc")
+                 "linear", "analytic", "kink", "variadic", "internal", "doc", "trivial_params")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
                  zero_derivative=False, linear=False, analytic=True, kink=None, variadic=False,
@@ -49,6 +49,7 @@ class Primitive:
         self.vjp = vjp
         self.jvp = jvp
         self.normalize = normalize or _no_params
+        self.trivial_params = normalize is None  # no parameters to check or rewrite
         self.differentiable = differentiable
         self.zero_derivative = zero_derivative
         self.linear = linear
@@ -69,10 +70,13 @@ class Primitive:
         for a in args:
             if type(a) is Tracer:
                 builder = a.builder
-                return builder.bind(self, tuple(builder.lift(x) for x in args), params)
+                return builder.bind(self, tuple(x if type(x) is Tracer else builder.const(x)
+                                                for x in args), params)
         xs = [a if isinstance(a, (np.ndarray, np.generic)) else np.asarray(a, dtype=np.float64)
               for a in args]
-        return self.impl(*xs, **self.normalize([x.shape for x in xs], _UNLIMITED, **params))
+        if self.normalize is not _no_params:
+            params = self.normalize([x.shape for x in xs], _UNLIMITED, **params)
+        return self.impl(*xs, **params)
 
     def __repr__(self):
         return f"<primitive {self.name}>"

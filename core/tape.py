@@ -171,8 +171,11 @@ class Builder:
     def bind(self, prim, args: tuple, params: dict) -> Tracer:
         values = self.values
         try:
-            params = prim.normalize([a.builder.shapes[a.var] for a in args], self, **params)
-            value = prim.impl(*[values[a.var] for a in args], **params)
+            if prim.trivial_params:
+                value = prim.impl(*[values[a.var] for a in args])
+            else:
+                params = prim.normalize([self.shapes[a.var] for a in args], self, **params)
+                value = prim.impl(*[values[a.var] for a in args], **params)
         except GradcalcError as err:
             if err.pos is None:
                 err.pos = self.pos
