@@ -216,13 +216,35 @@ class Builder:
                     dict(self.shapes), output, dict(positions or {}))
 
 
-def eval_equations(equations, env: dict) -> dict:
+def eval_equations(equations, env: dict, keep=None) -> dict:
     """Evaluate equations in order; env maps var -> array and is extended in place.
 
     Values in env may carry extra leading batch axes; every primitive accepts
-    them because its parameters address axes from the end.
+    them because its parameters address axes from the end.  With ``keep`` (the
+    variables wanted afterwards), each value computed here is dropped after its
+    last use, so a batched pass holds only what is live (and the allocator can
+    reuse the memory instead of faulting in fresh pages for every array).
     """
+    free = _frees(equations, keep) if keep is not None else None
     with np.errstate(all="ignore"):
-        for eq in equations:
+        for i, eq in enumerate(equations):
             env[eq.out] = eq.prim.impl(*[env[a] for a in eq.args], **eq.params)
+            if free is not None:
+                for v in free[i]:
+                    del env[v]
     return env
+
+
+def _frees(equations, keep) -> list:
+    """For each equation, the variables it defines or reads whose last use it is."""
+    produced = {eq.out for eq in equations}
+    last = {}
+    for i, eq in enumerate(equations):
+        last[eq.out] = i
+        for a in eq.args:
+            last[a] = i
+    free = [[] for _ in equations]
+    for v, i in last.items():
+        if v in produced and v not in keep:
+            free[i].append(v)
+    return free

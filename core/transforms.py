@@ -163,7 +163,7 @@ class Recording:
         b.check_finite = self._check
         env = dict(b.values)
         env.update(seeds)
-        eval_equations(b.equations[self.start:], env)
+        eval_equations(b.equations[self.start:], env, keep={t.var for t in outputs if t is not None})
         results = []
         for t in outputs:
             if t is None:
