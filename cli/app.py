@@ -67,6 +67,7 @@ PrecisionOpt = Annotated[int, typer.Option("--precision", min=1, max=17,
 DebugOpt = Annotated[bool, typer.Option("--debug", help="show a traceback on internal errors")]
 MaxElementsOpt = Annotated[int, typer.Option("--max-elements", min=1,
                                              help="refuse arrays with more elements than this")]
+SymbolicOpt = Annotated[bool, typer.Option("--symbolic", help="also print the closed-form derivative (sympy)")]
 UnconnectedOpt = Annotated[Unconnected, typer.Option(
     "--unconnected", help="derivative of a name with no path to the output: zero, none (null) or error")]
 
@@ -133,6 +134,20 @@ def _emit(opts: Options, payload: dict, plain_lines, show_table: Callable[[], No
     render.print_warnings(payload.get("warnings"))
 
 
+def _symbolic_payload(entries: dict) -> dict:
+    return {k: {"text": v["text"], "latex": v["latex"], "note": v["note"]} for k, v in entries.items()}
+
+
+def _print_symbolic(entries: dict) -> None:
+    out = render.console()
+    out.print("closed form (sympy)", style="bold")
+    for label, e in entries.items():
+        text = e["text"] if e["text"] is not None else "(too large to print)"
+        out.print(f"  {label} = {text}", markup=False)
+        if e["note"]:
+            out.print(f"    note: {e['note']}", markup=False)
+
+
 def _of_label(name: str) -> str:
     """How an output is named in tables: bare expressions (_, _2) read as f, f2."""
     return "f" + name[1:] if name.startswith("_") else name
@@ -185,6 +200,7 @@ def grad_cmd(
     wrt: WrtOpt = None,
     sum_: Annotated[bool, typer.Option("--sum", help="differentiate the sum of a non-scalar output")] = False,
     unconnected: UnconnectedOpt = Unconnected.zero,
+    symbolic: SymbolicOpt = False,
     format: FormatOpt = Format.table,
     json_: JsonOpt = False,
     precision: PrecisionOpt = 6,
@@ -198,9 +214,11 @@ def grad_cmd(
         from gradcalc.api import grad
         point = _at(at, opts)
         r = grad(_source(source), point, of=of, wrt=wrt, sum=sum_, unconnected=unconnected.value,
-                 max_elements=max_elements)
+                 symbolic=symbolic, max_elements=max_elements)
         payload = {"command": "grad", "of": r.of, "value": r.value, "gradient": dict(r),
                    "unconnected": r.unconnected, "warnings": r.warnings}
+        if r.symbolic is not None:
+            payload["symbolic"] = _symbolic_payload(r.symbolic)
         f = _of_label(r.of)
         f = f"sum({f})" if sum_ else f
         title = f"gradient of {f} = {render.value_text(r.value.sum() if sum_ else r.value, precision)}"
@@ -209,6 +227,8 @@ def grad_cmd(
             rows = [(f"d{f}/d{k}" + (" (unconnected)" if k in r.unconnected else ""), v)
                     for k, v in r.items()]
             render.print_table(title, rows, precision=precision, caption=_point_caption(point, precision))
+            if r.symbolic is not None:
+                _print_symbolic({f"d{f}/d{k}": v for k, v in r.symbolic.items()})
         _emit(opts, payload, list(r.values()), table)
     _run(opts, body)
 
@@ -226,6 +246,7 @@ def jacobian_cmd(
     mode: Annotated[Mode, typer.Option("--mode", help="rev: a row per output element; fwd: a "
                                                       "column per input element; auto: fewer passes")] = Mode.auto,
     unconnected: UnconnectedOpt = Unconnected.zero,
+    symbolic: SymbolicOpt = False,
     format: FormatOpt = Format.table,
     json_: JsonOpt = False,
     precision: PrecisionOpt = 6,
@@ -238,9 +259,11 @@ def jacobian_cmd(
     def body():
         from gradcalc.api import jacobian
         r = jacobian(_source(source), _at(at, opts), of=of, wrt=wrt, mode=mode.value,
-                     unconnected=unconnected.value, max_elements=max_elements)
+                     unconnected=unconnected.value, symbolic=symbolic, max_elements=max_elements)
         payload = {"command": "jacobian", "of": r.of, "value": r.value, "jacobian": dict(r),
                    "unconnected": r.unconnected, "warnings": r.warnings}
+        if r.symbolic is not None:
+            payload["symbolic"] = {o: _symbolic_payload(row) for o, row in r.symbolic.items()}
         blocks = [(o, w, v) for o, row in r.items() for w, v in row.items()]
 
         def table():
@@ -252,6 +275,9 @@ def jacobian_cmd(
                 else:
                     render.print_matrix(title, v, f, w, r.value[o].shape,
                                         v.shape[r.value[o].ndim:], precision)
+            if r.symbolic is not None:
+                _print_symbolic({f"d{_of_label(o)}/d{w}": e for o, row in r.symbolic.items()
+                                 for w, e in row.items()})
         _emit(opts, payload, [v for _, _, v in blocks], table)
     _run(opts, body)
 
@@ -399,6 +425,7 @@ def check_cmd(
     directions: Annotated[int, typer.Option("--directions", min=0, help="check K random directions "
                                             "instead of the full Jacobian")] = 0,
     taylor: Annotated[bool, typer.Option("--taylor", help="also measure the Taylor remainder's order")] = False,
+    symbolic: Annotated[bool, typer.Option("--symbolic", help="add sympy's closed form as a third oracle")] = False,
     expect: Annotated[Optional[str], typer.Option("--expect", help="stored JSON output of grad or "
                                                   "jacobian to compare with", show_default=False)] = None,
     junit_xml: Annotated[Optional[str], typer.Option("--junit-xml", help="write a JUnit XML report",
@@ -427,7 +454,7 @@ def check_cmd(
             src = read_source(s)
             r = check(parse(src.text, src.label), point, of=of, wrt=wrt, points=points, seed=seed,
                       method=method.value, rtol=rtol, atol=atol, directions=directions,
-                      taylor=taylor, expect=stored, max_elements=max_elements)
+                      taylor=taylor, expect=stored, symbolic=symbolic, max_elements=max_elements)
             results += r.results
             tol = (r.rtol, r.atol)
         ok = all(x.ok for x in results)

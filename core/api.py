@@ -133,8 +133,12 @@ def evaluate(source, at=None, of=None, all: bool = False, *, max_elements=DEFAUL
 
 @_quiet
 def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str = "zero", *,
-         max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
-    """The gradient of a scalar output (of its sum with sum=True) with respect to wrt."""
+         symbolic: bool = False, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+    """The gradient of a scalar output (of its sum with sum=True) with respect to wrt.
+
+    With symbolic=True, ``Result.symbolic`` also holds sympy's closed forms
+    {wrt: {"text", "latex", "value", "note"}}.
+    """
     tr = _trace(source, at, max_elements)
     out = _output(tr, of)
     wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
@@ -146,7 +150,21 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
     values = _eager_backward(tr, {tr.tape.names[out]: np.ones(y.shape)}, wrt)
     gradient, missing = _unconnected(tr, wrt, values, unconnected,
                                      lambda n: tr.value(n).shape, f"'{out}'")
-    return Result(gradient, of=out, value=y, unconnected=missing, warnings=_warnings(tr))
+    closed = None
+    if symbolic:
+        if sum:
+            raise UsageError("--symbolic differentiates a scalar output; with --sum, write sum(...) "
+                             "in the program instead")
+        from .symbolic import symbolic_gradient
+        closed = _public(symbolic_gradient(tr, out, wrt))
+    return Result(gradient, of=out, value=y, unconnected=missing, warnings=_warnings(tr),
+                  symbolic=closed)
+
+
+def _public(entries: dict) -> dict:
+    """The printable part of symbolic results: text, LaTeX, value, note."""
+    return {k: ({"text": v["text"], "latex": v["latex"], "value": v["value"], "note": v["note"]}
+                if "text" in v else _public(v)) for k, v in entries.items()}
 
 
 @_quiet
@@ -226,7 +244,7 @@ def _choose_mode(mode, out_size, wrt_size, intermediate):
 
 @_quiet
 def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected: str = "zero", *,
-             max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+             symbolic: bool = False, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
     """d of / d wrt for each output and wrt, of shape of.shape + wrt.shape (JAX's convention).
 
     Reverse mode runs one batched backward pass per output (a row per output
@@ -249,8 +267,12 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
                                     lambda w, o=o: tr.value(o).shape + tr.value(w).shape, f"'{o}'")
         missing += [m for m in miss if m not in missing]
     _nonfinite(jac, "jacobian", tr)
+    closed = None
+    if symbolic:
+        from .symbolic import symbolic_jacobian
+        closed = _public(symbolic_jacobian(tr, outs, wrt))
     return Result(jac, of=outs, value={o: tr.value(o) for o in outs}, mode=mode,
-                  unconnected=missing, warnings=_warnings(tr))
+                  unconnected=missing, warnings=_warnings(tr), symbolic=closed)
 
 
 def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:

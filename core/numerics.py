@@ -43,6 +43,8 @@ TOLERANCES = {
 }
 #: Reverse against forward mode: the same arithmetic in another order.
 AD_TOLERANCE = (1e-10, 1e-12)
+#: Automatic against sympy's closed form evaluated at the point.
+SYMBOLIC_TOLERANCE = (1e-9, 1e-12)
 
 
 def default_step(x: np.ndarray, method: str) -> np.ndarray:
@@ -224,12 +226,13 @@ def expand_sources(sources) -> list:
 def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
           method: str = "central", rtol: float | None = None, atol: float | None = None,
           directions: int = 0, taylor: bool = False, expect: dict | None = None,
-          max_elements: int = DEFAULT_MAX_ELEMENTS, label: str | None = None):
+          symbolic: bool = False, max_elements: int = DEFAULT_MAX_ELEMENTS, label: str | None = None):
     """Compare reverse mode with finite differences and with forward mode.
 
     Returns a Result whose ``results`` is a list of CheckResult and whose
     ``ok`` is True when all pass.  ``expect`` is a stored grad/jacobian JSON
-    object to compare reverse mode with as well.
+    object to compare reverse mode with as well; ``symbolic`` adds sympy's
+    closed form, evaluated at the point, as a third oracle.
     """
     from .api import Result, _names, _output, _quiet, parse
 
@@ -261,7 +264,8 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
         for p, tr in traced:
             outs = [_output(tr, None)] if of is None else _names(tr, of, "--of", ())
             wrts = _names(tr, wrt, "--wrt", tr.tape.inputs)
-            results += _check_point(tr, name, p, outs, wrts, method, tol, directions, taylor, rng)
+            results += _check_point(tr, name, p, outs, wrts, method, tol, directions, taylor, rng,
+                                    symbolic)
             if expect is not None and p == 0:
                 results += _check_expect(tr, name, outs, wrts, expect, tol)
         return Result({}, ok=all(r.ok for r in results), results=results, rtol=tol[0], atol=tol[1])
@@ -278,10 +282,15 @@ def _random_point(program, values, shapes: Traced, rng, max_elements) -> Traced:
     return trace(program, point, max_elements=max_elements)
 
 
-def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylor, rng):
+def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylor, rng,
+                 symbolic=False):
     from .api import jacobian_blocks
 
     results = []
+    closed = None
+    if symbolic and not directions:
+        from .symbolic import symbolic_jacobian
+        closed = symbolic_jacobian(tr, outs, wrts, simplify=False)
     names = tr.tape.names
     intermediate = [w for w in wrts if w not in tr.tape.inputs]
     rev = jacobian_blocks(tr, outs, wrts, "rev")
@@ -315,6 +324,17 @@ def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylo
                 if not ok2:
                     ok = False
                     notes = notes + ["reverse and forward mode disagree"]
+            if closed is not None:
+                sv = np.asarray(closed[o][w]["value"], dtype=float).reshape(shape)
+                finite = np.isfinite(sv)
+                ok3, sabs, _, _ = compare(np.where(finite, ad, 0.0), np.where(finite, sv, 0.0),
+                                          *SYMBOLIC_TOLERANCE)
+                extra["symbolic_max_abs_err"] = sabs
+                if not finite.all():
+                    notes = notes + ["the closed form is singular here (gradcalc pins a value)"]
+                if not ok3:
+                    ok = False
+                    notes = notes + ["automatic and symbolic derivatives disagree"]
             if not np.isfinite(ad).all():
                 notes = notes + ["non-finite derivative"]
             if taylor and w in tr.tape.inputs:

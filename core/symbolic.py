@@ -1,0 +1,708 @@
+"""Closed-form derivatives with sympy: the ``--symbolic`` option of grad, jacobian and check.
+
+A traced tape is replayed on NumPy *object* arrays whose elements are sympy
+expressions: one scalar expression per array element, in terms of the inputs
+only (intermediate values are substituted).  sympy then differentiates each
+element, simplifies it and evaluates it at the traced point, which makes it a
+third oracle next to automatic and finite differences.
+
+sympy is imported inside the functions of this module only: ``import
+gradcalc`` and the CLI pay nothing for it until ``--symbolic`` is asked for.
+
+Naming.  A scalar input ``x`` is the symbol ``x``; an element of an array
+input is a symbol named like NumPy indexing, ``x[0]``, ``W[0, 1]`` (printed so
+by ``str``; in LaTeX ``x_{0}``, ``W_{0,1}``).  All input symbols are real.
+Constants that are exactly integers, pi or e become ``Integer``, ``pi``, ``E``;
+short decimals become rationals (``0.5`` is ``1/2``, ``1e-3`` is ``1/1000``);
+other floats stay sympy ``Float``.
+
+Conventions, matching gradcalc's automatic derivatives (SPEC §2):
+- ``sign``, ``floor``, ``ceil`` and ``round`` have derivative 0 everywhere
+  (no ``DiracDelta``); ``abs'(x) = sign(x)`` (0 at 0); ``relu`` is
+  ``Piecewise((x, x > 0), (0, True))`` (derivative 0 at 0).
+- ``maximum``/``minimum`` and the reductions ``max``/``min`` are ``Max``/``Min``,
+  whose derivatives are ``Heaviside`` steps with ``Heaviside(0) = 1/2``: a tie
+  of two shares the derivative equally, as in JAX.
+- comparisons are ``Piecewise((1, a < b), (0, True))`` masks and ``where`` is
+  a ``Piecewise``, so the unselected branch contributes nothing.
+- ``stop_gradient(x)`` stays in the expression as a function whose
+  derivative is 0; it evaluates to its argument.
+- Points where the closed form is singular but gradcalc pins a value
+  (``norm'(0) = 0``, ``hypot`` at the origin, ``pow`` with a zero exponent
+  and base) evaluate to nan or inf here.
+
+Limits (a clear :class:`UsageError`, never a hang): every value may have at
+most ``SIZE_LIMIT`` elements and the whole tape ``TOTAL_LIMIT``; ``det``,
+``inv`` and ``solve`` take matrices up to ``LINALG_LIMIT`` × ``LINALG_LIMIT``;
+one element's expression may hold at most ``EXPR_LIMIT`` nodes (counted as a
+tree: repeated subexpressions count each time).  Derivatives larger than
+``SIMPLIFY_LIMIT`` nodes, entries whose simplification takes longer than
+``SIMPLIFY_EACH_SECONDS`` and any left once ``SIMPLIFY_SECONDS`` have been
+spent in one call are shown unsimplified, and the result's ``note`` says so;
+a block of derivatives with more than ``PRINT_LIMIT`` nodes is not printed
+(``text`` and ``latex`` are None) but still evaluated.  Programs nested more
+deeply than sympy's recursion allows (about 150 nested calls) are refused.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import signal
+import threading
+import time
+
+import numpy as np
+
+from .errors import GradcalcError, ShapeError, UsageError, did_you_mean
+
+SIZE_LIMIT = 64
+"""Most elements in any one value (input, constant or intermediate) for --symbolic."""
+TOTAL_LIMIT = 4096
+"""Most scalar elements across all the values of the tape for --symbolic."""
+LINALG_LIMIT = 4
+"""Largest n of an n×n matrix given to det, inv or solve for --symbolic."""
+EXPR_LIMIT = 20_000
+"""Most nodes in the expression tree of one element of one value."""
+SIMPLIFY_LIMIT = 400
+"""Derivatives with more nodes than this are not simplified."""
+SIMPLIFY_SECONDS = 5.0
+"""Time budget for sympy.simplify in one symbolic_gradient / symbolic_jacobian call."""
+SIMPLIFY_EACH_SECONDS = 1.0
+"""Time limit for simplifying one entry (enforced on POSIX, in the main thread)."""
+PRINT_LIMIT = 5000
+"""Blocks of derivatives with more nodes than this get no text or LaTeX (a note says so)."""
+
+__all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "SIMPLIFY_LIMIT",
+           "SIMPLIFY_SECONDS", "SIMPLIFY_EACH_SECONDS", "PRINT_LIMIT", "check_size", "to_sympy",
+           "symbolic_gradient", "symbolic_jacobian"]
+
+
+# ==========================================================================
+# sympy, loaded on first use
+# ==========================================================================
+
+
+@functools.lru_cache(maxsize=None)
+def _sympy():
+    """sympy and the few functions gradcalc needs with its own derivative conventions."""
+    import sympy as sp
+
+    class Abs(sp.Abs):
+        # sympy's own rule for a possibly complex argument is unreadable; ours is real.
+        def _eval_derivative(self, s):
+            a = self.args[0]
+            return sp.sign(a) * a.diff(s)
+
+    class sign(sp.sign):
+        def _eval_derivative(self, s):
+            return sp.S.Zero
+
+    class floor(sp.floor):
+        def fdiff(self, argindex=1):
+            return sp.S.Zero
+
+    class ceiling(sp.ceiling):
+        def fdiff(self, argindex=1):
+            return sp.S.Zero
+
+    class round(sp.Function):  # noqa: A001 - printed as round(x)
+        """Rounds half to even, as numpy.round; derivative 0."""
+
+        @classmethod
+        def eval(cls, a):
+            if a.is_Integer:
+                return a
+            if a.is_Number and a.is_finite:
+                return sp.Integer(_round_half_even(float(a)))
+            return None
+
+        def fdiff(self, argindex=1):
+            return sp.S.Zero
+
+    class stop_gradient(sp.Function):
+        """The value of its argument, with derivative 0."""
+
+        @classmethod
+        def eval(cls, a):
+            if a.is_Number:
+                return a
+            return None
+
+        def fdiff(self, argindex=1):
+            return sp.S.Zero
+
+    def cbrt(a):
+        return sign(a) * Abs(a) ** sp.Rational(1, 3)
+
+    def relu(a):
+        return sp.Piecewise((a, a > 0), (0, True))
+
+    unary = {
+        "abs": Abs, "sign": sign, "sqrt": sp.sqrt, "cbrt": cbrt, "exp": sp.exp,
+        "expm1": lambda a: sp.exp(a) - 1, "exp2": lambda a: sp.Integer(2) ** a,
+        "log": sp.log, "log1p": lambda a: sp.log(1 + a), "log2": lambda a: sp.log(a, 2),
+        "log10": lambda a: sp.log(a, 10),
+        "sin": sp.sin, "cos": sp.cos, "tan": sp.tan, "asin": sp.asin, "acos": sp.acos,
+        "atan": sp.atan, "sinh": sp.sinh, "cosh": sp.cosh, "tanh": sp.tanh, "asinh": sp.asinh,
+        "acosh": sp.acosh, "atanh": sp.atanh,
+        "sigmoid": lambda a: 1 / (1 + sp.exp(-a)), "relu": relu,
+        "softplus": lambda a: sp.log(1 + sp.exp(a)),
+        "floor": floor, "ceil": ceiling, "round": round, "stop_gradient": stop_gradient,
+    }
+    return sp, unary
+
+
+_round_half_even = round  # the builtin (half to even, as numpy.round); _sympy() shadows the name
+
+
+# ==========================================================================
+# Sizes and limits
+# ==========================================================================
+
+
+def _var_names(tr) -> dict:
+    names: dict = {}
+    for n, v in tr.tape.names.items():
+        names.setdefault(v, n)
+    return names
+
+
+def _where(tr, var, names, eq=None) -> str:
+    if var in names:
+        return f"'{names[var]}'"
+    if eq is not None:
+        at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
+        return f"the result of '{eq.prim.name}'{at}"
+    return "a constant"
+
+
+def _located(err: GradcalcError, tr) -> GradcalcError:
+    source = getattr(getattr(tr, "program", None), "source", None)
+    return err.located(source) if source is not None else err
+
+
+def check_size(tr) -> None:
+    """Raise UsageError if the traced program is too large for --symbolic (see SIZE_LIMIT)."""
+    shapes = tr.builder.shapes
+    names = _var_names(tr)
+    eqs = {eq.out: eq for eq in tr.tape.equations}
+    total = 0
+    for var in [*tr.tape.inputs.values(), *tr.tape.consts, *eqs]:
+        shape = shapes[var]
+        size = math.prod(shape)
+        total += size
+        if size > SIZE_LIMIT:
+            raise _located(UsageError(
+                f"--symbolic supports programs with at most {SIZE_LIMIT} elements per value; "
+                f"{_where(tr, var, names, eqs.get(var))} has shape {tuple(shape)} ({size} elements)",
+                eqs[var].pos if var in eqs else tr.tape.positions.get(names.get(var)),
+                hint="use smaller shapes for a closed form, or drop --symbolic"), tr)
+    if total > TOTAL_LIMIT:
+        raise _located(UsageError(
+            f"--symbolic supports programs with at most {TOTAL_LIMIT} scalar elements in all; "
+            f"this one has {total}", hint="use smaller shapes for a closed form, or drop --symbolic"), tr)
+
+
+def _tree_size(expr, memo: dict) -> int:
+    """Nodes of expr counted as a tree, memoised over the shared DAG, without recursion."""
+    if expr in memo:
+        return memo[expr]
+    stack = [expr]
+    while stack:
+        node = stack[-1]
+        if node in memo:
+            stack.pop()
+            continue
+        pending = [a for a in node.args if a not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        memo[node] = 1 + sum(memo[a] for a in node.args)
+        stack.pop()
+    return memo[expr]
+
+
+# ==========================================================================
+# Tape -> sympy
+# ==========================================================================
+
+
+def _obj(value):
+    """value (an object array, a NumPy array or one expression) as an object array of sympy."""
+    sp, _ = _sympy()
+    if isinstance(value, np.ndarray):
+        src = value
+    else:
+        src = np.empty((), dtype=object)
+        src[()] = value
+    out = np.empty(src.shape, dtype=object)
+    for i, e in enumerate(src.flat):
+        out.flat[i] = e if isinstance(e, sp.Basic) else sp.sympify(e)
+    return out
+
+
+def _const(v: float):
+    """A float constant as an exact sympy number where it plainly is one."""
+    sp, _ = _sympy()
+    if math.isnan(v):
+        return sp.nan
+    if math.isinf(v):
+        return sp.oo if v > 0 else -sp.oo
+    if v == int(v) and abs(v) < 2 ** 53:
+        return sp.Integer(int(v))
+    if v == math.pi:
+        return sp.pi
+    if v == math.e:
+        return sp.E
+    text = repr(v)
+    digits = text.lower().split("e")[0].replace("-", "").replace(".", "").strip("0")
+    if len(digits) <= 6:
+        return sp.Rational(text)
+    return sp.Float(v)
+
+
+def _symbols(name: str, shape: tuple):
+    """The real symbols of an input: x, or x[0], x[1]..., or W[0, 0], W[0, 1]..."""
+    sp, _ = _sympy()
+    out = np.empty(shape, dtype=object)
+    if not shape:
+        out[()] = sp.Symbol(name, real=True)
+        return out
+    for idx in np.ndindex(*shape):
+        out[idx] = sp.Symbol(f"{name}[{', '.join(map(str, idx))}]", real=True)
+    return out
+
+
+def _reduce(x, axes, keepdims, combine):
+    """combine(list of elements) over axes (negative, from the end) of an object array."""
+    nd, k = x.ndim, len(axes)
+    pos = [a + nd for a in axes]
+    moved = np.moveaxis(x, pos, list(range(nd - k, nd)))
+    flat = moved.reshape(moved.shape[:nd - k] + (-1,))
+    out = np.empty(flat.shape[:-1], dtype=object)
+    for idx in np.ndindex(*out.shape):
+        out[idx] = combine(list(flat[idx]))
+    if keepdims:
+        out = out.reshape(tuple(1 if i in pos else d for i, d in enumerate(x.shape)))
+    return out
+
+
+def _elementwise(fn, nargs):
+    uf = np.frompyfunc(fn, nargs, 1)
+    return lambda *xs, **_: uf(*xs)
+
+
+def _truth(c):
+    """The condition 'c is nonzero', reading a comparison mask back as its relation."""
+    sp, _ = _sympy()
+    if isinstance(c, sp.Piecewise) and len(c.args) == 2 and c.args[0].expr == 1 \
+            and c.args[1].expr == 0 and c.args[1].cond == sp.true:
+        return c.args[0].cond
+    return sp.Ne(c, 0)
+
+
+def _mask(relation):
+    sp, _ = _sympy()
+
+    def fn(a, b):
+        try:
+            cond = relation(a, b)
+        except TypeError:  # nan compared: false, as in NumPy (and != is true)
+            cond = sp.true if relation is sp.Ne else sp.false
+        return sp.Piecewise((1, cond), (0, True))
+    return fn
+
+
+def _square(x, prim, tr, eq):
+    n = x.shape[-1]
+    if n > LINALG_LIMIT:
+        at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
+        raise _located(UsageError(
+            f"--symbolic supports {prim} of matrices up to {LINALG_LIMIT}×{LINALG_LIMIT}; "
+            f"'{prim}'{at} has a {n}×{n} matrix", eq.pos), tr)
+    sp, _ = _sympy()
+    return sp.Matrix(x.tolist()) if n else sp.zeros(0, 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _rules():
+    """prim name -> fn(*object arrays, tr=, eq=, **params) -> array or expression."""
+    sp, unary = _sympy()
+    rules = {name: _elementwise(fn, 1) for name, fn in unary.items()}
+
+    def pow_const(x, p, **_):
+        return _elementwise(lambda a: a ** _const(p), 1)(x)
+
+    def reduction(combine):
+        return lambda x, axes, keepdims, xshape, **_: _reduce(x, axes, keepdims, combine)
+
+    def logsumexp(items):
+        return sp.log(sp.Add(*[sp.exp(e) for e in items]))
+
+    def norm(items):
+        return sp.sqrt(sp.Add(*[e ** 2 for e in items]))
+
+    def softmax(x, axis, **_):
+        ex = _elementwise(sp.exp, 1)(x)
+        return ex / _reduce(ex, (axis,), True, lambda items: sp.Add(*items))
+
+    def log_softmax(x, axis, **_):
+        s = _reduce(_elementwise(sp.exp, 1)(x), (axis,), True, lambda items: sp.Add(*items))
+        return x - _elementwise(sp.log, 1)(s)
+
+    def det(a, tr, eq, **_):
+        return _square(a, "det", tr, eq).det()
+
+    def inv(a, tr, eq, **_):
+        m = _square(a, "inv", tr, eq)
+        d = m.det()
+        adj = m.adjugate()
+        return np.array([[adj[i, j] / d for j in range(m.cols)] for i in range(m.rows)],
+                        dtype=object).reshape(a.shape)
+
+    def solve(a, b, ndb, tr, eq, **_):
+        m = _square(a, "solve", tr, eq)
+        rhs = sp.Matrix(b.tolist()) if ndb == 2 else sp.Matrix(list(b))
+        x = (m.adjugate() * rhs) / m.det()
+        return np.array(x.tolist(), dtype=object).reshape(b.shape)
+
+    rules.update({
+        "add": _elementwise(lambda a, b: a + b, 2),
+        "mul": _elementwise(lambda a, b: a * b, 2),
+        "safe_mul": _elementwise(lambda a, b: a * b, 2),
+        "div": _elementwise(lambda a, b: a / b, 2),
+        "safe_div": _elementwise(lambda a, b: a / b, 2),
+        "neg": _elementwise(lambda a: -a, 1),
+        "pow": _elementwise(lambda a, b: a ** b, 2),
+        "pow_const": pow_const,
+        "maximum": _elementwise(sp.Max, 2),
+        "minimum": _elementwise(sp.Min, 2),
+        "atan2": _elementwise(sp.atan2, 2),
+        "hypot": _elementwise(lambda a, b: sp.sqrt(a ** 2 + b ** 2), 2),
+        "where": _elementwise(lambda c, a, b: sp.Piecewise((a, _truth(c)), (b, True)), 3),
+        "lt": _elementwise(_mask(lambda a, b: a < b), 2),
+        "le": _elementwise(_mask(lambda a, b: a <= b), 2),
+        "gt": _elementwise(_mask(lambda a, b: a > b), 2),
+        "ge": _elementwise(_mask(lambda a, b: a >= b), 2),
+        "eq": _elementwise(_mask(sp.Eq), 2),
+        "ne": _elementwise(_mask(sp.Ne), 2),
+        "zeros_like": lambda x, **_: np.full(x.shape, sp.S.Zero, dtype=object),
+        "sum": reduction(lambda items: sp.Add(*items)),
+        "prod": reduction(lambda items: sp.Mul(*items)),
+        "max": reduction(lambda items: sp.Max(*items)),
+        "min": reduction(lambda items: sp.Min(*items)),
+        "logsumexp": reduction(logsumexp),
+        "norm": reduction(norm),
+        "softmax": softmax,
+        "log_softmax": log_softmax,
+        "det": det, "inv": inv, "solve": solve,
+    })
+    return rules
+
+
+# Primitives whose NumPy forward function works as it is on object arrays: pure data movement
+# and linear maps (indexing, reshapes, matmul by dot products, zero-filled embeddings).
+_STRUCTURAL = frozenset({"reshape", "transpose", "index", "index_put", "concat", "broadcast_to",
+                         "sum_to", "diag", "diag_embed", "matmul"})
+
+
+def _convert(tr, cut: dict | None = None) -> dict:
+    """var -> object array for every var of the tape; vars in cut take the given arrays."""
+    cut = cut or {}
+    rules = _rules()
+    names = _var_names(tr)
+    env: dict = {}
+    for name, var in tr.tape.inputs.items():
+        env[var] = _symbols(name, tr.builder.shapes[var])
+    for var, value in tr.tape.consts.items():
+        value = np.asarray(value, dtype=np.float64)
+        out = np.empty(value.shape, dtype=object)
+        for idx in np.ndindex(*value.shape):
+            out[idx] = _const(float(value[idx]))
+        env[var] = out
+    env.update(cut)
+    memo: dict = {}
+    for eq in tr.tape.equations:
+        if eq.out in cut:
+            continue
+        name = eq.prim.name
+        args = [env[a] for a in eq.args]
+        if name in _STRUCTURAL:
+            value = eq.prim.impl(*args, **eq.params)
+        elif name in rules:
+            value = rules[name](*args, tr=tr, eq=eq, **eq.params)
+        else:
+            at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
+            raise _located(UsageError(f"--symbolic cannot convert the primitive '{name}'{at} to sympy",
+                                      eq.pos, hint="drop --symbolic for this program"), tr)
+        value = _obj(value)
+        for e in value.flat:
+            if _tree_size(e, memo) > EXPR_LIMIT:
+                raise _located(UsageError(
+                    f"--symbolic: the closed form of {_where(tr, eq.out, names, eq)} grows past "
+                    f"{EXPR_LIMIT} terms", eq.pos,
+                    hint="the program is too large for a closed form; drop --symbolic"), tr)
+        env[eq.out] = value
+    return env
+
+
+def to_sympy(tr) -> dict:
+    """Every var of a traced tape as a NumPy object array of sympy expressions in the inputs.
+
+    Scalars are 0-d object arrays.  Raises UsageError for programs beyond the
+    documented limits or holding a primitive with no sympy counterpart.
+    """
+    check_size(tr)
+    try:
+        return _convert(tr)
+    except RecursionError:
+        raise _located(UsageError("--symbolic: the program nests too deeply for sympy"), tr) from None
+
+
+# ==========================================================================
+# Derivatives
+# ==========================================================================
+
+
+def _names_in(tr, names, what) -> list:
+    out = []
+    for n in ([names] if isinstance(names, str) else names):
+        if n not in tr.tape.names:
+            hint = did_you_mean(n, tr.tape.names) or f"the named values are: {', '.join(tr.tape.names)}"
+            raise _located(UsageError(f"{what} '{n}' is not a name in the program", hint=hint), tr)
+        if n not in out:
+            out.append(n)
+    return out
+
+
+class _Timeout(BaseException):
+    """Raised by SIGALRM inside sympy; a BaseException so that no `except Exception` eats it."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Interrupt the body after seconds (POSIX main thread only; elsewhere no limit).
+
+    Yields whether the limit is armed.  A timer already running (a test
+    harness's, say) is put back afterwards, less the time spent here.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield False
+        return
+
+    def expire(signum, frame):
+        raise _Timeout
+
+    start = time.monotonic()
+    old_handler = signal.signal(signal.SIGALRM, expire)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield True
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if old_handler is None else old_handler)
+        if old_delay:
+            left = max(old_delay - (time.monotonic() - start), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, old_interval)
+
+
+class _Simplifier:
+    """sympy.simplify within the node and time budgets; remembers what it skipped.
+
+    A simplification is kept only if it has no more operations than the input
+    (sympy's default accepts 1.7 times as many, and skips the check for
+    Piecewise results, turning ``sign(u)`` into long Piecewise forms).
+    """
+
+    def __init__(self, sp):
+        self.sp = sp
+        self.deadline = time.monotonic() + SIMPLIFY_SECONDS
+        self.memo: dict = {}
+
+    def __call__(self, e):
+        """(expression, None) or (expression unsimplified, reason)."""
+        if e.is_Atom:
+            return e, None
+        if _tree_size(e, self.memo) > SIMPLIFY_LIMIT:
+            return e, f"larger than {SIMPLIFY_LIMIT} nodes"
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return e, f"the {SIMPLIFY_SECONDS:g} s simplification budget was spent"
+        try:
+            with _time_limit(min(left, SIMPLIFY_EACH_SECONDS)):
+                s = self.sp.simplify(e, ratio=1)
+                # simplify returns Piecewise forms before its own length check: check here
+                return (s if self.sp.count_ops(s) <= self.sp.count_ops(e) else e), None
+        except _Timeout:
+            return e, f"simplifying took more than {SIMPLIFY_EACH_SECONDS:g} s"
+
+
+def _clean(d, sp):
+    """Drop the Dirac deltas of step functions: their derivative is 0 by convention."""
+    if d.has(sp.DiracDelta):
+        d = d.replace(sp.DiracDelta, lambda *a: sp.S.Zero)
+    return d
+
+
+def _number(e, point: dict, sp) -> float:
+    v = e.xreplace(point)
+    try:
+        v = v.evalf()
+    except (TypeError, ValueError, ZeroDivisionError):
+        return math.nan
+    if v is sp.zoo or v is sp.oo:
+        return math.inf
+    if v is -sp.oo or v == -sp.oo:
+        return -math.inf
+    if v is sp.nan or not v.is_number:
+        return math.nan
+    re, im = v.as_real_imag()
+    try:
+        re, im = float(re), float(im)
+    except TypeError:
+        return math.nan
+    if im != 0 and abs(im) > 1e-14 * max(1.0, abs(re)):
+        return math.nan  # complex: NumPy gives nan for a real function outside its domain
+    return re
+
+
+def _text(arr) -> str:
+    if arr.ndim == 0:
+        return str(arr[()])
+    return "[" + ", ".join(_text(arr[i, ...]) for i in range(len(arr))) + "]"
+
+
+def _latex_names(exprs, sp) -> dict:
+    names = {}
+    for e in exprs:
+        for s in e.free_symbols:
+            if s in names or "[" not in s.name:
+                continue
+            base, idx = s.name[:-1].split("[", 1)
+            tex = sp.latex(sp.Symbol(base))
+            if "_" in tex or "^" in tex:
+                tex = "{" + tex + "}"
+            names[s] = f"{tex}_{{{idx.replace(' ', '')}}}"
+    return names
+
+
+def _latex(arr, sp) -> str:
+    names = _latex_names(arr.flat, sp)
+    if arr.ndim == 0:
+        return sp.latex(arr[()], symbol_names=names)
+    if arr.size == 0:
+        return r"\left[\right]"
+    if arr.ndim == 2:
+        return sp.latex(sp.Matrix(arr.tolist()), symbol_names=names)
+    return sp.latex(sp.Array(arr.tolist()), symbol_names=names)
+
+
+def _entry(block, value, simplify: bool, reasons: list, sp) -> dict:
+    """The result for one block: expression, text and LaTeX (if small enough), value, notes."""
+    notes = []
+    if reasons:
+        notes.append(f"{len(reasons)} of {block.size} entries shown unsimplified "
+                     f"({'; '.join(sorted(set(reasons)))})")
+    memo: dict = {}
+    size = sum(_tree_size(e, memo) for e in block.flat)
+    text = latex = None
+    if size <= PRINT_LIMIT:
+        text, latex = _text(block), _latex(block, sp)
+    else:
+        notes.append(f"the closed form has {size} nodes, more than {PRINT_LIMIT}: not printed")
+    return {
+        "expr": block[()] if block.ndim == 0 else block,
+        "text": text,
+        "latex": latex,
+        "value": value,
+        "simplified": simplify and not reasons,
+        "note": "; ".join(notes) or None,
+    }
+
+
+def _derivatives(tr, outs: list, wrt: list, simplify: bool, drop: int = 0) -> dict:
+    """{of: {wrt: entry}} (see _entry); drop removes that many leading (size-1) axes."""
+    import sympy as sp
+
+    check_size(tr)
+    names = tr.tape.names
+    input_vars = set(tr.tape.inputs.values())
+    full = _convert(tr)
+    point = {}
+    for var in input_vars:
+        for sym, val in zip(full[var].flat, np.asarray(tr.builder.values[var], dtype=np.float64).flat):
+            point[sym] = sp.Float(float(val))
+    simplifier = _Simplifier(sp) if simplify else (lambda e: (e, None))
+    result: dict = {o: {} for o in outs}
+    for w in wrt:
+        wvar = names[w]
+        if wvar in input_vars:
+            env, syms, back = full, full[wvar], None
+        else:
+            # d/dh holding what is upstream of h fixed: h becomes symbols of its own, which
+            # are replaced by h's closed form once differentiated.
+            syms = _symbols(w, tr.builder.shapes[wvar])
+            env = _convert(tr, {wvar: syms})
+            back = dict(zip(syms.flat, full[wvar].flat))
+        for o in outs:
+            y = env[names[o]]
+            block = np.empty(y.shape + syms.shape, dtype=object)
+            reasons = []
+            for yi in np.ndindex(*y.shape):
+                e = y[yi]
+                free = e.free_symbols
+                for xi in np.ndindex(*syms.shape):
+                    s = syms[xi]
+                    d = _clean(sp.diff(e, s), sp) if s in free else sp.S.Zero
+                    if back is not None and d.free_symbols:
+                        d = d.xreplace(back)
+                    d, why = simplifier(d)
+                    if why:
+                        reasons.append(why)
+                    block[yi + xi] = d
+            block = block.reshape(block.shape[drop:])
+            value = np.empty(block.shape)
+            for idx in np.ndindex(*block.shape):
+                value[idx] = _number(block[idx], point, sp)
+            result[o][w] = _entry(block, value, simplify, reasons, sp)
+    return result
+
+
+def symbolic_gradient(tr, of: str, wrt: list, *, simplify: bool = True) -> dict:
+    """Closed-form gradient of the scalar output ``of`` with respect to each of ``wrt``.
+
+    Returns ``{wrt_name: {"expr", "text", "latex", "value", "simplified", "note"}}``:
+    ``expr`` is a sympy expression (scalar wrt) or an object array of wrt's shape,
+    ``text`` sympy's ``str`` (nested lists for arrays), ``latex`` sympy's LaTeX
+    (both None when the closed form has more than PRINT_LIMIT nodes), ``value``
+    the float64 array at the traced point, ``simplified`` whether every entry
+    went through sympy.simplify, ``note`` what was skipped and why (or None).
+    ``wrt`` may name intermediate values (SPEC §4).  ``value`` is computed from
+    the expression shown; ``simplify=False`` skips sympy.simplify (faster, for
+    ``check --symbolic``, which needs values only).
+    """
+    (of,) = _names_in(tr, [of], "--of")
+    wrt = _names_in(tr, wrt, "--wrt")
+    shape = tr.builder.shapes[tr.tape.names[of]]
+    if math.prod(shape) != 1:
+        raise _located(ShapeError(f"grad needs a scalar output, but '{of}' has shape {tuple(shape)}",
+                                  tr.tape.positions.get(of), hint="use jacobian --symbolic"), tr)
+    try:
+        # A size-1 output of shape (1,) or (1, 1) loses its axes, as in grad.
+        return _derivatives(tr, [of], wrt, simplify, drop=len(shape))[of]
+    except RecursionError:
+        raise _located(UsageError("--symbolic: the program nests too deeply for sympy"), tr) from None
+
+
+def symbolic_jacobian(tr, of: list, wrt: list, *, simplify: bool = True) -> dict:
+    """Closed-form Jacobian blocks ``{of: {wrt: entry}}``, each of shape of.shape + wrt.shape.
+
+    Entries are those of :func:`symbolic_gradient`.
+    """
+    outs = _names_in(tr, of, "--of")
+    wrt = _names_in(tr, wrt, "--wrt")
+    try:
+        return _derivatives(tr, outs, wrt, simplify)
+    except RecursionError:
+        raise _located(UsageError("--symbolic: the program nests too deeply for sympy"), tr) from None

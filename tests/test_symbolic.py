@@ -1,0 +1,300 @@
+"""Closed-form derivatives (gradcalc.symbolic, behind --symbolic).
+
+Expected numbers are closed forms derived by hand; the wide agreement test
+also compares with gradcalc's automatic Jacobian.  Examples stay small: sympy
+simplification is slow on large expressions.
+"""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import gradcalc
+from gradcalc import lower
+from gradcalc import primitives as P
+from gradcalc import symbolic as S
+from gradcalc.errors import ShapeError, UsageError
+from gradcalc.tape import Builder
+
+
+def traced(src, **at):
+    return lower.trace(gradcalc.parse(src), {k: np.asarray(v, dtype=np.float64) for k, v in at.items()})
+
+
+# ==========================================================================
+# Texts and closed forms
+# ==========================================================================
+
+
+def test_scalar_product_texts_and_values():
+    g = S.symbolic_gradient(traced("sin(x)*y", x=1.0, y=2.0), "_", ["x", "y"])
+    assert g["x"]["text"] == "y*cos(x)"
+    assert g["y"]["text"] == "sin(x)"
+    assert g["x"]["latex"] == r"y \cos{\left(x \right)}"
+    assert str(g["x"]["expr"]) == "y*cos(x)"
+    assert g["x"]["value"].shape == ()
+    assert g["x"]["value"] == pytest.approx(2 * math.cos(1.0), rel=1e-14)
+    assert g["y"]["value"] == pytest.approx(math.sin(1.0), rel=1e-14)
+    assert g["x"]["simplified"] and g["x"]["note"] is None
+
+
+def test_vector_sum_of_squares():
+    g = S.symbolic_gradient(traced("input x[2]; sum(x^2)", x=[1.5, -2.0]), "_", ["x"])["x"]
+    assert g["text"] == "[2*x[0], 2*x[1]]"
+    assert g["latex"] == r"\left[\begin{matrix}2 x_{0} & 2 x_{1}\end{matrix}\right]"
+    assert g["expr"].shape == (2,)
+    np.testing.assert_allclose(g["value"], [3.0, -4.0], rtol=1e-14)
+
+
+def test_softmax_and_logsumexp():
+    x = np.array([0.5, -1.0, 2.0])
+    tr = traced("input x[3]; s = softmax(x); l = logsumexp(x)", x=x)
+    j = S.symbolic_jacobian(tr, ["s", "l"], ["x"])
+    s = np.exp(x) / np.exp(x).sum()
+    np.testing.assert_allclose(j["s"]["x"]["value"], np.diag(s) - np.outer(s, s), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(j["l"]["x"]["value"], s, rtol=1e-13)
+    assert j["l"]["x"]["text"] == ("[exp(x[0])/(exp(x[0]) + exp(x[1]) + exp(x[2])), "
+                                   "exp(x[1])/(exp(x[0]) + exp(x[1]) + exp(x[2])), "
+                                   "exp(x[2])/(exp(x[0]) + exp(x[1]) + exp(x[2]))]")
+    assert j["s"]["x"]["value"].shape == (3, 3)
+
+
+def test_matmul_with_a_matrix_input():
+    W, v = np.array([[1.0, 2.0], [3.0, -4.0]]), np.array([0.5, 2.0])
+    j = S.symbolic_jacobian(traced("input W[2, 2]; input v[2]; y = W @ v", W=W, v=v), ["y"], ["W", "v"])
+    assert j["y"]["v"]["text"] == "[[W[0, 0], W[0, 1]], [W[1, 0], W[1, 1]]]"
+    assert j["y"]["v"]["latex"] == (r"\left[\begin{matrix}W_{0,0} & W_{0,1}\\W_{1,0} & W_{1,1}"
+                                    r"\end{matrix}\right]")
+    np.testing.assert_array_equal(j["y"]["v"]["value"], W)
+    expected = np.einsum("ij,k->ijk", np.eye(2), v)  # dy_i/dW_jk = delta_ij v_k
+    assert j["y"]["W"]["value"].shape == (2, 2, 2)
+    np.testing.assert_array_equal(j["y"]["W"]["value"], expected)
+    assert j["y"]["W"]["text"] == "[[[v[0], v[1]], [0, 0]], [[0, 0], [v[0], v[1]]]]"
+
+
+def test_det_of_a_2x2():
+    W = np.array([[2.0, 1.0], [-1.0, 3.0]])
+    g = S.symbolic_gradient(traced("input W[2, 2]; det(W)", W=W), "_", ["W"])["W"]
+    assert g["text"] == "[[W[1, 1], -W[1, 0]], [-W[0, 1], W[0, 0]]]"
+    np.testing.assert_allclose(g["value"], [[3.0, 1.0], [-1.0, 2.0]], rtol=1e-15)
+
+
+def test_intermediate_wrt_holds_upstream_fixed_and_substitutes():
+    g = S.symbolic_gradient(traced("h = x^2; y = sin(h) + h*x", x=0.7), "y", ["x", "h"])
+    assert g["h"]["text"] == "x + cos(x**2)"
+    assert g["h"]["value"] == pytest.approx(0.7 + math.cos(0.49), rel=1e-14)
+    assert g["x"]["value"] == pytest.approx(2 * 0.7 * math.cos(0.49) + 3 * 0.49, rel=1e-14)
+
+
+def test_size_one_output_of_rank_one():
+    g = S.symbolic_gradient(traced("input x[2]; sum(x^3, keepdims=true)", x=[1.0, 2.0]), "_", ["x"])
+    assert g["x"]["text"] == "[3*x[0]**2, 3*x[1]**2]"
+    np.testing.assert_allclose(g["x"]["value"], [3.0, 12.0])
+
+
+# ==========================================================================
+# Conventions at kinks (SPEC §2: JAX's)
+# ==========================================================================
+
+
+@pytest.mark.parametrize("src, at, expected", [
+    ("abs(x)", {"x": 0.0}, 0.0),
+    ("relu(x)", {"x": 0.0}, 0.0),
+    ("relu(x)", {"x": 2.0}, 1.0),
+    ("maximum(x, y)", {"x": 1.0, "y": 1.0}, 0.5),
+    ("max([x, y, 0])", {"x": 1.0, "y": -1.0}, 1.0),
+    ("floor(x)*x + sign(x) + round(x) + ceil(x)", {"x": 2.5}, 2.0),
+    ("x*stop_gradient(x^2)", {"x": 3.0}, 9.0),
+    ("where(x > 0, sqrt(x), 0)", {"x": 0.0}, 0.0),
+    ("(x > 1) * x^2", {"x": 2.0}, 4.0),
+])
+def test_conventions(src, at, expected):
+    g = S.symbolic_gradient(traced(src, **at), "_", ["x"], simplify=False)
+    assert g["x"]["value"] == pytest.approx(expected, rel=1e-14, abs=0)
+
+
+def test_stop_gradient_stays_in_the_text():
+    g = S.symbolic_gradient(traced("x*stop_gradient(x^2)", x=3.0), "_", ["x"])
+    assert g["x"]["text"] == "stop_gradient(x**2)"
+
+
+# ==========================================================================
+# Every user-facing primitive: values against automatic differentiation
+# ==========================================================================
+
+PROGRAMS = [
+    ("abs(x)+sign(x)+sqrt(x)+cbrt(-x)+exp(x)+expm1(x)+exp2(x)+log(x)+log1p(x)+log2(x)+log10(x)",
+     {"x": 0.7}),
+    ("sin(x)+cos(x)+tan(x)+asin(x)+acos(x)+atan(x)+sinh(x)+cosh(x)+tanh(x)+asinh(x)+acosh(x+1)"
+     "+atanh(x)", {"x": 0.3}),
+    ("sigmoid(x)*relu(x)+softplus(x)+floor(x)*x+ceil(x)*x+round(x)*x+relu(-x)", {"x": 1.3}),
+    ("atan2(y, x) + hypot(x, y) + maximum(x, y) + minimum(x, y) + pow(x, y) + x^y + x^0.5",
+     {"x": 1.5, "y": 0.5}),
+    ("where(x > y, x^2, y^3) + (x <= y)*x + clip(x, -1, y) + (x == y) + (x != y) + (x >= y)",
+     {"x": 0.5, "y": 0.7}),
+    ("input A[2,3]; s = sum(A, axis=1); m = max(A, axis=0, keepdims=true); n = min(A); "
+     "p = prod(A, axis=-1); l = logsumexp(A, axis=0); r = norm(A, axis=(0,1)); mu = mean(A); "
+     "v = var(A, axis=1, ddof=1); sd = std(A)", {"A": [[1, 2, 3.5], [-1, 0.5, 2]]}),
+    ("input A[2,3]; s = softmax(A, axis=0); l = log_softmax(A)", {"A": [[1, 2, 3.5], [-1, 0.5, 2]]}),
+    ("input A[2,2]; input v[2]; input u[2]; a = v @ u; b = A @ v; c = v @ A; d = A @ A; "
+     "f = outer(u, v); g = trace(A); h = diag(A); k = diag(v, k=1); t = transpose(A, axes=(1, 0)); "
+     "r = reshape(A, (4,)); cc = concat(u, v); st = stack(u, v, axis=1); ix = cc[::-2]; "
+     "ix2 = A[1, :]; lit = [v[0]*u[1], 3]", {"A": [[1, 2], [3, -4]], "v": [0.5, 2], "u": [-1, 3]}),
+    ("input A[2,2]; input b[2]; input B[2,2]; d = det(A); i = inv(A); s = solve(A, b); "
+     "S = solve(A, B)", {"A": [[1, 2], [3, -4]], "b": [0.5, 2], "B": [[1, 0], [2, 3]]}),
+    ("input x[3]; y = x - mean(x) + 0.1*x + pi*x[0] + e^x[1] + x/3", {"x": [1, 2, 3]}),
+]
+
+
+@pytest.mark.parametrize("src, at", PROGRAMS, ids=[p[0][:30] for p in PROGRAMS])
+def test_values_agree_with_autodiff(src, at):
+    tr = traced(src, **at)
+    outs = [n for n in tr.tape.names if n not in tr.tape.inputs]
+    wrt = list(tr.tape.inputs)
+    sym = S.symbolic_jacobian(tr, outs, wrt, simplify=False)
+    ref = gradcalc.jacobian(src, at=at, of=outs, wrt=wrt)
+    for o in outs:
+        for w in wrt:
+            np.testing.assert_allclose(sym[o][w]["value"], ref[o][w], rtol=1e-10, atol=1e-13,
+                                       err_msg=f"d{o}/d{w}: {sym[o][w]['text']}")
+
+
+def test_to_sympy_covers_every_var_and_keeps_constants_exact():
+    import sympy
+
+    tr = traced("y = 0.5*x + pi + 3*x^2", x=1.0)
+    env = S.to_sympy(tr)
+    assert set(env) == {*tr.tape.inputs.values(), *tr.tape.consts, *(eq.out for eq in tr.tape.equations)}
+    assert {env[v][()] for v in tr.tape.consts} == {sympy.Rational(1, 2), sympy.pi, 3}
+    assert str(env[tr.tape.names["y"]][()]) == "3*x**2 + x/2 + pi"
+
+
+# ==========================================================================
+# Limits and errors
+# ==========================================================================
+
+
+def test_size_limit_names_the_value():
+    with pytest.raises(UsageError) as err:
+        S.symbolic_gradient(traced("input W[10, 10]; sum(W)", W=np.ones((10, 10))), "_", ["W"])
+    assert err.value.message == ("--symbolic supports programs with at most 64 elements per value; "
+                                 "'W' has shape (10, 10) (100 elements)")
+
+
+def test_size_limit_on_an_intermediate():
+    with pytest.raises(UsageError) as err:
+        S.to_sympy(traced("input x[8]; input y[9]; sum(outer(x, y))", x=np.ones(8), y=np.ones(9)))
+    assert err.value.message.startswith("--symbolic supports programs with at most 64 elements per value; "
+                                        "the result of 'mul' at line 1, column ")
+    assert err.value.message.endswith("has shape (8, 9) (72 elements)")
+
+
+def test_total_size_limit():
+    src = "input x[64]\n" + "\n".join(f"a{i} = x + {i}" for i in range(70))
+    with pytest.raises(UsageError, match=r"at most 4096 scalar elements in all; this one has \d+"):
+        S.to_sympy(traced(src, x=np.zeros(64)))
+
+
+def test_expression_blow_up_is_refused_quickly():
+    # Each line doubles the expression tree: 2^20 nodes when printed.
+    src = "a0 = x\n" + "\n".join(f"a{i} = a{i - 1}*a{i - 1} + a{i - 1}" for i in range(1, 21))
+    start = time.monotonic()
+    with pytest.raises(UsageError, match=r"the closed form of 'a\d+' grows past 20000 terms"):
+        S.symbolic_gradient(traced(src, x=0.1), "a20", ["x"])
+    assert time.monotonic() - start < 2.0
+
+
+def test_large_derivative_is_shown_unsimplified(monkeypatch):
+    monkeypatch.setattr(S, "SIMPLIFY_LIMIT", 3)
+    g = S.symbolic_gradient(traced("sin(x)*exp(x)*y", x=1.0, y=2.0), "_", ["x"])["x"]
+    assert not g["simplified"]
+    assert g["note"] == "1 of 1 entries shown unsimplified (larger than 3 nodes)"
+    assert g["value"] == pytest.approx(2 * math.e * (math.sin(1) + math.cos(1)), rel=1e-14)
+
+
+def test_det_of_a_large_matrix_is_refused():
+    with pytest.raises(UsageError, match=r"det of matrices up to 4×4; 'det' at line 1, column \d+ has a 5×5"):
+        S.to_sympy(traced("input A[5, 5]; det(A)", A=np.eye(5)))
+
+
+def test_unconvertible_primitive_is_named():
+    b = Builder()
+    x = b.input(np.array([1.0, 2.0]))
+    y = P.prod_others(x, axes=(-1,), xshape=(2,))
+    tr = lower.Traced(None, b.tape({"x": x.var}, {"x": x.var, "y": y.var}, "y"), b, [])
+    with pytest.raises(UsageError) as err:
+        S.to_sympy(tr)
+    assert err.value.message == "--symbolic cannot convert the primitive 'prod_others' to sympy"
+
+
+def test_gradient_needs_a_scalar_output():
+    with pytest.raises(ShapeError, match=r"grad needs a scalar output, but 'y' has shape \(2,\)"):
+        S.symbolic_gradient(traced("input x[2]; y = x^2", x=[1.0, 2.0]), "y", ["x"])
+
+
+def test_unknown_name():
+    with pytest.raises(UsageError, match="--wrt 'z' is not a name in the program"):
+        S.symbolic_gradient(traced("sin(x)", x=1.0), "_", ["z"])
+
+
+def test_sympy_is_imported_lazily():
+    code = ("import sys, gradcalc, gradcalc.cli.app, gradcalc.symbolic\n"
+            "gradcalc.grad('x^2', at={'x': 1.0})\n"
+            "print('sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_slow_simplification_is_cut_short(monkeypatch):
+    monkeypatch.setattr(S, "SIMPLIFY_EACH_SECONDS", 0.001)
+    g = S.symbolic_gradient(traced("sin(x)*tan(x) + cosh(x)/sinh(x)", x=0.5), "_", ["x"])["x"]
+    assert g["note"] == "1 of 1 entries shown unsimplified (simplifying took more than 0.001 s)"
+    closed = (math.cos(0.5) * math.tan(0.5) + math.sin(0.5) / math.cos(0.5) ** 2
+              + 1 - (math.cosh(0.5) / math.sinh(0.5)) ** 2)
+    assert g["value"] == pytest.approx(closed, rel=1e-13)
+
+
+def test_huge_closed_form_is_evaluated_but_not_printed(monkeypatch):
+    monkeypatch.setattr(S, "PRINT_LIMIT", 5)
+    g = S.symbolic_gradient(traced("input x[2]; sum(x^3)", x=[1.0, 2.0]), "_", ["x"])["x"]
+    assert g["text"] is None and g["latex"] is None
+    assert g["note"] == "the closed form has 10 nodes, more than 5: not printed"
+    np.testing.assert_allclose(g["value"], [3.0, 12.0])
+
+
+# -- through the CLI -----------------------------------------------------------
+
+def test_cli_grad_symbolic_prints_the_closed_forms():
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from gradcalc.cli.app import app
+    runner = CliRunner()
+    res = runner.invoke(app, ["grad", "sin(x)*y", "--at", "x=1,y=2", "--symbolic"])
+    assert res.exit_code == 0
+    assert "df/dx = y*cos(x)" in res.stdout and "df/dy = sin(x)" in res.stdout
+    res = runner.invoke(app, ["grad", "sin(x)*y", "--at", "x=1,y=2", "--symbolic", "-f", "json"])
+    doc = _json.loads(res.stdout)
+    assert doc["symbolic"]["x"]["text"] == "y*cos(x)" and doc["symbolic"]["y"]["text"] == "sin(x)"
+    assert doc["symbolic"]["x"]["latex"] == r"y \cos{\left(x \right)}"
+
+
+def test_cli_check_symbolic_is_a_third_oracle(monkeypatch):
+    from typer.testing import CliRunner
+
+    from gradcalc.cli.app import app
+    from gradcalc.primitives import REGISTRY
+    runner = CliRunner()
+    assert runner.invoke(app, ["check", "samples/rosenbrock.grad", "--symbolic"]).exit_code == 0
+    # a wrong rule disagrees with sympy as well as with finite differences
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: g * ans,))
+    res = runner.invoke(app, ["check", "sin(x)", "--at", "x=1", "--symbolic", "-f", "json"])
+    assert res.exit_code == 1
+    assert "automatic and symbolic derivatives disagree" in res.stdout
