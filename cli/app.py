@@ -134,6 +134,26 @@ def _emit(opts: Options, payload: dict, plain_lines, show_table: Callable[[], No
     render.print_warnings(payload.get("warnings"))
 
 
+def _grad_exec(opts: Options, cmd: str, timeout: float, point: dict, wrt, method: str) -> None:
+    from gradcalc.blackbox import BlackBox, fd_gradient
+    from gradcalc.errors import UsageError
+    if not point:
+        raise UsageError("grad --exec needs the point: --at NAME=VALUE for every input of the program")
+    box = BlackBox(cmd, timeout)
+    gradient, error, value = fd_gradient(box, point, method=method, wrt=wrt)
+    payload = {"command": "grad", "of": "value", "value": value, "gradient": gradient,
+               "error_estimate": error, "method": method, "exec": cmd, "requests": box.requests,
+               "unconnected": [], "warnings": []}
+
+    def table():
+        render.print_table(f"finite-difference gradient of '{cmd}' ({method}, {box.requests} request"
+                           f"{'s' if box.requests != 1 else ''})",
+                           [(f"d/d{k}", v) for k, v in gradient.items()] +
+                           [(f"error estimate d/d{k}", v) for k, v in error.items()],
+                           precision=opts.precision, caption=_point_caption(point, opts.precision))
+    _emit(opts, payload, list(gradient.values()), table)
+
+
 def _symbolic_payload(entries: dict) -> dict:
     return {k: {"text": v["text"], "latex": v["latex"], "note": v["note"]} for k, v in entries.items()}
 
@@ -192,27 +212,53 @@ def eval_cmd(
 # grad
 # ==========================================================================
 
+ExecOpt = Annotated[Optional[str], typer.Option(
+    "--exec", help="a black-box program speaking the JSON protocol (README: Black boxes)",
+    show_default=False)]
+ExecTimeoutOpt = Annotated[float, typer.Option("--exec-timeout", min=0.001,
+                                               help="seconds the --exec program may run per request")]
+OptionalSourceArg = Annotated[Optional[str], typer.Argument(
+    help="program text, a path to a .grad file, or - for stdin (omit with --exec)", show_default=False)]
+
+
 @app.command("grad")
 def grad_cmd(
-    source: SourceArg,
+    source: OptionalSourceArg = None,
     at: AtOpt = None,
     of: OfOpt = None,
     wrt: WrtOpt = None,
     sum_: Annotated[bool, typer.Option("--sum", help="differentiate the sum of a non-scalar output")] = False,
     unconnected: UnconnectedOpt = Unconnected.zero,
     symbolic: SymbolicOpt = False,
+    exec_: ExecOpt = None,
+    exec_timeout: ExecTimeoutOpt = 60.0,
+    method: Annotated[Optional[str], typer.Option(
+        "--method", help="with --exec: central, forward or richardson (default)", show_default=False)] = None,
     format: FormatOpt = Format.table,
     json_: JsonOpt = False,
     precision: PrecisionOpt = 6,
     debug: DebugOpt = False,
     max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
 ):
-    """The gradient of a scalar output with respect to inputs or intermediate values."""
+    """The gradient of a scalar output with respect to inputs or intermediate values.
+
+    With --exec CMD (and no SOURCE): the finite-difference gradient of a black box.
+    """
     opts = Options(format, json_, precision, debug, max_elements)
 
     def body():
         from gradcalc.api import grad
+        from gradcalc.errors import UsageError
         point = _at(at, opts)
+        if exec_ is not None:
+            if source is not None:
+                raise UsageError("grad --exec differentiates the black box alone; give no SOURCE",
+                                 hint="to compare a program with a black box, use check SOURCE --exec CMD")
+            return _grad_exec(opts, exec_, exec_timeout, point, wrt, method or "richardson")
+        if method is not None:
+            raise UsageError("--method applies to grad --exec only")
+        if source is None:
+            raise UsageError("missing SOURCE", hint="gradcalc grad 'sin(x)*y' --at x=1,y=2")
         r = grad(_source(source), point, of=of, wrt=wrt, sum=sum_, unconnected=unconnected.value,
                  symbolic=symbolic, max_elements=max_elements)
         payload = {"command": "grad", "of": r.of, "value": r.value, "gradient": dict(r),
@@ -407,8 +453,9 @@ class Method(str, Enum):
 
 @app.command("check")
 def check_cmd(
-    sources: Annotated[List[str], typer.Argument(help="programs, .grad files or directories (every "
-                                                      "*.grad inside)", show_default=False)],
+    sources: Annotated[Optional[List[str]], typer.Argument(
+        help="programs, .grad files or directories (every *.grad inside); none with --exec alone",
+        show_default=False)] = None,
     at: AtOpt = None,
     of: OfManyOpt = None,
     wrt: WrtOpt = None,
@@ -430,6 +477,8 @@ def check_cmd(
                                                   "jacobian to compare with", show_default=False)] = None,
     junit_xml: Annotated[Optional[str], typer.Option("--junit-xml", help="write a JUnit XML report",
                                                      show_default=False)] = None,
+    exec_: ExecOpt = None,
+    exec_timeout: ExecTimeoutOpt = 60.0,
     format: FormatOpt = Format.table,
     json_: JsonOpt = False,
     precision: Annotated[int, typer.Option("--precision", min=1, max=17,
@@ -450,7 +499,13 @@ def check_cmd(
         point = _at(at, opts)
         stored = _load_expect(expect) if expect else None
         results, tol = [], None
-        for s in expand_sources(sources):
+        if exec_ is not None:
+            results, tol = _check_exec(exec_, exec_timeout, sources or [], point, of, wrt, method.value,
+                                       rtol, atol, max_elements)
+        elif not sources:
+            from gradcalc.errors import UsageError
+            raise UsageError("missing SOURCE", hint="gradcalc check samples/ (or --exec CMD)")
+        for s in expand_sources(sources or []) if exec_ is None else ():
             src = read_source(s)
             r = check(parse(src.text, src.label), point, of=of, wrt=wrt, points=points, seed=seed,
                       method=method.value, rtol=rtol, atol=atol, directions=directions,
@@ -466,10 +521,34 @@ def check_cmd(
         if opts.format is Format.plain:
             for x in results:
                 sys.stdout.write(f"{'ok' if x.ok else 'FAIL'} {x.source} point={x.point} "
-                                 f"d{x.of}/d{x.wrt} max_abs_err={x.max_abs_err:.3g} "
+                                 f"{_result_label(x)} max_abs_err={x.max_abs_err:.3g} "
                                  f"max_rel_err={x.max_rel_err:.3g}\n")
         return 0 if ok else 1
     _run(opts, body)
+
+
+def _check_exec(cmd, timeout, sources, point, of, wrt, method, rtol, atol, max_elements):
+    """check --exec CMD (the program's gradient against differences of its values), or
+    check SOURCE --exec CMD (the program against gradcalc's own derivatives of SOURCE)."""
+    from gradcalc.blackbox import BlackBox, check_against_source, check_blackbox
+    from gradcalc.lower import trace
+    from gradcalc.numerics import expand_sources
+    from gradcalc.values import read_source
+    from gradcalc.api import parse
+    box = BlackBox(cmd, timeout)
+    if not sources:
+        if not point:
+            from gradcalc.errors import UsageError
+            raise UsageError("check --exec needs the point: --at NAME=VALUE for every input")
+        fd_method = "richardson" if method == "central" else method
+        results = check_blackbox(box, point, method=fd_method, rtol=rtol, atol=atol, label=cmd, wrt=wrt)
+        return results, (rtol, atol)
+    results = []
+    for s in expand_sources(sources):
+        src = read_source(s)
+        tr = trace(parse(src.text, src.label), point, max_elements=max_elements)
+        results += check_against_source(box, tr, rtol=rtol, atol=atol, label=src.label, of=of, wrt=wrt)
+    return results, (rtol, atol)
 
 
 def _load_expect(path: str) -> dict:
@@ -493,7 +572,7 @@ def _check_table(results, ok, precision):
         table.add_column(c, justify="right" if "err" in c or c in ("point", "step") else "left",
                          no_wrap=c != "notes")
     for x in results:
-        table.add_row(x.source, str(x.point), f"d{x.of}/d{x.wrt}", render.fmt(x.max_abs_err, precision),
+        table.add_row(x.source, str(x.point), _result_label(x), render.fmt(x.max_abs_err, precision),
                       render.fmt(x.max_rel_err, precision),
                       "[" + ", ".join(map(str, x.worst_index)) + "]", x.method,
                       render.fmt(x.step, precision),
@@ -504,6 +583,10 @@ def _check_table(results, ok, precision):
     out.print(table)
 
 
+def _result_label(x) -> str:
+    return f"{x.of} (value)" if not x.wrt else f"d{x.of}/d{x.wrt}"
+
+
 def _write_junit(path: str, results) -> None:
     import xml.etree.ElementTree as ET
     failures = sum(not x.ok for x in results)
@@ -511,7 +594,7 @@ def _write_junit(path: str, results) -> None:
                        failures=str(failures), errors="0")
     for x in results:
         case = ET.SubElement(suite, "testcase", classname=f"gradcalc.check.{x.source}",
-                             name=f"point {x.point}: d{x.of}/d{x.wrt} ({x.method})")
+                             name=f"point {x.point}: {_result_label(x)} ({x.method})")
         detail = (f"max_abs_err={x.max_abs_err!r} max_rel_err={x.max_rel_err!r} "
                   f"worst_index={x.worst_index} step={x.step!r}")
         if not x.ok:

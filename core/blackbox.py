@@ -1,0 +1,639 @@
+"""Black boxes (SPEC §9): programs in any language that speak JSON on stdin and stdout.
+
+gradcalc starts the program (the command split like a shell would, never run
+through a shell) once per request and writes one request on its stdin::
+
+    {"schema": 1, "points": [{"x": [0.5, -1.0, 2.0], "y": 1.5}, ...]}
+
+The program answers with one JSON object on stdout, one result per point, in
+order; ``"gradient"`` is optional and holds, for each input, an array of shape
+``value.shape + input.shape`` (the input's shape for a scalar value)::
+
+    {"results": [{"value": 2.31, "gradient": {"x": [...], "y": 0.58}}, ...]}
+
+Arrays are nested lists (scalars plain numbers); non-finite numbers may be
+written as the strings ``"nan"``, ``"inf"``, ``"-inf"`` both ways.
+
+Every estimate sends all the points it needs in one request: a black box pays
+for a process start (an interpreter, a model loading its data), rarely for one
+more point.  A program that cannot be started is a :class:`UsageError`; one
+that exits non-zero, runs past its timeout or answers something other than the
+protocol is an :class:`ExecError` (a :class:`ValueError_`) whose message
+quotes the end of its stderr.  Both are user errors (exit status 2).
+
+Finite differences (``fd_gradient``, ``check_blackbox``) perturb one element
+at a time with ``numerics.default_step`` and always evaluate the central (or,
+for ``forward``, the one-sided) difference at two steps, ``h`` and ``h/2``, in
+the same request, which gives an error estimate for free:
+
+=========== ============================ ==================================
+method      estimate                     error estimate (per element)
+=========== ============================ ==================================
+richardson  R = (4 D(h/2) - D(h)) / 3    |R - D(h/2)|: the error of D(h/2),
+                                         a generous bound on R's
+central     D(h), central difference     4/3 |D(h) - D(h/2)|: D(h)'s O(h^2)
+                                         truncation error (plus rounding)
+forward     D(h), one-sided difference   2 |D(h) - D(h/2)|: D(h)'s O(h)
+                                         truncation error (plus rounding)
+=========== ============================ ==================================
+
+Each error estimate also adds the rounding error ``eps |f(x)| / h``, since the
+two steps can agree by chance.  The complex step is not offered: it needs complex arithmetic inside the
+program.  Steps are measured as ``(x + h) - x`` in floating point, so the
+difference quotients divide by the step that was actually taken.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+from typing import Sequence
+
+import numpy as np
+
+from .errors import ShapeError, UsageError, ValueError_
+from .numerics import EPS, TOLERANCES, CheckResult, compare, default_step
+
+SCHEMA = 1
+DEFAULT_TIMEOUT = 60.0
+#: Finite-difference methods a black box supports (no complex step).
+FD_METHODS = ("central", "forward", "richardson")
+#: The end of a program's stderr quoted in an error: at most this many lines and characters.
+STDERR_LINES, STDERR_CHARS = 10, 1000
+#: Program against source (``check_against_source``): two float64 implementations of the
+#: same function agree to ~1e-13 unless they use different formulas (log(1 + x) against
+#: log1p(x)); 1e-8 leaves room for that and still catches any real mistake.
+EXEC_TOLERANCE = (1e-8, 1e-10)
+_PROTOCOL_HINT = ('the program must print one JSON object {"results": [{"value": V, '
+                  '"gradient": {NAME: G, ...}}, ...]} with one result per point; '
+                  'see samples/blackbox/README.md')
+# the step multiples each method evaluates, in request order
+_SCALES = {"central": (1.0, -1.0, 0.5, -0.5), "richardson": (1.0, -1.0, 0.5, -0.5),
+           "forward": (1.0, 0.5)}
+
+
+class ExecError(ValueError_):
+    """A black box that failed: exited non-zero, ran past its timeout or broke the protocol.
+
+    The message ends with the end of the program's stderr; ``stderr`` holds all
+    of it and ``returncode`` its exit status (None if it did not exit by itself).
+    """
+
+    def __init__(self, message: str, *, stderr: str = "", returncode: int | None = None,
+                 hint: str | None = None):
+        super().__init__(message + _quote_stderr(stderr), hint=hint)
+        self.stderr = stderr
+        self.returncode = returncode
+
+
+def _quote_stderr(stderr: str) -> str:
+    text = stderr.rstrip()
+    if not text.strip():
+        return " (its stderr is empty)"
+    lines = text.splitlines()
+    tail = "\n".join(lines[-STDERR_LINES:])
+    cut = len(lines) > STDERR_LINES
+    if len(tail) > STDERR_CHARS:
+        tail, cut = tail[-STDERR_CHARS:], True
+    quoted = "\n".join("  | " + line for line in tail.splitlines())
+    return "; the end of its stderr:\n" + ("  | …\n" if cut else "") + quoted
+
+
+def _show(cmd: str, limit: int = 100) -> str:
+    """A command in quotes that do not clash with its own, long ones shortened."""
+    if len(cmd) > limit:
+        cmd = cmd[:limit] + "…"
+    return f'"{cmd}"' if "'" in cmd and '"' not in cmd else f"'{cmd}'"
+
+
+def _snippet(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+# ==========================================================================
+# JSON values: nested lists, "nan"/"inf"/"-inf" for non-finite numbers
+# ==========================================================================
+
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
+              "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf}
+
+
+def encode(value) -> object:
+    """An array as JSON data: nested lists of floats, non-finite numbers as strings."""
+    a = np.asarray(value, dtype=np.float64)
+    if np.isfinite(a).all():
+        return a.tolist()
+
+    def conv(x):
+        if isinstance(x, list):
+            return [conv(i) for i in x]
+        return x if math.isfinite(x) else ("nan" if math.isnan(x) else "inf" if x > 0 else "-inf")
+    return conv(a.tolist())
+
+
+class _NotNumbers(Exception):
+    pass
+
+
+def decode(data) -> np.ndarray:
+    """JSON data (a number, "nan"/"inf"/"-inf", or a nested list of them) as a float64 array.
+
+    Raises ValueError with a short reason when data is something else or ragged.
+    """
+    def conv(x):
+        if isinstance(x, list):
+            return [conv(i) for i in x]
+        if isinstance(x, bool) or x is None:
+            raise _NotNumbers(f"{json.dumps(x)} is not a number")
+        if isinstance(x, (int, float)):
+            return float(x)
+        if isinstance(x, str) and x.strip().lower() in _NONFINITE:
+            return _NONFINITE[x.strip().lower()]
+        text = json.dumps(x)
+        raise _NotNumbers(f"{text if len(text) <= 40 else text[:40] + '…'} is not a number")
+    try:
+        return np.array(conv(data), dtype=np.float64)
+    except _NotNumbers as err:
+        raise ValueError(str(err)) from None
+    except OverflowError:
+        raise ValueError("a number is too large for float64") from None
+    except ValueError:
+        raise ValueError("a ragged nested list (rows of different lengths)") from None
+
+
+def _as_point(point, what: str = "a point") -> dict[str, np.ndarray]:
+    if not isinstance(point, dict):
+        raise UsageError(f"{what} must map input names to values, not {type(point).__name__}")
+    return {str(k): np.asarray(v, dtype=np.float64) for k, v in point.items()}
+
+
+# ==========================================================================
+# Running the program
+# ==========================================================================
+
+class BlackBox:
+    """A program that answers gradcalc's JSON protocol (SPEC §9); see the module docstring.
+
+    ``cmd`` is split like a shell would (``shlex.split``) and run directly,
+    never through a shell; a list of arguments is taken as it is.  ``timeout``
+    is the limit in seconds for one request (``--exec-timeout``).  ``requests``
+    counts the requests made, i.e. the times the program was started;
+    ``last_stderr`` holds what it wrote on stderr the last time.
+    """
+
+    def __init__(self, cmd: str | Sequence[str], timeout: float = DEFAULT_TIMEOUT):
+        if isinstance(cmd, str):
+            try:
+                argv = shlex.split(cmd)
+            except ValueError as err:  # "No closing quotation"
+                raise UsageError(f"--exec: cannot split the command {cmd!r}: {err}") from None
+            self.cmd = cmd.strip()
+        else:
+            argv = [str(a) for a in cmd]
+            self.cmd = shlex.join(argv)
+        if not argv:
+            raise UsageError("--exec needs a command", hint="for example: --exec 'python3 model.py'")
+        try:
+            timeout = float(timeout)
+        except (TypeError, ValueError):
+            raise UsageError(f"--exec-timeout must be a number of seconds, not {timeout!r}") from None
+        if not timeout > 0:  # also refuses nan
+            raise UsageError(f"--exec-timeout must be a positive number of seconds, not {timeout:g}")
+        self.argv = argv
+        self.timeout = timeout
+        self.requests = 0
+        self.last_stderr = ""
+
+    def __repr__(self):
+        return f"BlackBox({self.cmd!r}, timeout={self.timeout:g})"
+
+    def run(self, points: Sequence[dict]) -> list[dict]:
+        """Evaluate the program at every point with one request (one start of the program).
+
+        ``points`` is a list of {input name: array}.  Returns one dict per point,
+        in order: ``{"value": array, "gradient": {name: array} or None}``, each
+        gradient array of shape ``value.shape + input.shape``.  An empty list
+        of points returns [] without starting the program.
+        """
+        points = [_as_point(p) for p in points]
+        if not points:
+            return []
+        request = {"schema": SCHEMA, "points": [{k: encode(v) for k, v in p.items()} for p in points]}
+        stdout, stderr = self._call(json.dumps(request, allow_nan=False).encode("utf-8"))
+        return self._results(stdout, stderr, points)
+
+    # -- the process ---------------------------------------------------------
+
+    def _fail(self, what: str, stderr: str = "", **kw) -> ExecError:
+        return ExecError(f"--exec {_show(self.cmd)} {what}", stderr=stderr, **kw)
+
+    def _call(self, data: bytes) -> tuple[str, str]:
+        """Start the program, write data on its stdin, return (stdout, stderr) text."""
+        program = self.argv[0]
+        try:
+            # a session of its own: on a timeout the whole process group is killed,
+            # children the program started included, so nobody keeps our pipes open
+            proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=os.name == "posix")
+        except FileNotFoundError:
+            raise UsageError(f"--exec: program '{program}' not found",
+                             hint="check the command, or give the path to the program") from None
+        except PermissionError:
+            raise UsageError(f"--exec: cannot run '{program}': permission denied",
+                             hint="make it executable, or run it through its interpreter "
+                                  "(e.g. --exec 'python3 model.py')") from None
+        except OSError as err:
+            raise UsageError(f"--exec: cannot run '{program}': {err.strerror or err}") from None
+        self.requests += 1
+        try:
+            try:
+                out, err = proc.communicate(data, timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                _kill(proc)
+                out, err = _drain(proc)
+                self.last_stderr = _text(err)
+                raise self._fail(f"ran past --exec-timeout {self.timeout:g} seconds and was stopped",
+                                 self.last_stderr,
+                                 hint="give it more time with --exec-timeout SECONDS") from None
+        finally:
+            if proc.poll() is None:  # interrupted (Ctrl-C) or failed: leave no process behind
+                _kill(proc)
+                proc.wait()
+        self.last_stderr = _text(err)
+        code = proc.returncode
+        if code != 0:
+            if code < 0:
+                try:
+                    how = f"was killed by signal {signal.Signals(-code).name}"
+                except ValueError:
+                    how = f"was killed by signal {-code}"
+            else:
+                how = f"exited with status {code}"
+            raise self._fail(how, self.last_stderr, returncode=code)
+        return _text(out), self.last_stderr
+
+    # -- the answer ----------------------------------------------------------
+
+    def _results(self, stdout: str, stderr: str, points: list[dict]) -> list[dict]:
+        def fail(what):
+            return self._fail(what, stderr, returncode=0, hint=_PROTOCOL_HINT)
+
+        text = stdout.strip()
+        if not text:
+            raise fail("printed nothing on stdout")
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise fail(f"printed something that is not JSON ({err.msg}: line {err.lineno} column "
+                       f"{err.colno}): {_snippet(text)}") from None
+        except RecursionError:
+            raise fail("printed JSON nested too deeply") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+            raise fail(f'printed JSON that is not an object with a "results" list: {_snippet(text)}')
+        results = doc["results"]
+        if len(results) != len(points):
+            raise fail(f"returned {len(results)} result{'s' * (len(results) != 1)} for "
+                       f"{len(points)} point{'s' * (len(points) != 1)}")
+        out = []
+        vshape = None
+        for i, (r, point) in enumerate(zip(results, points)):
+            if not isinstance(r, dict) or "value" not in r:
+                raise fail(f'returned a result {i} that is not an object with a "value": {_snippet(json.dumps(r))}')
+            try:
+                value = decode(r["value"])
+            except ValueError as err:
+                raise fail(f'returned in result {i} a "value" that is not a number or array: {err}') from None
+            if vshape is None:
+                vshape = value.shape
+            elif value.shape != vshape:
+                raise fail(f"returned a value of shape {value.shape} in result {i}, but of shape "
+                           f"{vshape} in result 0")
+            out.append({"value": value, "gradient": self._gradient(r.get("gradient"), i, value,
+                                                                   point, fail)})
+        return out
+
+    @staticmethod
+    def _gradient(g, i, value, point, fail):
+        if g is None:
+            return None
+        if not isinstance(g, dict):
+            raise fail(f'returned in result {i} a "gradient" that is not an object {{input name: array}}')
+        grad = {}
+        for name, data in g.items():
+            if name not in point:
+                raise fail(f"returned in result {i} a gradient for '{name}', which is not an input "
+                           f"(the inputs sent are: {', '.join(point) or 'none'})")
+            try:
+                a = decode(data)
+            except ValueError as err:
+                raise fail(f"returned in result {i} a gradient for '{name}' that is not an array of numbers: "
+                           f"{err}") from None
+            xshape = point[name].shape
+            want = value.shape + xshape
+            if a.shape != want:
+                if value.size == 1 and a.shape == xshape:  # a value of shape (1,): accept x's shape
+                    a = a.reshape(want)
+                else:
+                    of_what = f"'{name}' has shape {xshape}" + \
+                        (f" and the value {value.shape}; expected value.shape + input.shape = {want}"
+                         if value.ndim else "")
+                    raise fail(f"returned in result {i} a gradient for '{name}' of shape {a.shape}, but "
+                               f"{of_what}")
+            grad[name] = a
+        return grad
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the program and everything it started (its process group); it must not be reaped yet."""
+    try:
+        if os.name == "posix":
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
+
+
+def _drain(proc: subprocess.Popen) -> tuple[bytes, bytes]:
+    """What a killed program wrote before it died; reaps it."""
+    try:
+        return proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:  # a process outside the group holds the pipes
+        for f in (proc.stdout, proc.stderr):
+            if f:
+                f.close()
+        proc.wait()
+        return b"", b""
+
+
+# ==========================================================================
+# Finite differences of a black box
+# ==========================================================================
+
+def _check_method(method: str) -> None:
+    if method not in FD_METHODS:
+        hint = ("the complex step needs complex arithmetic inside the program; "
+                if method == "complex" else "") + f"use one of: {', '.join(FD_METHODS)}"
+        raise UsageError(f"--exec: unknown or unsupported finite-difference method '{method}'",
+                         hint=hint)
+
+
+def _wrt(point: dict, wrt) -> list[str]:
+    if wrt is None:
+        return list(point)
+    names = [wrt] if isinstance(wrt, str) else list(wrt)
+    out = []
+    for w in names:
+        if w not in point:
+            raise UsageError(f"--wrt '{w}' is not one of the inputs given to the program",
+                             hint=f"the inputs are: {', '.join(point) or 'none'}")
+        if w not in out:
+            out.append(w)
+    return out
+
+
+class _Stencil:
+    """The perturbed points of one finite-difference estimate at one point, for every wrt input."""
+
+    def __init__(self, at: dict, wrt: list[str], method: str, requests: list):
+        self.at, self.wrt, self.method = at, wrt, method
+        self.base = len(requests)
+        requests.append(at)
+        self.parts = {}  # w -> (step h, [actual offsets per scale], first request index)
+        for w in wrt:
+            x = at[w]
+            h = np.broadcast_to(default_step(x, method), x.shape)
+            flat, n = x.ravel(), x.size
+            idx = np.arange(n)
+            offsets, start = [], len(requests)
+            for s in _SCALES[method]:
+                rows = np.tile(flat, (n, 1))
+                rows[idx, idx] = flat + s * h.ravel()
+                offsets.append(rows[idx, idx] - flat)  # the step actually taken
+                requests.extend({**at, w: r.reshape(x.shape)} for r in rows)
+            self.parts[w] = (h, offsets, start)
+
+    def solve(self, results: list[dict]):
+        """(value, {w: estimate}, {w: error estimate}, {w: step}); estimates of shape
+        value.shape + w.shape."""
+        value = results[self.base]["value"]
+        est, err, steps = {}, {}, {}
+        with np.errstate(all="ignore"):
+            for w in self.wrt:
+                h, offsets, start = self.parts[w]
+                x = self.at[w]
+                n = x.size
+                blocks = [np.stack([results[start + k * n + i]["value"] for i in range(n)])
+                          if n else np.zeros((0,) + value.shape) for k in range(len(offsets))]
+                col = [o.reshape((n,) + (1,) * value.ndim) for o in offsets]
+                if self.method == "forward":
+                    d1 = (blocks[0] - value) / col[0]
+                    d2 = (blocks[1] - value) / col[1]
+                    e, r = d1, 2 * np.abs(d1 - d2)
+                else:
+                    d1 = (blocks[0] - blocks[1]) / (col[0] - col[1])
+                    d2 = (blocks[2] - blocks[3]) / (col[2] - col[3])
+                    if self.method == "central":
+                        e, r = d1, 4 / 3 * np.abs(d1 - d2)
+                    else:
+                        e = (4 * d2 - d1) / 3
+                        r = np.abs(e - d2)
+                # the two steps can agree by chance: never claim less than the rounding error
+                r = r + EPS * np.abs(value) / np.abs(col[0])
+                est[w] = _rows_to_jacobian(e, value.shape, x.shape)
+                err[w] = _rows_to_jacobian(r, value.shape, x.shape)
+                steps[w] = np.array(h)
+        return value, est, err, steps
+
+
+def _rows_to_jacobian(rows: np.ndarray, yshape: tuple, xshape: tuple) -> np.ndarray:
+    """Rows (x.size,) + y.shape, one per input element, as a Jacobian y.shape + x.shape."""
+    return np.moveaxis(rows, 0, -1).reshape(yshape + xshape)
+
+
+def fd_gradient(box: BlackBox, at: dict, method: str = "richardson", wrt=None):
+    """The finite-difference gradient of a black box's scalar value (``grad --exec``).
+
+    ``at`` is the point {input name: array} (every input the program needs);
+    ``wrt`` a name or list of names among them (default: all, in order).  All
+    the perturbed points go to the program in one request.  Returns
+    ``(gradient, error_estimate, value)``: {name: array of the input's shape}
+    twice (the error estimate per element, see the module docstring) and the
+    value at ``at``.  A value that is not a scalar is a ShapeError.
+    """
+    _check_method(method)
+    at = _as_point(at, "the point (--at)")
+    wrt = _wrt(at, wrt)
+    requests: list = []
+    stencil = _Stencil(at, wrt, method, requests)
+    results = box.run(requests)
+    value = results[0]["value"]
+    if value.size != 1:
+        raise ShapeError(f"grad --exec needs a scalar output, but the program's value has shape "
+                         f"{value.shape}",
+                         hint="use 'gradcalc check --exec' to check the Jacobian it reports")
+    _, est, err, _ = stencil.solve(results)
+    shape = {w: at[w].shape for w in wrt}
+    return ({w: est[w].reshape(shape[w]) for w in wrt},
+            {w: err[w].reshape(shape[w]) for w in wrt}, value)
+
+
+def _tolerance(method_tol, rtol, atol):
+    return (method_tol[0] if rtol is None else float(rtol), method_tol[1] if atol is None else float(atol))
+
+
+def check_blackbox(box: BlackBox, at, method: str = "richardson", rtol: float | None = None,
+                   atol: float | None = None, label: str | None = None, *, wrt=None,
+                   of: str = "value") -> list[CheckResult]:
+    """The gradient a black box reports against finite differences of the values it reports.
+
+    ``at`` is one point {name: array} or a list of points (numbered 0, 1, ...
+    in the results); one request carries every point with all its perturbed
+    points, and the program's answer at each point itself supplies the
+    reported gradient.  One CheckResult per point and ``wrt`` input (default:
+    all inputs), with ``of`` as the output's name and ``label`` (default: the
+    command) as the source.  A value that is not a scalar is checked as a
+    Jacobian of shape value.shape + input.shape.
+
+    Richardson by default, unlike ``check`` of a program: one request costs
+    the same whatever the number of points, and its far smaller error (about
+    1e-12 against 1e-10 for central differences on smooth float64 programs)
+    allows the tight default tolerance numerics.TOLERANCES["richardson"].
+    Tolerances default per method from numerics.TOLERANCES.  A result fails
+    when the program reports no gradient for the input, or a non-finite one.
+    When a result fails and the finite differences' own error estimate is
+    larger than the tolerance, a note says so (noisy or imprecisely printed
+    values); the estimate is in ``extra["fd_error_estimate"]``.
+    """
+    _check_method(method)
+    pts = [at] if isinstance(at, dict) else list(at)
+    pts = [_as_point(p, "the point (--at)") for p in pts]
+    tol = _tolerance(TOLERANCES[method], rtol, atol)
+    label = box.cmd if label is None else label
+    requests: list = []
+    stencils = [_Stencil(p, _wrt(p, wrt), method, requests) for p in pts]
+    results = box.run(requests)
+    out = []
+    for p, st in enumerate(stencils):
+        value, est, err, steps = st.solve(results)
+        reported = results[st.base]["gradient"]
+        for w in st.wrt:
+            step = float(np.max(steps[w])) if steps[w].size else 0.0
+            if reported is None or w not in reported:
+                why = ("the program reports no gradient" if reported is None else
+                       f"the program reports no gradient for '{w}'")
+                out.append(CheckResult(label, p, of, w, math.inf, math.inf, [], method, step, False,
+                                       [why]))
+                continue
+            ad, fd = reported[w], est[w]
+            ok, mabs, mrel, worst = compare(ad, fd, *tol)
+            notes = []
+            if not np.isfinite(ad).all():
+                notes.append("non-finite derivative")
+            if not np.isfinite(fd).all():
+                notes.append("non-finite finite differences: the program's values are not "
+                             "finite near the point")
+            e = err[w]
+            if not ok and np.isfinite(fd).all() and np.isfinite(ad).all():
+                # say so when the estimate's own error could explain the mismatch
+                i = tuple(worst)
+                uncertain, fdi = float(e[i]), float(fd[i])
+                if uncertain > tol[1] + tol[0] * abs(fdi) and uncertain >= 0.1 * abs(float(ad[i]) - fdi):
+                    notes.append(f"the finite differences are themselves uncertain by ~{uncertain:.2g} "
+                                 "here: are the program's values noisy, or printed with too few digits?")
+            fd_err = float(np.max(e)) if e.size else 0.0
+            out.append(CheckResult(label, p, of, w, mabs, mrel, worst, method, step, ok, notes,
+                                   {"fd_error_estimate": fd_err}))
+    return out
+
+
+# ==========================================================================
+# A black box against gradcalc's own derivatives of a program
+# ==========================================================================
+
+def check_against_source(box: BlackBox, traced, at=None, rtol: float | None = None,
+                         atol: float | None = None, label: str | None = None, *, of=None,
+                         wrt=None) -> list[CheckResult]:
+    """A black box's value and gradient against gradcalc's evaluation and reverse mode of a program.
+
+    ``traced`` is a gradcalc.lower.Traced (or a list of them, one per point,
+    numbered 0, 1, ... in the results; all sent in one request).  The program
+    receives every input of the traced program at its traced value (defaults
+    included); ``at`` (a dict, or a list matching ``traced``) may restate some
+    of them, and must then agree with the traced values.  ``of`` names the
+    output (default: the program's last statement), ``wrt`` the inputs to
+    compare gradients for (default: all).
+
+    Per point: one result with method "exec value" (the program's value
+    against the output's, ``wrt`` empty) and one with method "exec gradient"
+    per input.  Tolerances default to EXEC_TOLERANCE (two float64
+    implementations of one function).  A missing gradient fails.
+    """
+    from .api import _names, _output, jacobian_blocks
+
+    tr_list = [traced] if not isinstance(traced, (list, tuple)) else list(traced)
+    at_list = [at] * len(tr_list) if at is None or isinstance(at, dict) else list(at)
+    if len(at_list) != len(tr_list):
+        raise UsageError(f"check_against_source: {len(at_list)} points for {len(tr_list)} traced programs")
+    tol = _tolerance(EXEC_TOLERANCE, rtol, atol)
+    points, plans = [], []
+    for tr, given in zip(tr_list, at_list):
+        point = {info.name: tr.value(info.name) for info in tr.inputs}
+        for name, v in _as_point(given or {}, "the point (--at)").items():
+            if name not in point:
+                raise UsageError(f"'{name}' is not an input of the program")
+            if v.shape != point[name].shape or not np.array_equal(v, point[name], equal_nan=True):
+                raise UsageError(f"the value given for '{name}' is not the one the program was traced at")
+        out = _output(tr, of)
+        ws = _names(tr, wrt, "--wrt", tr.tape.inputs)
+        for w in ws:
+            if w not in tr.tape.inputs:
+                raise UsageError(f"--exec compares gradients with respect to inputs, and '{w}' is an "
+                                 "intermediate value", hint="the program only sees the inputs")
+        points.append(point)
+        plans.append((tr, out, ws))
+    results = box.run(points)
+    name = label if label is not None else tr_list[0].program.source.label
+    extra = {"exec": box.cmd}
+    checks = []
+    with np.errstate(all="ignore"):
+        for p, ((tr, out, ws), res) in enumerate(zip(plans, results)):
+            ref = tr.value(out)
+            got = res["value"]
+            checks.append(_against(name, p, out, "", got, ref, "exec value", tol, extra, "value"))
+            blocks = jacobian_blocks(tr, [out], ws, "rev")[out]
+            for w in ws:
+                ref_g = blocks[w]
+                ref_g = np.zeros(ref.shape + tr.value(w).shape) if ref_g is None else ref_g
+                g = res["gradient"]
+                if g is None or w not in g:
+                    why = ("the program reports no gradient" if g is None else
+                           f"the program reports no gradient for '{w}'")
+                    checks.append(CheckResult(name, p, out, w, math.inf, math.inf, [], "exec gradient",
+                                              0.0, False, [why], dict(extra)))
+                    continue
+                checks.append(_against(name, p, out, w, g[w], ref_g, "exec gradient", tol, extra,
+                                       "gradient"))
+    return checks
+
+
+def _against(name, p, out, w, got, ref, method, tol, extra, what) -> CheckResult:
+    if got.shape != ref.shape:
+        return CheckResult(name, p, out, w, math.inf, math.inf, [], method, 0.0, False,
+                           [f"the program's {what} has shape {got.shape}, gradcalc's {ref.shape}"],
+                           dict(extra))
+    ok, mabs, mrel, worst = compare(got, ref, *tol)
+    notes = []
+    if not ok and ref.size:
+        idx = "".join(f"[{i}]" for i in worst)
+        entry = f"{what}['{w}']{idx}" if w else f"{what}{idx}"
+        notes.append(f"{entry}: program {float(got[tuple(worst)])!r}, gradcalc {float(ref[tuple(worst)])!r}")
+    return CheckResult(name, p, out, w, mabs, mrel, worst, method, 0.0, ok, notes, dict(extra))
