@@ -58,7 +58,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     live = depends(equations, wanted)
     ct = dict(cotangents)
     found = {}
-    shapes, values = builder.shapes, builder.values
+    shapes = builder.shapes
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
@@ -69,12 +69,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
         if g is None or not eq.prim.differentiable:
             continue
         builder.pos = eq.pos
-        if eager:
-            args = [values[a] for a in eq.args]
-            ans = values[eq.out]
-        else:
-            args = [Tracer(builder, a) for a in eq.args]
-            ans = Tracer(builder, eq.out)
+        ans, args = _operands(builder, eq, eager)
         first = len(builder.equations)
         for i, a in enumerate(eq.args):
             if a not in live:
@@ -102,7 +97,7 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False)
     Traced or eager, as for :func:`backward`.
     """
     tan = dict(tangents)
-    shapes, values = builder.shapes, builder.values
+    shapes = builder.shapes
     check, builder.check_finite = builder.check_finite, False
     for eq in equations:
         if not eq.prim.differentiable:
@@ -111,12 +106,7 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False)
         if all(t is None for t in ts):
             continue
         builder.pos = eq.pos
-        if eager:
-            args = [values[a] for a in eq.args]
-            ans = values[eq.out]
-        else:
-            args = [Tracer(builder, a) for a in eq.args]
-            ans = Tracer(builder, eq.out)
+        ans, args = _operands(builder, eq, eager)
         out = None
         for i, t in enumerate(ts):
             rule = eq.prim.jvp_rule(i) if t is not None else None
@@ -131,6 +121,14 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False)
     builder.pos = None
     builder.check_finite = check
     return tan
+
+
+def _operands(builder: Builder, eq, eager: bool):
+    """An equation's result and arguments, as arrays (eager) or as tracers (traced)."""
+    if eager:
+        values = builder.values
+        return values[eq.out], [values[a] for a in eq.args]
+    return Tracer(builder, eq.out), [Tracer(builder, a) for a in eq.args]
 
 
 def value_of(x):
