@@ -70,8 +70,11 @@ class Primitive:
         for a in args:
             if type(a) is Tracer:
                 builder = a.builder
-                return builder.bind(self, tuple(x if type(x) is Tracer else builder.const(x)
-                                                for x in args), params)
+                for x in args:
+                    if type(x) is not Tracer:
+                        args = tuple(x if type(x) is Tracer else builder.const(x) for x in args)
+                        break
+                return builder.bind(self, args, params)
         xs = [a if isinstance(a, (np.ndarray, np.generic)) else np.asarray(a, dtype=np.float64)
               for a in args]
         if self.normalize is not _no_params:

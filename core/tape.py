@@ -60,6 +60,9 @@ class Tape:
     positions: dict = field(default_factory=dict)  # name -> Pos of its definition
 
 
+_new_equation = tuple.__new__  # Equation(...) without the Python-level __new__
+
+
 class Warning_(NamedTuple):
     message: str
     pos: Pos | None
@@ -186,13 +189,14 @@ class Builder:
             raise ShapeError(f"'{prim.name}': {err}", self.pos) from None
         if value.__class__ is not np.ndarray:
             value = np.asarray(value)
-        if value.dtype != _F64 and value.dtype.kind != "c":
+        if value.dtype is not _F64 and value.dtype != _F64 and value.dtype.kind != "c":
             value = value.astype(np.float64)
         var = self._next
         self._next = var + 1
         values[var] = value
         self.shapes[var] = value.shape
-        self.equations.append(Equation(var, prim, tuple(a.var for a in args), params, self.pos))
+        self.equations.append(_new_equation(Equation, (var, prim, tuple([a.var for a in args]),
+                                                       params, self.pos)))
         if self.check_finite and not all_finite(value):
             self._note_nonfinite(prim, args, value)
         return Tracer(self, var)
