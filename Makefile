@@ -27,6 +27,9 @@ test: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
 
+fuzz: $(STAMP)
+	$(BIN)/python tests/fuzz_long.py --examples 20000
+
 bench: $(STAMP)
 	@$(BIN)/python -m compileall -q core cli
 	$(BIN)/python bench/bench.py

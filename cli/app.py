@@ -90,17 +90,35 @@ def _run(opts: Options, body: Callable[[], Optional[int]]) -> None:
         if opts.debug:
             import traceback
             traceback.print_exception(err)
-        code = report_user_error(err, opts.format is Format.json)
+        code = _pipe_safe(lambda: report_user_error(err, opts.format is Format.json), 2)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         code = EXIT_INTERRUPTED
     except BrokenPipeError:
-        raise
+        code = _reader_gone(0)
     except (typer.Exit, typer.Abort):
         raise
     except Exception as exc:  # noqa: BLE001 - anything else is a bug in gradcalc
         code = report_internal_error(exc, opts.debug)
     raise typer.Exit(code)
+
+
+def _reader_gone(code: int) -> int:
+    """stdout's reader went away (gradcalc ... | head -1): stop writing, quietly."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return code
+
+
+def _pipe_safe(write: Callable[[], int], code: int) -> int:
+    try:
+        return write()
+    except BrokenPipeError:
+        return _reader_gone(code)
 
 
 def _source(arg: str):
@@ -114,7 +132,9 @@ def _source(arg: str):
     try:
         return parse(src.text, src.label)
     except SyntaxError_ as err:
-        if src.label == "<expr>" and re.fullmatch(r"[\w./\\~-]+", arg) and re.search(r"[./\\]", arg):
+        # "model.grad" or "dir/model": a path that does not exist, read as program text
+        if src.label == "<expr>" and re.fullmatch(r"[\w./\\~-]+", arg) and (
+                re.search(r"[/\\]", arg) or re.search(r"\.(grad|txt|json|npy|csv)$", arg)):
             err.hint = f"there is no file '{arg}'; SOURCE is a file, - for stdin, or program text"
         raise
 
@@ -493,9 +513,7 @@ def check_cmd(
     opts = Options(format, json_, precision, debug, max_elements)
 
     def body():
-        from gradcalc.api import parse
         from gradcalc.numerics import check, expand_sources
-        from gradcalc.values import read_source
         point = _at(at, opts)
         stored = _load_expect(expect) if expect else None
         results, tol = [], None
@@ -506,8 +524,7 @@ def check_cmd(
             from gradcalc.errors import UsageError
             raise UsageError("missing SOURCE", hint="gradcalc check samples/ (or --exec CMD)")
         for s in expand_sources(sources or []) if exec_ is None else ():
-            src = read_source(s)
-            r = check(parse(src.text, src.label), point, of=of, wrt=wrt, points=points, seed=seed,
+            r = check(_source(s), point, of=of, wrt=wrt, points=points, seed=seed,
                       method=method.value, rtol=rtol, atol=atol, directions=directions,
                       taylor=taylor, expect=stored, symbolic=symbolic, max_elements=max_elements)
             results += r.results
@@ -533,8 +550,6 @@ def _check_exec(cmd, timeout, sources, point, of, wrt, method, rtol, atol, max_e
     from gradcalc.blackbox import BlackBox, check_against_source, check_blackbox
     from gradcalc.lower import trace
     from gradcalc.numerics import expand_sources
-    from gradcalc.values import read_source
-    from gradcalc.api import parse
     box = BlackBox(cmd, timeout)
     if not sources:
         if not point:
@@ -545,9 +560,10 @@ def _check_exec(cmd, timeout, sources, point, of, wrt, method, rtol, atol, max_e
         return results, (rtol, atol)
     results = []
     for s in expand_sources(sources):
-        src = read_source(s)
-        tr = trace(parse(src.text, src.label), point, max_elements=max_elements)
-        results += check_against_source(box, tr, rtol=rtol, atol=atol, label=src.label, of=of, wrt=wrt)
+        program = _source(s)
+        tr = trace(program, point, max_elements=max_elements)
+        results += check_against_source(box, tr, rtol=rtol, atol=atol, label=program.source.label,
+                                        of=of, wrt=wrt)
     return results, (rtol, atol)
 
 

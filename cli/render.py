@@ -105,6 +105,8 @@ def value_text(a, precision: int) -> str:
     a = np.asarray(a, dtype=np.float64)
     if a.ndim == 0:
         return fmt(float(a), precision)
+    if a.size == 0:
+        return "[] (empty)"
     if a.size > MAX_SHOWN:
         finite = a[np.isfinite(a)]
         head = " ".join(fmt(float(v), precision) for v in a.ravel()[:4])
@@ -152,7 +154,7 @@ def print_matrix(title: str, block, row_name: str, col_name: str, row_shape, col
 
     a = np.asarray(block, dtype=np.float64)
     m, n = int(np.prod(row_shape, dtype=np.int64)), int(np.prod(col_shape, dtype=np.int64))
-    if m * n > MAX_SHOWN * 4 or n > 12:
+    if m * n > MAX_SHOWN * 4 or n > 12 or m * n == 0:
         print_table(title, [(f"d{row_name}/d{col_name}", a)], precision=precision)
         return
     grid = a.reshape(m, n)

@@ -3,16 +3,25 @@
     >>> import gradcalc
     >>> gradcalc.grad("x^2*y", at={"x": 3.0, "y": 2.0})
     Result({'x': array(12.), 'y': array(9.)}, ...)
-"""
-from .api import Result, evaluate, grad, hessian, jacobian, jvp, parse, vjp
-from .errors import GradcalcError
 
-__all__ = ["parse", "evaluate", "grad", "jacobian", "vjp", "jvp", "hessian", "check",
+The names below load on first use, so ``import gradcalc`` itself costs nothing.
+"""
+
+__all__ = ["parse", "evaluate", "grad", "jacobian", "vjp", "jvp", "hessian", "graph", "check",
            "Result", "GradcalcError"]
+
+_HOMES = {"check": "numerics", "GradcalcError": "errors"}
 
 
 def __getattr__(name):
-    if name == "check":  # finite differences load only when asked for
-        from .numerics import check
-        return check
-    raise AttributeError(f"module 'gradcalc' has no attribute {name!r}")
+    if name not in __all__:
+        raise AttributeError(f"module 'gradcalc' has no attribute {name!r}")
+    import importlib
+    module = importlib.import_module(f".{_HOMES.get(name, 'api')}", __name__)
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

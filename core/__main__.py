@@ -1,3 +1,3 @@
-from gradcalc.cli.app import main
+from gradcalc.cli import main
 
 main()

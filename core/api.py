@@ -238,7 +238,7 @@ def _choose_mode(mode, out_size, wrt_size, intermediate):
     if mode not in ("auto", "rev", "fwd"):
         raise UsageError(f"--mode must be auto, rev or fwd, not '{mode}'")
     if mode == "auto":
-        return "rev" if intermediate or out_size <= wrt_size else "fwd"
+        return "rev" if intermediate or out_size <= wrt_size or wrt_size == 0 else "fwd"
     return mode
 
 
@@ -289,22 +289,25 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
             if m == 0:  # an empty output has an empty Jacobian
                 blocks[o] = {w: np.zeros(yshape + tr.value(w).shape) for w in wrt}
                 continue
-            b.check_size((m, max(wrt_size, 1)))
+            b.check_size((m, max(wrt_size, 1)), what=f"the Jacobian of '{o}'")
             rec = Recording(b)
             seed = rec.seed(yshape)
             found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt])
             rows = rec.run({seed.var: np.eye(m).reshape((m,) + yshape)},
-                           [found[names[w]] for w in wrt], m)
+                           [found[names[w]] for w in wrt], m,
+                           what=f"the reverse pass for the Jacobian of '{o}'")
             for w, r in zip(wrt, rows):
                 blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape)
+    elif wrt_size == 0:  # nothing to differentiate with respect to: empty blocks
+        blocks = {o: {w: np.zeros(tr.value(o).shape + tr.value(w).shape) for w in wrt} for o in outs}
     else:
-        n = max(wrt_size, 1)
-        b.check_size((n, max(out_size, 1)))
+        n = wrt_size
+        b.check_size((n, max(out_size, 1)), what="the Jacobian")
         rec = Recording(b)
         seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
         tan = forward(b, tr.tape.equations, {names[w]: s for w, s in seeds.items()})
         cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
-                       [tan.get(names[o]) for o in outs], n)
+                       [tan.get(names[o]) for o in outs], n, what="the forward pass for the Jacobian")
         for o, c in zip(outs, cols):
             yshape = tr.value(o).shape
             start = 0
@@ -336,16 +339,17 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
         raise ShapeError(f"hessian needs a scalar output, but '{out}' has shape {y.shape}",
                          tr.tape.positions.get(out), hint="select a scalar with --of, or reduce it, e.g. sum(...)").located(tr.program.source)
     n = max(sum(tr.value(w).size for w in wrt), 1)
-    b.check_size((n, n))
+    b.check_size((n, n), what="the Hessian")
     rec = Recording(b)
+    log: list = []
     grads = backward(b, tr.tape.equations, {names[out]: b.const(np.ones(y.shape))},
-                     [names[w] for w in wrt])
+                     [names[w] for w in wrt], log=log)
     grad_eqns = tuple(b.equations)
     seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
     tan = forward(b, grad_eqns, {names[w]: s for w, s in seeds.items()})
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
     cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
-                   [None if t is None else t for t in outs], n)
+                   outs, n, what="the forward pass over the backward pass for the Hessian")
     hess = {}
     for wi, c in zip(wrt, cols):
         ishape = tr.value(wi).shape
@@ -358,14 +362,32 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
                 part = np.asarray(c[start:start + k]).reshape((k,) + ishape)
                 hess[wi][wj] = np.moveaxis(part, 0, -1).reshape(ishape + jshape)
             start += k
-    _nonfinite(hess, "hessian", tr)
+    if any(not np.isfinite(v).all() for row in hess.values() for v in row.values()):
+        # Name the culprit: the first rule whose derivative is not finite, forward over backward.
+        origin = {b.equations[k].out: eq.prim.name for eq, first, end in log for k in range(first, end)}
+        before = len(b.warnings)
+        forward(b, grad_eqns, {names[w]: np.ones(tr.value(w).shape) for w in wrt}, eager=True,
+                check=True, describe=lambda e: f"the second derivative of '{origin.get(e.out, e.prim.name)}'")
+        if len(b.warnings) == before:
+            _nonfinite(hess, "hessian", tr, of=out)
     return Result(hess, of=out, value=y, warnings=_warnings(tr))
 
 
-def _nonfinite(blocks: dict, what: str, tr: Traced):
+def _nonfinite(blocks: dict, what: str, tr: Traced, of: str | None = None):
+    """Warn about non-finite blocks {row: {column: array}}, and name the rule that
+    produced them: one eager backward pass of the output (``of``, or each row's
+    name), watching for the first non-finite derivative."""
+    names = tr.tape.names
     for o, row in blocks.items():
-        for w, v in row.items():
-            if v is not None and not np.isfinite(v).all():
+        bad = [w for w, v in row.items() if v is not None and not np.isfinite(v).all()]
+        if not bad:
+            continue
+        out = of or o
+        before = len(tr.builder.warnings)
+        backward(tr.builder, tr.tape.equations, {names[out]: np.ones(tr.value(out).shape)},
+                 [names[w] for w in tr.tape.inputs], eager=True, check=True)
+        if len(tr.builder.warnings) == before:  # no rule to blame: say which block
+            for w in bad:
                 tr.builder.warnings.append(Warning_(f"the {what} block d{o}/d{w} has non-finite entries", None))
 
 

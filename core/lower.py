@@ -493,7 +493,10 @@ class _Lowering:
         return self.static_int(item, "index")
 
     def static_int(self, node, what) -> int:
-        v = _static(node)
+        try:
+            v = _static(node)
+        except _NotStatic:
+            v = None
         if isinstance(v, bool) or not isinstance(v, int):
             raise ShapeError(f"{what} must be an integer literal", _pos(node),
                              hint="indices and slice bounds are written as numbers, e.g. x[0], x[1:-1]")
@@ -645,6 +648,7 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
         env: dict[str, Tracer] = {}
         with np.errstate(all="ignore"):
             for info in inputs:
+                _check_declared(info, max_elements)
                 value = _input_value(info, at, sample, max_elements, known)
                 env[info.name] = b.input(value)
             input_vars = {i.name: env[i.name].var for i in inputs}
@@ -656,6 +660,13 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
         return Traced(program, tape, b, inputs)
     except GradcalcError as err:
         raise err.located(program.source)
+
+
+def _check_declared(info: InputInfo, max_elements: int) -> None:
+    if info.shape is not None:
+        b = Builder(max_elements, check_finite=False)
+        b.pos = info.pos
+        b.check_size(info.shape)
 
 
 def _input_value(info: InputInfo, at, sample, max_elements, known):

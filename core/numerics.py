@@ -78,7 +78,11 @@ def evaluate_batch(tr: Traced, var: int, batch: np.ndarray, outs: list[int]) -> 
     for eq in tr.tape.equations:  # values upstream of var stay as traced
         env[eq.out] = tr.builder.values[eq.out]
     env[var] = batch
-    eval_equations(_downstream(tr, var), env)
+    downstream = _downstream(tr, var)
+    largest = max((math.prod(tr.builder.shapes[eq.out]) for eq in downstream), default=1)
+    tr.builder.check_size((len(batch), largest), what=f"a batch of {len(batch)} perturbed points "
+                                                      f"through {largest}-element values")
+    eval_equations(downstream, env)
     return [np.broadcast_to(env[o], batch.shape[:1] + tr.builder.shapes[o]) for o in outs]
 
 
@@ -229,6 +233,7 @@ def compare(ad: np.ndarray, ref: np.ndarray, rtol: float, atol: float):
     ad, ref = ad.reshape(-1), ref.reshape(-1)
     with np.errstate(all="ignore"):
         diff = np.abs(ad - ref)
+        diff[ad == ref] = 0.0  # equal infinities agree
         aref = np.abs(ref)
         badness = diff / (atol + rtol * aref)  # > 1 fails; nan where something is not finite
         badness[np.isnan(badness)] = np.inf
@@ -274,6 +279,11 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
             raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}")
         if points < 0 or directions < 0:
             raise UsageError("--points and --directions must not be negative")
+        if seed < 0:
+            raise UsageError(f"--seed must be a non-negative integer, not {seed}")
+        for opt, v in (("--rtol", rtol), ("--atol", atol)):
+            if v is not None and not (v >= 0 and math.isfinite(v)):
+                raise UsageError(f"{opt} must be a non-negative number, not {v}")
         rt, at_ = TOLERANCES[method]
         tol = (rt if rtol is None else rtol, at_ if atol is None else atol)
         program = parse(source)
@@ -370,7 +380,10 @@ def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylo
                     ok = False
                     notes.append("automatic and symbolic derivatives disagree")
             if not np.isfinite(ad).all():
+                ok = False
                 notes.append("non-finite derivative")
+            elif not np.isfinite(fd[o]).all():
+                notes.append("finite differences are not finite here (nan or inf near the point)")
             if taylor and w in tr.tape.inputs:
                 order = taylor_order(tr, o, w, rng)
                 extra["taylor_order"] = order

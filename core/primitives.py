@@ -747,9 +747,10 @@ concat = _def("concat", _concat, _concat_vjp, _concat_jvp, _concat_params, varia
 def _transpose_params(shapes, builder, axes=None):
     nd = len(shapes[0])
     perm = tuple(range(nd))[::-1] if axes is None else tuple(axes)
-    if sorted(p % nd if nd else p for p in perm) != list(range(nd)) or len(perm) != nd:
+    if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not -nd <= p < nd
+           for p in perm) or sorted(p % nd for p in perm) != list(range(nd)):
         raise ShapeError(f"axes {perm} are not a permutation of the {nd} axes")
-    return {"axes": tuple(p % nd for p in perm)}
+    return {"axes": tuple(int(p) % nd for p in perm)}
 
 
 def _transpose(x, axes):
@@ -877,6 +878,7 @@ def _diag_params(shapes, builder, k=0):
 
 
 def _diag_embed_params(shapes, builder, k, shape):
+    builder.check_size(shape)
     return {"k": int(k), "shape": tuple(shape)}
 
 

@@ -320,11 +320,16 @@ class _Parser:
                                hint="split it into named intermediate statements")
         try:
             left = self.prefix()
+            chained = 0
             while True:
                 t = self.tok
                 if t.kind != "op":
                     break
                 if t.text in ("(", "[") and _POSTFIX_BP > min_bp:
+                    chained += 1  # x[..][..]... nests like brackets do
+                    if self.depth + chained > MAX_DEPTH:
+                        raise SyntaxError_(f"expression nested deeper than {MAX_DEPTH} levels", t.pos,
+                                           hint="split it into named intermediate statements")
                     left = self.postfix(left)
                     continue
                 bp = _INFIX.get(t.text)

@@ -162,13 +162,24 @@ class Builder:
             return x
         return self.const(x)
 
-    def check_size(self, shape) -> None:
+    def check_size(self, shape, what: str | None = None) -> None:
+        """Refuse, before allocating, an array with more than max_elements elements.
+
+        Zero-length axes count as 1 here: an empty array of shape (10^5, 10^5, 0)
+        holds nothing, but printing it as nested lists would not end.
+        """
         size = 1
         for d in shape:
-            size *= int(d)
+            size *= max(int(d), 1)
         if size > self.max_elements:
-            raise LimitError(f"array of shape {tuple(shape)} has {size} elements, more than "
-                             f"--max-elements={self.max_elements}", self.pos)
+            dims = tuple(int(d) for d in shape)
+            if what:
+                message = f"{what} would have {size} elements"
+            elif 0 in dims:  # empty, but its nested-list form alone would be that large
+                message = f"array of shape {dims} spans {size} elements"
+            else:
+                message = f"array of shape {dims} has {size} elements"
+            raise LimitError(f"{message}, more than --max-elements={self.max_elements}", self.pos)
 
     # -- recording ------------------------------------------------------------
     def bind(self, prim, args: tuple, params: dict) -> Tracer:

@@ -10,6 +10,8 @@ forward mode of the backward pass).  No Jacobian of a primitive is ever built.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import primitives as P
@@ -91,14 +93,18 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     return found
 
 
-def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False) -> dict:
+def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
+            check: bool | None = None, describe=None) -> dict:
     """Forward mode: tangents {var: value} of inputs -> tangents of every reached variable.
 
-    Traced or eager, as for :func:`backward`.
+    Traced or eager, as for :func:`backward`; ``describe(eq)`` names an equation
+    in non-finite warnings (default: "the derivative of 'prim'").
     """
     tan = dict(tangents)
     shapes = builder.shapes
-    check, builder.check_finite = builder.check_finite, False
+    saved = builder.check_finite
+    check = saved if check is None else check
+    builder.check_finite = False
     for eq in equations:
         if not eq.prim.differentiable:
             continue
@@ -117,9 +123,9 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False)
         if out is not None:
             tan[eq.out] = _fit(out, shapes[eq.out])
             if check:
-                _note_nonfinite(builder, eq, None, tan[eq.out])
+                _note_nonfinite(builder, eq, None, tan[eq.out], describe)
     builder.pos = None
-    builder.check_finite = check
+    builder.check_finite = saved
     return tan
 
 
@@ -136,11 +142,12 @@ def value_of(x):
     return x.value if type(x) is Tracer else x
 
 
-def _note_nonfinite(builder: Builder, eq, g, c):
+def _note_nonfinite(builder: Builder, eq, g, c, describe=None):
     """Warn when a rule turns finite input into a non-finite derivative."""
     if all_finite(value_of(c)) or (g is not None and not all_finite(value_of(g))):
         return
-    builder.note_nonfinite(f"the derivative of '{eq.prim.name}'", value_of(c))
+    what = describe(eq) if describe else f"the derivative of '{eq.prim.name}'"
+    builder.note_nonfinite(what, value_of(c))
 
 
 class Recording:
@@ -155,10 +162,16 @@ class Recording:
     def seed(self, shape) -> Tracer:
         return self.builder.input(np.zeros(shape))
 
-    def run(self, seeds: dict, outputs: list, batch: int) -> list:
-        """Re-run the recorded equations with {seed var: array of shape (batch,) + shape}."""
+    def run(self, seeds: dict, outputs: list, batch: int, what: str = "a batched pass") -> list:
+        """Re-run the recorded equations with {seed var: array of shape (batch,) + shape}.
+
+        Refused before it starts when one batched intermediate would exceed the
+        builder's element budget.
+        """
         b = self.builder
         b.check_finite = self._check
+        largest = max((math.prod(b.shapes[eq.out]) for eq in b.equations[self.start:]), default=1)
+        b.check_size((batch, largest), what=f"{what} ({batch} rows of {largest}-element values)")
         env = dict(b.values)
         env.update(seeds)
         eval_equations(b.equations[self.start:], env, keep={t.var for t in outputs if t is not None})

@@ -72,6 +72,8 @@ def _read_error(path, label, err):
 
 def load_array(path: str, label: str = "value") -> np.ndarray:
     """An array from .json, .npy, .csv or .txt."""
+    if not path:
+        raise UsageError(f"{label}: a file name must follow '@'", hint="for example x=@x.npy")
     ext = os.path.splitext(path)[1].lower()
     try:
         if ext == ".json":
@@ -85,8 +87,11 @@ def load_array(path: str, label: str = "value") -> np.ndarray:
                     raise ValueError("not a .npy file of numbers") from None
                 raise
         if ext in (".csv", ".txt"):
-            return np.loadtxt(path, delimiter="," if ext == ".csv" else None, dtype=np.float64, ndmin=0)
-    except (OSError, ValueError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # "input contained no data" is an error here
+                return np.loadtxt(path, delimiter="," if ext == ".csv" else None, dtype=np.float64, ndmin=0)
+    except (OSError, ValueError, EOFError, UserWarning, UnicodeDecodeError) as err:
         raise _read_error(path, label, err) from None
     raise UsageError(f"{label}: unsupported file type '{ext or path}'",
                      hint="use .json, .npy, .csv or .txt")
@@ -94,6 +99,8 @@ def load_array(path: str, label: str = "value") -> np.ndarray:
 
 def load_mapping(path: str, label: str = "--at") -> dict[str, np.ndarray]:
     """name -> array from a .json object or an .npz archive."""
+    if not path:
+        raise UsageError(f"{label}: a file name must follow '@'", hint="for example --at @point.json")
     ext = os.path.splitext(path)[1].lower()
     try:
         if ext == ".json":
@@ -105,7 +112,7 @@ def load_mapping(path: str, label: str = "--at") -> dict[str, np.ndarray]:
         if ext == ".npz":
             with np.load(path, allow_pickle=False) as z:
                 return {k: _as_float(z[k], path, label) for k in z.files}
-    except (OSError, ValueError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, EOFError, UnicodeDecodeError) as err:
         raise _read_error(path, label, err) from None
     raise UsageError(f"{label} @FILE: unsupported file type '{ext or path}'",
                      hint="use .json (an object) or .npz")
@@ -137,6 +144,8 @@ def read_source(arg: str) -> Source:
     if arg == "-":
         data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
         return Source(_decode(data, "<stdin>"), "<stdin>")
+    if "\n" not in arg and len(arg) < 4096 and os.path.isdir(arg):
+        raise ValueError_(f"'{arg}' is a directory", hint="give a .grad file (check also takes a directory)")
     if "\n" not in arg and len(arg) < 4096 and os.path.isfile(arg):
         try:
             with open(arg, "rb") as f:
@@ -148,7 +157,7 @@ def read_source(arg: str) -> Source:
 
 def _decode(data: bytes, label: str) -> str:
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark, if any, is not part of the program
     except UnicodeDecodeError as err:
         raise ValueError_(f"{label} is not UTF-8 text (byte {err.start})",
                           hint="programs are plain text") from None
