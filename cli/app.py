@@ -18,12 +18,33 @@ from gradcalc.tape import DEFAULT_MAX_ELEMENTS
 from . import render
 from .errors import EXIT_INTERRUPTED, report_internal_error, report_user_error
 
-app = typer.Typer(
-    name="gradcalc", add_completion=False, no_args_is_help=True,
-    help="A gradient calculator: evaluate and differentiate numpy-like expressions.\n\n"
-         "SOURCE is program text, a file, or - for standard input.",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+COMMANDS: dict = {}  # name -> command function, in the order of the help text
+
+
+def command(name: str):
+    """Register a command function; build_app() turns the registry into a Typer app."""
+    def register(fn):
+        COMMANDS[name] = fn
+        return fn
+    return register
+
+
+def build_app(names=None) -> typer.Typer:
+    """The Typer app with the given commands (default: all of them)."""
+    new = typer.Typer(
+        name="gradcalc", add_completion=False, no_args_is_help=True,
+        help="A gradient calculator: evaluate and differentiate numpy-like expressions.\n\n"
+             "SOURCE is program text, a file, or - for standard input.",
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @new.callback()
+    def _group():  # a group even when it holds one command
+        pass
+
+    for name in names or COMMANDS:
+        new.command(name)(COMMANDS[name])
+    return new
 
 
 class Format(str, Enum):
@@ -204,7 +225,7 @@ def _point_caption(at: dict, precision: int) -> str | None:
 # eval
 # ==========================================================================
 
-@app.command("eval")
+@command("eval")
 def eval_cmd(
     source: SourceArg,
     at: AtOpt = None,
@@ -241,7 +262,7 @@ OptionalSourceArg = Annotated[Optional[str], typer.Argument(
     help="program text, a path to a .grad file, or - for stdin (omit with --exec)", show_default=False)]
 
 
-@app.command("grad")
+@command("grad")
 def grad_cmd(
     source: OptionalSourceArg = None,
     at: AtOpt = None,
@@ -303,7 +324,7 @@ def grad_cmd(
 # jacobian, vjp, jvp, hessian
 # ==========================================================================
 
-@app.command("jacobian")
+@command("jacobian")
 def jacobian_cmd(
     source: SourceArg,
     at: AtOpt = None,
@@ -348,7 +369,7 @@ def jacobian_cmd(
     _run(opts, body)
 
 
-@app.command("vjp")
+@command("vjp")
 def vjp_cmd(
     source: SourceArg,
     cotangent: Annotated[List[str], typer.Option(
@@ -397,7 +418,7 @@ def _is_assignment(text: str) -> bool:
     return re.match(r"\s*[A-Za-z_][A-Za-z_0-9]*\s*=(?!=)", text) is not None
 
 
-@app.command("jvp")
+@command("jvp")
 def jvp_cmd(
     source: SourceArg,
     tangent: Annotated[List[str], typer.Option(
@@ -429,7 +450,7 @@ def jvp_cmd(
     _run(opts, body)
 
 
-@app.command("hessian")
+@command("hessian")
 def hessian_cmd(
     source: SourceArg,
     at: AtOpt = None,
@@ -471,7 +492,7 @@ class Method(str, Enum):
     complex = "complex"
 
 
-@app.command("check")
+@command("check")
 def check_cmd(
     sources: Annotated[Optional[List[str]], typer.Argument(
         help="programs, .grad files or directories (every *.grad inside); none with --exec alone",
@@ -632,7 +653,7 @@ class GraphFormat(str, Enum):
     dot = "dot"
 
 
-@app.command("graph")
+@command("graph")
 def graph_cmd(
     source: SourceArg,
     at: AtOpt = None,
@@ -677,10 +698,15 @@ def _named_matrix(title, grid, names, precision):
     out.print(table)
 
 
+app = build_app()
+
+
 def main() -> None:
-    """Console entry point."""
+    """Console entry point.  Only the command asked for is built: building every command's
+    options costs more than a one-liner's whole computation."""
+    name = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        app()
+        (build_app([name]) if name in COMMANDS else app)()
     except BrokenPipeError:
         # The reader went away (gradcalc ... | head -1): exit quietly.
         import os

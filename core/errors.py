@@ -7,12 +7,10 @@ the source line, a caret and the hint, in exactly one place.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(NamedTuple):
     """Program text and the label it is reported under (a path, ``<expr>``...)."""
 
     text: str

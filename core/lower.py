@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -282,8 +282,7 @@ def _number_arg(v):
 # ==========================================================================
 
 
-@dataclass(frozen=True)
-class InputInfo:
+class InputInfo(NamedTuple):
     name: str
     pos: Pos  # declaration, or first read
     shape: tuple | None  # declared shape
@@ -374,14 +373,14 @@ def find_inputs(program: Program) -> list[InputInfo]:
 # ==========================================================================
 
 
-@dataclass
 class Traced:
     """A program traced at one point: its tape and the builder holding its values."""
 
-    program: Program
-    tape: Tape
-    builder: Builder
-    inputs: list  # of InputInfo
+    __slots__ = ("program", "tape", "builder", "inputs")
+
+    def __init__(self, program: Program, tape: Tape, builder: Builder, inputs: list):
+        self.program, self.tape, self.builder = program, tape, builder
+        self.inputs = inputs  # of InputInfo
 
     def value(self, name: str) -> np.ndarray:
         return self.builder.values[self.tape.names[name]]

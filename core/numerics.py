@@ -27,6 +27,7 @@ import numpy as np
 from .errors import GradcalcError, UsageError
 from .lower import Traced, trace
 from .tape import DEFAULT_MAX_ELEMENTS, eval_equations
+from .transforms import largest_batched
 
 EPS = np.finfo(np.float64).eps
 
@@ -79,7 +80,7 @@ def evaluate_batch(tr: Traced, var: int, batch: np.ndarray, outs: list[int]) -> 
         env[eq.out] = tr.builder.values[eq.out]
     env[var] = batch
     downstream = _downstream(tr, var)
-    largest = max((math.prod(tr.builder.shapes[eq.out]) for eq in downstream), default=1)
+    largest = largest_batched(downstream, [var], tr.builder.shapes)
     tr.builder.check_size((len(batch), largest), what=f"a batch of {len(batch)} perturbed points "
                                                       f"through {largest}-element values")
     eval_equations(downstream, env)

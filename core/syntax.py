@@ -9,7 +9,6 @@ is capped at :data:`MAX_DEPTH` levels with a clear error.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .errors import Pos, Source, SyntaxError_
@@ -196,12 +195,11 @@ class ExprStmt(NamedTuple):
     pos: Pos
 
 
-@dataclass(frozen=True)
-class Program:
+class Program(NamedTuple):
     """A parsed program: its statements and the source they came from."""
 
     statements: tuple
-    source: Source = field(default_factory=lambda: Source(""))
+    source: Source = Source("")
 
 
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")

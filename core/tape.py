@@ -15,7 +15,6 @@ whole batch of seeds at once.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,8 +42,7 @@ class Equation(NamedTuple):
     pos: Pos | None
 
 
-@dataclass(frozen=True)
-class Tape:
+class Tape(NamedTuple):
     """A traced program: equations in order, its constants, inputs and names.
 
     ``inputs`` and ``names`` map program names to variable ids; ``shapes``
@@ -57,7 +55,7 @@ class Tape:
     names: dict  # every named value -> var, in definition order
     shapes: dict  # var -> shape
     output: str | None
-    positions: dict = field(default_factory=dict)  # name -> Pos of its definition
+    positions: dict  # name -> Pos of its definition
 
 
 _new_equation = tuple.__new__  # Equation(...) without the Python-level __new__

@@ -170,7 +170,7 @@ class Recording:
         """
         b = self.builder
         b.check_finite = self._check
-        largest = max((math.prod(b.shapes[eq.out]) for eq in b.equations[self.start:]), default=1)
+        largest = largest_batched(b.equations[self.start:], seeds, b.shapes)
         b.check_size((batch, largest), what=f"{what} ({batch} rows of {largest}-element values)")
         env = dict(b.values)
         env.update(seeds)
@@ -184,6 +184,18 @@ class Recording:
             full = (batch,) + t.shape
             results.append(v if v.shape == full else np.broadcast_to(v, full))
         return results
+
+
+def largest_batched(equations, batched, shapes) -> int:
+    """The largest logical size among the values that carry the batch axis: those
+    computed from the batched variables (values that do not depend on them stay unbatched)."""
+    live = set(batched)
+    largest = max((math.prod(shapes[v]) for v in live), default=1)
+    for eq in equations:
+        if any(a in live for a in eq.args):
+            live.add(eq.out)
+            largest = max(largest, math.prod(shapes[eq.out]))
+    return largest
 
 
 def basis(shapes: list, dtype=np.float64) -> list:
