@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError
-from .tape import Tracer
+from .tape import Tracer, all_finite
 
 
 class Primitive:
@@ -274,14 +274,14 @@ def _binary(name, fn, rules, **facts):
 
 def _safe_mul(g, d):
     r = g * d
-    if r.dtype.kind == "f" and not np.isfinite(r).all():
+    if r.dtype.kind == "f" and not all_finite(r):
         r = np.where((g == 0) | (d == 0), 0.0, r)
     return r
 
 
 def _safe_div(g, d):
     r = g / d
-    if r.dtype.kind == "f" and not np.isfinite(r).all():
+    if r.dtype.kind == "f" and not all_finite(r):
         r = np.where(g == 0, 0.0, r)
     return r
 

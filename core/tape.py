@@ -28,9 +28,17 @@ _F64 = np.dtype(np.float64)
 
 
 def all_finite(value) -> bool:
-    """True when no element is nan or inf (fast for scalars)."""
-    if value.ndim == 0 and value.dtype.kind == "f":
-        return math.isfinite(value)
+    """True when no element is nan or inf.
+
+    A sum is one pass with no temporary array, and nan or inf in means nan or
+    inf out; only when the sum is not finite (or overflowed) is each element
+    looked at.
+    """
+    if value.dtype.kind == "f":
+        if value.ndim == 0:
+            return math.isfinite(value)
+        if math.isfinite(np.add.reduce(value, axis=None)):
+            return True
     return bool(np.isfinite(value).all())
 
 
