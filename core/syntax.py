@@ -36,6 +36,9 @@ _TOKEN = re.compile(
 _OPENERS = {"(": ")", "[": "]"}
 
 
+_new = tuple.__new__  # Token(...) and Pos(...) without the Python-level __new__: hot loop
+
+
 def tokenize(text: str) -> list[Token]:
     """Split program text into tokens.  Newlines inside brackets are dropped."""
     tokens: list[Token] = []
@@ -50,9 +53,9 @@ def tokenize(text: str) -> list[Token]:
         kind = m.lastgroup
         if kind == "space" or kind == "comment":
             continue
-        pos = Pos(line, start - line_start + 1)
+        pos = _new(Pos, (line, start - line_start + 1))
         if kind == "name":
-            append(Token("name", m.group(), pos))
+            append(_new(Token, ("name", m.group(), pos)))
         elif kind == "op":
             op = m.group()
             if op in _OPENERS:
@@ -63,7 +66,7 @@ def tokenize(text: str) -> list[Token]:
                 opener = brackets.pop()
                 if _OPENERS[opener.text] != op:
                     raise SyntaxError_(f"'{op}' does not match '{opener.text}' at {opener.pos}", pos)
-            append(Token("op", op, pos))
+            append(_new(Token, ("op", op, pos)))
         elif kind == "newline":
             if not brackets:
                 append(Token("newline", "\n", pos))
@@ -73,7 +76,7 @@ def tokenize(text: str) -> list[Token]:
                 raise SyntaxError_(f"invalid number '{m.group()}'",
                                    Pos(line, m.start("glued") - line_start + 1),
                                    hint="put an operator between a number and a name, e.g. 2*x")
-            append(Token("num", m.group("num"), pos))
+            append(_new(Token, ("num", m.group("num"), pos)))
     if i < len(text):
         message, where, hint = _bad_character(text[i], Pos(line, i - line_start + 1))
         raise SyntaxError_(message, where, hint=hint)
