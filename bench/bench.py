@@ -283,7 +283,7 @@ def main(argv=None):
         rows += WORKLOADS[name](args.repeats if name != "W1" else max(args.repeats, 10))
     print(f"gradcalc benchmark — {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, NumPy {np.__version__}")
-    print(f"| workload | what | gradcalc | baseline / peer | their time | ratio | target | met |")
+    print("| workload | what | gradcalc | baseline / peer | their time | ratio | target | met |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}×"

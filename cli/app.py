@@ -59,6 +59,13 @@ class Unconnected(str, Enum):
     error = "error"
 
 
+class Method(str, Enum):
+    central = "central"
+    forward = "forward"
+    richardson = "richardson"
+    complex = "complex"
+
+
 class Mode(str, Enum):
     auto = "auto"
     rev = "rev"
@@ -111,7 +118,7 @@ def _run(opts: Options, body: Callable[[], Optional[int]]) -> None:
         if opts.debug:
             import traceback
             traceback.print_exception(err)
-        code = _pipe_safe(lambda: report_user_error(err, opts.format is Format.json), 2)
+        code = _pipe_safe(lambda e=err: report_user_error(e, opts.format is Format.json), 2)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         code = EXIT_INTERRUPTED
@@ -273,7 +280,7 @@ def grad_cmd(
     symbolic: SymbolicOpt = False,
     exec_: ExecOpt = None,
     exec_timeout: ExecTimeoutOpt = 60.0,
-    method: Annotated[Optional[str], typer.Option(
+    method: Annotated[Optional[Method], typer.Option(
         "--method", help="with --exec: central, forward or richardson (default)", show_default=False)] = None,
     format: FormatOpt = Format.table,
     json_: JsonOpt = False,
@@ -295,7 +302,7 @@ def grad_cmd(
             if source is not None:
                 raise UsageError("grad --exec differentiates the black box alone; give no SOURCE",
                                  hint="to compare a program with a black box, use check SOURCE --exec CMD")
-            return _grad_exec(opts, exec_, exec_timeout, point, wrt, method or "richardson")
+            return _grad_exec(opts, exec_, exec_timeout, point, wrt, method.value if method else "richardson")
         if method is not None:
             raise UsageError("--method applies to grad --exec only")
         if source is None:
@@ -483,13 +490,6 @@ def hessian_cmd(
                 render.print_table(f"d²{r.of}/d{a}d{b}", [(f"d²{r.of}/d{a}d{b}", v)], precision=precision)
         _emit(opts, payload, [v for _, _, v in blocks], table)
     _run(opts, body)
-
-
-class Method(str, Enum):
-    central = "central"
-    forward = "forward"
-    richardson = "richardson"
-    complex = "complex"
 
 
 @command("check")

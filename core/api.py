@@ -12,7 +12,7 @@ import gc
 
 import numpy as np
 
-from .errors import GradcalcError, ShapeError, UsageError, did_you_mean
+from .errors import ShapeError, UsageError, did_you_mean
 from .lower import Traced, trace
 from .syntax import Program
 from .syntax import parse as _parse
@@ -198,7 +198,6 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
             raise UsageError("with several --of, give one --cotangent NAME=VALUE for each")
         cts = {outs[0]: cotangent}
     wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
-    b = tr.builder
     seeds = {}
     for o, v in cts.items():
         shape = tr.value(o).shape

@@ -13,7 +13,7 @@ import gradcalc
 from gradcalc.cli.app import app
 from gradcalc.numerics import METHODS, default_step, fd_jacobian
 from gradcalc.lower import trace
-from gradcalc.primitives import REGISTRY, safe_mul, sin
+from gradcalc.primitives import REGISTRY, safe_mul
 
 runner = CliRunner()
 SMOOTH = "sin(x)*exp(y) + x^2*y"
