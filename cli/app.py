@@ -555,7 +555,7 @@ def check_cmd(
             _write_junit(junit_xml, results)
         payload = {"command": "check", "ok": ok, "rtol": tol[0], "atol": tol[1],
                    "results": [x.as_dict() for x in results]}
-        _emit(opts, payload, [], lambda: _check_table(results, ok, precision))
+        _emit(opts, payload, [], lambda: _check_table(results, ok, precision, tol))
         if opts.format is Format.plain:
             for x in results:
                 sys.stdout.write(f"{'ok' if x.ok else 'FAIL'} {x.source} point={x.point} "
@@ -601,27 +601,53 @@ def _load_expect(path: str) -> dict:
     return data
 
 
-def _check_table(results, ok, precision):
+def _check_table(results, ok, precision, tol=None):
+    """One table per source, one row per result; the verdict first, so that it survives a
+    narrow terminal."""
     from rich.table import Table
-    table = Table()
-    for c in ("source", "point", "d of/d wrt", "abs err", "rel err", "worst", "method",
-              "step", "", "notes"):
-        table.add_column(c, justify="right" if "err" in c or c in ("point", "step") else "left",
-                         no_wrap=c != "notes")
-    for x in results:
-        table.add_row(x.source, str(x.point), _result_label(x), render.fmt(x.max_abs_err, precision),
-                      render.fmt(x.max_rel_err, precision),
-                      "[" + ", ".join(map(str, x.worst_index)) + "]", x.method,
-                      render.fmt(x.step, precision),
-                      "[green]✓[/green]" if x.ok else "[red]✗[/red]", "; ".join(x.notes))
+    methods = sorted({x.method for x in results})
+    one_method = len(methods) == 1
+    taylor = any("taylor_order" in x.extra for x in results)
     out = render.console()
     failed = sum(not x.ok for x in results)
-    out.print(f"check: {len(results) - failed} passed, {failed} failed", style="bold")
-    out.print(table)
+    how = f"; {methods[0]}" if one_method and results else ""
+    if tol and tol[0] is not None:
+        how += f", rtol {tol[0]:g}, atol {tol[1]:g}"
+    out.print(f"check: {len(results) - failed} passed, {failed} failed{how}", style="bold")
+    for source in dict.fromkeys(x.source for x in results):
+        table = Table(title=source, title_justify="left", title_style="bold")
+        table.add_column("", no_wrap=True, min_width=1)
+        table.add_column("pt", justify="right", no_wrap=True)
+        table.add_column("derivative", no_wrap=True)
+        table.add_column("abs err", justify="right", no_wrap=True, min_width=8)
+        table.add_column("rel err", justify="right", no_wrap=True, min_width=8)
+        table.add_column("worst", no_wrap=True)
+        if not one_method:
+            table.add_column("method", no_wrap=True)
+        table.add_column("step", justify="right", no_wrap=True)
+        if taylor:
+            table.add_column("order", justify="right", no_wrap=True)
+        table.add_column("notes", overflow="fold")
+        for x in results:
+            if x.source != source:
+                continue
+            cells = ["[green]✓[/green]" if x.ok else "[red]✗[/red]", str(x.point), _result_label(x),
+                     render.fmt(x.max_abs_err, precision), render.fmt(x.max_rel_err, precision),
+                     "[" + ", ".join(map(str, x.worst_index)) + "]"]
+            if not one_method:
+                cells.append(x.method)
+            cells.append(render.fmt(x.step, precision))
+            if taylor:
+                order = x.extra.get("taylor_order")
+                cells.append("" if order is None else render.fmt(order, precision))
+            cells.append("; ".join(x.notes))
+            table.add_row(*cells)
+        out.print(table)
 
 
 def _result_label(x) -> str:
-    return f"{x.of} (value)" if not x.wrt else f"d{x.of}/d{x.wrt}"
+    of = _of_label(x.of)
+    return f"{of} (value)" if not x.wrt else f"d{of}/d{x.wrt}"
 
 
 def _write_junit(path: str, results) -> None:
