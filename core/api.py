@@ -12,12 +12,12 @@ import gc
 
 import numpy as np
 
-from .errors import ShapeError, UsageError, did_you_mean
+from .errors import GradcalcError, ShapeError, Source, UsageError, ValueError_, did_you_mean
 from .lower import Traced, trace
 from .syntax import Program
 from .syntax import parse as _parse
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
-from .transforms import Recording, backward, basis, forward
+from .transforms import Recording, backward, basis, depends, forward
 
 UNCONNECTED = ("zero", "none", "error")
 
@@ -45,6 +45,13 @@ def _quiet(fn):
         try:
             with np.errstate(all="ignore"):
                 return fn(*args, **kwargs)
+        except GradcalcError as err:  # say which program, wherever the error arose
+            source = args[0] if args else kwargs.get("source")
+            if isinstance(source, Program):
+                err.located(source.source)
+            elif isinstance(source, str):
+                err.located(Source(source))
+            raise
         finally:
             if paused:
                 gc.enable()
@@ -58,8 +65,19 @@ def parse(source: str | Program, label: str = "<expr>") -> Program:
 
 def _trace(source, at, max_elements, sample=None) -> Traced:
     program = parse(source)
-    values = {k: np.asarray(v, dtype=np.float64) for k, v in (at or {}).items()}
-    return trace(program, values, max_elements=max_elements, sample=sample)
+    return trace(program, _values(at), max_elements=max_elements, sample=sample)
+
+
+def _values(at) -> dict:
+    """at= of the API: numbers, nested lists or arrays of numbers, as float64 arrays."""
+    out = {}
+    for k, v in (at or {}).items():
+        try:
+            out[k] = np.asarray(v, dtype=np.float64)
+        except (ValueError, TypeError):
+            raise ValueError_(f"the value given for '{k}' is not a number or a (rectangular) "
+                              f"array of numbers: {v!r:.60}") from None
+    return out
 
 
 def _names(tr: Traced, names, what: str, default) -> list[str]:
@@ -316,13 +334,14 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
         tan = forward(b, tr.tape.equations, {names[w]: s for w, s in seeds.items()})
         cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
                        [tan.get(names[o]) for o in outs], n, what="the forward pass for the Jacobian")
+        reach = {w: depends(tr.tape.equations, [names[w]]) for w in wrt}
         for o, c in zip(outs, cols):
             yshape = tr.value(o).shape
             start = 0
             for w in wrt:
                 wshape = tr.value(w).shape
                 k = tr.value(w).size
-                if c is None:
+                if c is None or names[o] not in reach[w]:  # no differentiable path: unconnected
                     blocks[o][w] = None
                 else:
                     part = np.asarray(c[start:start + k]).reshape((k,) + yshape)
@@ -447,7 +466,7 @@ def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_
     small shape (the output says which) so that the structure can be shown.
     """
     program = parse(source)
-    values = {k: np.asarray(v, dtype=np.float64) for k, v in (at or {}).items()}
+    values = _values(at)
     guessed = []
     guess = _guess_shape(program)
 

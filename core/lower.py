@@ -18,7 +18,7 @@ from .errors import (GradcalcError, NameError_, Pos, ShapeError, SyntaxError_,
                      UsageError, ValueError_, did_you_mean)
 from .syntax import (ArrayLit, Assign, Binary, Bool, Call, ExprStmt, Index, Inputs, Name, Num,
                      Program, Slice, TupleLit, Unary, parse_expression)
-from .tape import DEFAULT_MAX_ELEMENTS, Builder, Tape, Tracer
+from .tape import DEFAULT_MAX_ELEMENTS, MAX_NDIM, Builder, Tape, Tracer
 
 CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 
@@ -31,10 +31,11 @@ class Builtin:
     """A function of the language: a Python function over tracers, and which of its
     parameters take literals (axis, shape...) rather than arrays."""
 
-    __slots__ = ("name", "fn", "static", "_signature", "arity")
+    __slots__ = ("name", "fn", "static", "numbers", "_signature", "arity")
 
-    def __init__(self, name, fn, static):
+    def __init__(self, name, fn, static, numbers=()):
         self.name, self.fn, self.static, self._signature = name, fn, frozenset(static), None
+        self.numbers = frozenset(numbers)  # constant expressions taken as plain numbers
         code = fn.__code__
         plain = not static and not fn.__defaults__ and not code.co_flags & 0x04  # no *args
         self.arity = code.co_argcount if plain else None  # fast path: array arguments only
@@ -49,9 +50,9 @@ class Builtin:
 FUNCTIONS: dict[str, Builtin] = {}
 
 
-def _builtin(name, static=()):
+def _builtin(name, static=(), numbers=()):
     def register(fn):
-        FUNCTIONS[name] = Builtin(name, fn, static)
+        FUNCTIONS[name] = Builtin(name, fn, static, numbers)
         return fn
     return register
 
@@ -214,11 +215,12 @@ def _new_shape(shape) -> tuple:
 _CONSTRUCTORS = {}
 
 
-def _constructor(name):
+def _constructor(name, numbers=()):
     def register(fn):
         _CONSTRUCTORS[name] = fn
         params = fn.__code__.co_varnames[:fn.__code__.co_argcount]
-        _builtin(name, static=tuple(p for p in params if p != "builder"))(fn)
+        _builtin(name, static=tuple(p for p in params if p != "builder" and p not in numbers),
+                 numbers=numbers)(fn)
         return fn
     return register
 
@@ -244,7 +246,7 @@ def _eye(builder, n, m=None):
     return builder.const(np.eye(n, m))
 
 
-@_constructor("arange")
+@_constructor("arange", numbers=("start", "stop", "step"))
 def _arange(builder, start, stop=None, step=1):
     if stop is None:
         start, stop = 0, start
@@ -257,7 +259,7 @@ def _arange(builder, start, stop=None, step=1):
     return builder.const(np.arange(start, stop, step, dtype=np.float64))
 
 
-@_constructor("linspace")
+@_constructor("linspace", numbers=("a", "b"))
 def _linspace(builder, a, b, n=50):
     _number_arg(a), _number_arg(b)
     n = _int_arg("n", n)
@@ -469,7 +471,7 @@ class _Lowering:
         raise NameError_(f"'{node.id}' is used before it is assigned", node.pos)
 
     def array(self, node: ArrayLit) -> Tracer:
-        folded = _fold_literal(node)
+        folded = _fold_literal(node, self.env)
         if folded is not None:
             return self.b.const(folded)
         if not node.items:
@@ -493,7 +495,7 @@ class _Lowering:
 
     def static_int(self, node, what) -> int:
         try:
-            v = _static(node)
+            v = _static(node, self.env)
         except _NotStatic:
             v = None
         if isinstance(v, bool) or not isinstance(v, int):
@@ -526,6 +528,8 @@ class _Lowering:
                 bound.arguments[pname] = self.b
             elif pname in fn.static:
                 bound.arguments[pname] = self.static_arg(node.func, pname, arg)
+            elif pname in fn.numbers:
+                bound.arguments[pname] = self.number_arg(node.func, pname, arg)
             elif fn.signature.parameters[pname].kind is inspect.Parameter.VAR_POSITIONAL:
                 bound.arguments[pname] = tuple(self.expr(a) for a in arg)
             else:
@@ -545,9 +549,18 @@ class _Lowering:
                 err.args = (err.message,)
             raise
 
+    def number_arg(self, func, pname, node):
+        """A constant expression taken as a plain number (no derivative flows through it)."""
+        v = self.expr(node).value
+        if v.shape != ():
+            raise ShapeError(f"{func}(): '{pname}' must be a number, got an array of shape {v.shape}",
+                             _pos(node))
+        v = float(v)
+        return int(v) if v.is_integer() else v
+
     def static_arg(self, func, pname, node):
         try:
-            return _static(node)
+            return _static(node, self.env)
         except _NotStatic:
             raise ShapeError(f"{func}(): '{pname}' must be a literal (a number, a tuple such as "
                              f"(2, -1), or true/false)", _pos(node)) from None
@@ -569,8 +582,9 @@ class _NotStatic(Exception):
     pass
 
 
-def _static(node):
-    """The Python value of a literal argument: int, float, bool or tuple."""
+def _static(node, shadowed=()):
+    """The Python value of a literal argument: int, float, bool or tuple.  A constant
+    name (pi) counts unless the program has shadowed it."""
     t = type(node)
     if t is Num:
         return int(node.text) if node.is_int else node.value
@@ -579,17 +593,17 @@ def _static(node):
     if t is Unary and type(node.operand) is Num:
         v = _static(node.operand)
         return -v if node.op == "-" else v
-    if t is Name and node.id in CONSTANTS:
+    if t is Name and node.id in CONSTANTS and node.id not in shadowed:
         return CONSTANTS[node.id]
     if t in (TupleLit, ArrayLit):
-        return tuple(_static(i) for i in node.items)
+        return tuple(_static(i, shadowed) for i in node.items)
     raise _NotStatic
 
 
-def _fold_literal(node: ArrayLit):
+def _fold_literal(node: ArrayLit, shadowed=()):
     """A literal made only of numbers, as an array; None if it holds expressions."""
     try:
-        value = _static(node)
+        value = _static(node, shadowed)
     except _NotStatic:
         return None
     try:
@@ -671,6 +685,9 @@ def _check_declared(info: InputInfo, max_elements: int) -> None:
 def _input_value(info: InputInfo, at, sample, max_elements, known):
     if info.name in at:
         value = np.asarray(at[info.name], dtype=np.float64)
+        if value.ndim > MAX_NDIM:
+            raise ShapeError(f"the value given for '{info.name}' has {value.ndim} dimensions; "
+                             f"at most {MAX_NDIM} are supported")
         if info.shape is not None and value.shape != info.shape:
             raise ShapeError(f"the value given for '{info.name}' has shape {value.shape}, but "
                              f"it is declared as {info.name}{list(info.shape)}")

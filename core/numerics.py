@@ -272,7 +272,7 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
     object to compare reverse mode with as well; ``symbolic`` adds sympy's
     closed form, evaluated at the point, as a third oracle.
     """
-    from .api import Result, _names, _output, _quiet, parse
+    from .api import Result, _names, _output, _quiet, _values, parse
 
     @_quiet
     def run():
@@ -289,7 +289,7 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
         tol = (rt if rtol is None else rtol, at_ if atol is None else atol)
         program = parse(source)
         name = label or program.source.label
-        values = {k: np.asarray(v, dtype=np.float64) for k, v in (at or {}).items()}
+        values = _values(at)
         rng = np.random.default_rng(seed)
         results = []
         traced = []

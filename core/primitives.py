@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ShapeError
+from .errors import ShapeError, ValueError_
 from .tape import Tracer, all_finite
 
 
@@ -79,7 +79,10 @@ class Primitive:
               for a in args]
         if self.normalize is not _no_params:
             params = self.normalize([x.shape for x in xs], _UNLIMITED, **params)
-        return self.impl(*xs, **params)
+        try:
+            return self.impl(*xs, **params)
+        except np.linalg.LinAlgError as err:
+            raise ValueError_(f"'{self.name}': {str(err).lower()}") from None
 
     def __repr__(self):
         return f"<primitive {self.name}>"
@@ -833,9 +836,48 @@ def _square_params(shapes, builder):
     return {}
 
 
+def _adjugate(a):
+    """adj(A) = det(A) inv(A), also where A is singular: with A = U diag(s) V^T,
+    adj(A) = det(U) det(V) V diag(c) U^T, c_i the product of the other singular values."""
+    try:  # LU where A is invertible: as exact as det(A) * inv(A) gets
+        with np.errstate(all="ignore"):
+            r = np.linalg.det(a)[..., None, None] * np.linalg.inv(a)
+        if np.isfinite(r).all():
+            return r
+    except np.linalg.LinAlgError:
+        pass
+    u, s, vh = np.linalg.svd(a)
+    c = _prod_others(s, (-1,), None)
+    sign = np.linalg.det(u) * np.linalg.det(vh)
+    return sign[..., None, None] * np.matmul(np.swapaxes(vh, -1, -2) * c[..., None, :],
+                                             np.swapaxes(u, -1, -2))
+
+
+def _invertible(a):
+    try:
+        return inv(a)
+    except ValueError_:
+        raise ValueError_("second derivatives of 'det' need an invertible matrix") from None
+
+
+def _adjugate_jvp(t, ans, a):
+    # d(det A inv A) = det A (tr(inv A t) inv A - inv A t inv A): needs A invertible
+    ia = _invertible(a)
+    return det(a) * (reduce_sum(mT(ia) * t, axis=(-2, -1)) * ia - ia @ t @ ia)
+
+
+def _adjugate_vjp(g, ans, a):
+    ia = _invertible(a)
+    it = mT(ia)
+    return det(a) * (reduce_sum(g * ia, axis=(-2, -1)) * it - it @ g @ it)
+
+
+adjugate = _def("adjugate", _adjugate, (_adjugate_vjp,), (_adjugate_jvp,), _square_params,
+                internal=True, doc="det(A) inv(A), defined for singular A too (det's derivative); "
+                                   "its own derivative needs A invertible")
 det = _def("det", np.linalg.det,
-           (lambda g, ans, a: safe_mul(g, ans) * mT(inv(a)),),
-           (lambda t, ans, a: ans * reduce_sum(mT(inv(a)) * t, axis=(-2, -1)),),
+           (lambda g, ans, a: g * mT(adjugate(a)),),
+           (lambda t, ans, a: reduce_sum(mT(adjugate(a)) * t, axis=(-2, -1)),),
            _square_params)
 inv = _def("inv", np.linalg.inv,
            (lambda g, ans, a: -(mT(ans) @ g @ mT(ans)),),

@@ -22,6 +22,7 @@ import numpy as np
 from .errors import GradcalcError, LimitError, Pos, ShapeError, ValueError_
 
 DEFAULT_MAX_ELEMENTS = 10**8
+MAX_NDIM = 32  # NumPy's own limit for several of its operations
 
 
 _F64 = np.dtype(np.float64)
@@ -146,6 +147,9 @@ class Builder:
 
     # -- variables ------------------------------------------------------------
     def _new(self, value) -> Tracer:
+        if value.ndim > MAX_NDIM:
+            raise ShapeError(f"a value with {value.ndim} dimensions; at most {MAX_NDIM} are supported",
+                             self.pos)
         var = self._next
         self._next += 1
         self.values[var] = value
@@ -208,6 +212,9 @@ class Builder:
             value = np.asarray(value)
         if value.dtype is not _F64 and value.dtype != _F64 and value.dtype.kind != "c":
             value = value.astype(np.float64)
+        if value.ndim > MAX_NDIM:
+            raise ShapeError(f"'{prim.name}' would make a value with {value.ndim} dimensions; "
+                             f"at most {MAX_NDIM} are supported", self.pos)
         var = self._next
         self._next = var + 1
         values[var] = value

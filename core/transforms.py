@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from . import primitives as P
+from .errors import GradcalcError
 from .tape import Builder, Tracer, all_finite, eval_equations
 
 
@@ -79,7 +80,11 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
             rule = eq.prim.vjp_rule(i)
             if rule is None:
                 continue
-            c = _fit(rule(g, ans, *args, **eq.params), shapes[a])
+            try:
+                c = _fit(rule(g, ans, *args, **eq.params), shapes[a])
+            except GradcalcError as err:
+                err.pos = err.pos or eq.pos
+                raise
             if check:
                 _note_nonfinite(builder, eq, g, c)
             ct[a] = ct[a] + c if a in ct else c
@@ -118,7 +123,11 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
             rule = eq.prim.jvp_rule(i) if t is not None else None
             if rule is None:
                 continue
-            c = rule(t, ans, *args, **eq.params)
+            try:
+                c = rule(t, ans, *args, **eq.params)
+            except GradcalcError as err:
+                err.pos = err.pos or eq.pos
+                raise
             out = c if out is None else out + c
         if out is not None:
             tan[eq.out] = _fit(out, shapes[eq.out])

@@ -91,6 +91,8 @@ def load_array(path: str, label: str = "value") -> np.ndarray:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # "input contained no data" is an error here
                 return np.loadtxt(path, delimiter="," if ext == ".csv" else None, dtype=np.float64, ndmin=0)
+    except RecursionError:
+        raise ValueError_(f"{label}: '{path}' is nested too deeply") from None
     except (OSError, ValueError, EOFError, UserWarning, UnicodeDecodeError) as err:
         raise _read_error(path, label, err) from None
     raise UsageError(f"{label}: unsupported file type '{ext or path}'",
@@ -112,6 +114,8 @@ def load_mapping(path: str, label: str = "--at") -> dict[str, np.ndarray]:
         if ext == ".npz":
             with np.load(path, allow_pickle=False) as z:
                 return {k: _as_float(z[k], path, label) for k in z.files}
+    except RecursionError:
+        raise ValueError_(f"{label}: '{path}' is nested too deeply") from None
     except (OSError, ValueError, EOFError, UnicodeDecodeError) as err:
         raise _read_error(path, label, err) from None
     raise UsageError(f"{label} @FILE: unsupported file type '{ext or path}'",

@@ -618,17 +618,17 @@ def test_at_sign_without_file_name():
 CT_HINT = "a cotangent has the output's shape (or is a scalar)"
 TANGENTS = [
     (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", "[1,2,3]"],
-     "error: the cotangent for '_' has shape (3,), but '_' has shape (2,)", CT_HINT),
+     "error: <expr>: the cotangent for '_' has shape (3,), but '_' has shape (2,)", CT_HINT),
     (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", "[[1,2]]"],
-     "error: the cotangent for '_' has shape (1, 2), but '_' has shape (2,)", CT_HINT),
+     "error: <expr>: the cotangent for '_' has shape (1, 2), but '_' has shape (2,)", CT_HINT),
     (["vjp", "a = x*x; b = sum(x)", "--at", "x=[1,2]", "--of", "a", "--of", "b", "--cotangent", "a=[1,2]"],
-     "error: no cotangent for output 'b'", "give --cotangent b=..."),
+     "error: <expr>: no cotangent for output 'b'", "give --cotangent b=..."),
     (["vjp", "a = x*x; b = sum(x)", "--at", "x=[1,2]", "--cotangent", "a=[1,2],b=[1,2]"],
-     "error: the cotangent for 'b' has shape (2,), but 'b' has shape ()", CT_HINT),
+     "error: <expr>: the cotangent for 'b' has shape (2,), but 'b' has shape ()", CT_HINT),
     (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", ""], "error: --cotangent: empty value", None),
     (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", "[1,"], "error: --cotangent:1:1: '[' is never closed", "add ']'"),
     (["jvp", "x*x", "--at", "x=[1,2]", "--tangent", "x=[1,2,3]"],
-     "error: the tangent for 'x' has shape (3,), but 'x' has shape (2,)", ...),
+     "error: <expr>: the tangent for 'x' has shape (3,), but 'x' has shape (2,)", ...),
     (["jvp", "x*x", "--at", "x=[1,2]", "--tangent", "[1,2]"], "error: --tangent expects NAME=VALUE, got '[1,2]'",
      "for example: --tangent x=1.5,y=[1, 2]"),
 ]

@@ -391,6 +391,10 @@ def _build_table() -> dict[str, list[Case]]:
         E("x @ A @ x", lambda x, A: x @ A @ x, x=((3,), "real"), A=((3, 3), "real")),
         E("eye(2, 3) @ x", lambda x: np.eye(2, 3) @ x, x=((3,), "real")))
     add("det", *[E("det(A)", np.linalg.det, A=((n, n), "wellcond")) for n in (1, 2, 3)])
+    add("det", E("det(A)", np.linalg.det, A=[[1.0, 2.0], [2.0, 4.0]],  # singular: adj(A) still
+                 hessian_bug="second derivatives of det need an invertible matrix (documented)"))
+    add("adjugate", *[D(f"adjugate {n}x{n}", lambda a: P.adjugate(a), ((n, n), "wellcond"),
+                        ref=lambda a: np.linalg.det(a) * np.linalg.inv(a)) for n in (1, 2, 3)])
     add("inv", *[E("inv(A)", np.linalg.inv, A=((n, n), "wellcond")) for n in (2, 3)],
         E("inv(A) @ b", lambda A, b: np.linalg.inv(A) @ b, A=((2, 2), "wellcond"), b=((2,), "real")))
     add("solve",
