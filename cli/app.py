@@ -78,8 +78,8 @@ SourceArg = Annotated[str, typer.Argument(help="program text, a path to a .grad 
 AtOpt = Annotated[Optional[List[str]], typer.Option(
     "--at", help="input values: NAME=VALUE[,NAME=VALUE...] or @FILE (.json/.npz); repeatable",
     show_default=False)]
-OfOpt = Annotated[Optional[str], typer.Option("--of", help="the output (default: the last statement)",
-                                              show_default=False)]
+OfOpt = Annotated[Optional[List[str]], typer.Option(
+    "--of", help="the output (default: the last statement)", show_default=False)]
 OfManyOpt = Annotated[Optional[List[str]], typer.Option(
     "--of", help="an output (repeatable; default: the last statement)", show_default=False)]
 WrtOpt = Annotated[Optional[List[str]], typer.Option(
@@ -216,6 +216,15 @@ def _print_symbolic(entries: dict) -> None:
             out.print(f"    note: {e['note']}", markup=False)
 
 
+def _one(of, command: str):
+    """The single --of of grad, jvp and hessian (repeated --of is for jacobian, vjp, check, eval)."""
+    if of and len(of) > 1:
+        from gradcalc.errors import UsageError
+        raise UsageError(f"{command} takes one --of, got {len(of)}",
+                         hint="jacobian, vjp and check take several outputs")
+    return of[0] if of else None
+
+
 def _of_label(name: str) -> str:
     """How an output is named in tables: bare expressions (_, _2) read as f, f2."""
     return "f" + name[1:] if name.startswith("_") else name
@@ -307,7 +316,7 @@ def grad_cmd(
             raise UsageError("--method applies to grad --exec only")
         if source is None:
             raise UsageError("missing SOURCE", hint="gradcalc grad 'sin(x)*y' --at x=1,y=2")
-        r = grad(_source(source), point, of=of, wrt=wrt, sum=sum_, unconnected=unconnected.value,
+        r = grad(_source(source), point, of=_one(of, "grad"), wrt=wrt, sum=sum_, unconnected=unconnected.value,
                  symbolic=symbolic, max_elements=max_elements)
         payload = {"command": "grad", "of": r.of, "value": r.value, "gradient": dict(r),
                    "unconnected": r.unconnected, "warnings": r.warnings}
@@ -446,7 +455,7 @@ def jvp_cmd(
         from gradcalc.api import jvp
         from gradcalc.values import parse_assignments
         tangents = parse_assignments(tangent, "--tangent", max_elements, allow_files=False)
-        r = jvp(_source(source), tangents, _at(at, opts), of=of, max_elements=max_elements)
+        r = jvp(_source(source), tangents, _at(at, opts), of=_one(of, "jvp"), max_elements=max_elements)
         payload = {"command": "jvp", "of": r.of, "value": r.value, "jvp": r.jvp, "warnings": r.warnings}
 
         def table():
@@ -475,7 +484,7 @@ def hessian_cmd(
     def body():
         from gradcalc.api import hessian
         import numpy as np
-        r = hessian(_source(source), _at(at, opts), of=of, wrt=wrt, max_elements=max_elements)
+        r = hessian(_source(source), _at(at, opts), of=_one(of, "hessian"), wrt=wrt, max_elements=max_elements)
         payload = {"command": "hessian", "of": r.of, "value": r.value, "hessian": dict(r),
                    "warnings": r.warnings}
         blocks = [(a, b, v) for a, row in r.items() for b, v in row.items()]
@@ -500,7 +509,9 @@ def check_cmd(
     at: AtOpt = None,
     of: OfManyOpt = None,
     wrt: WrtOpt = None,
-    method: Annotated[Method, typer.Option("--method", help="finite-difference method")] = Method.central,
+    method: Annotated[Optional[Method], typer.Option(
+        "--method", help="finite-difference method: central (default), forward, richardson (default "
+                         "with --exec alone) or complex", show_default=False)] = None,
     rtol: Annotated[Optional[float], typer.Option("--rtol", help="relative tolerance (default per "
                                                   "method: central 1e-6, forward 1e-4, richardson 1e-8, complex 1e-12)",
                                                   show_default=False)] = None,
@@ -539,14 +550,22 @@ def check_cmd(
         stored = _load_expect(expect) if expect else None
         results, tol = [], None
         if exec_ is not None:
-            results, tol = _check_exec(exec_, exec_timeout, sources or [], point, of, wrt, method.value,
-                                       rtol, atol, max_elements)
+            unused = [flag for flag, given in (("--points", points), ("--directions", directions),
+                                               ("--taylor", taylor), ("--expect", expect),
+                                               ("--symbolic", symbolic)) if given]
+            if unused or (sources and method is not None):
+                from gradcalc.errors import UsageError
+                raise UsageError(f"{(unused or ['--method'])[0]} does not apply to check --exec",
+                                 hint="check --exec compares at the --at point; check SOURCE --exec "
+                                      "compares values, so it takes no --method")
+            results, tol = _check_exec(exec_, exec_timeout, sources or [], point, of, wrt,
+                                       method.value if method else "richardson", rtol, atol, max_elements)
         elif not sources:
             from gradcalc.errors import UsageError
             raise UsageError("missing SOURCE", hint="gradcalc check samples/ (or --exec CMD)")
         for s in expand_sources(sources or []) if exec_ is None else ():
             r = check(_source(s), point, of=of, wrt=wrt, points=points, seed=seed,
-                      method=method.value, rtol=rtol, atol=atol, directions=directions,
+                      method=method.value if method else "central", rtol=rtol, atol=atol, directions=directions,
                       taylor=taylor, expect=stored, symbolic=symbolic, max_elements=max_elements)
             results += r.results
             tol = (r.rtol, r.atol)
@@ -571,21 +590,23 @@ def _check_exec(cmd, timeout, sources, point, of, wrt, method, rtol, atol, max_e
     from gradcalc.blackbox import BlackBox, check_against_source, check_blackbox
     from gradcalc.lower import trace
     from gradcalc.numerics import expand_sources
+    from gradcalc.blackbox import EXEC_TOLERANCE
+    from gradcalc.numerics import TOLERANCES
     box = BlackBox(cmd, timeout)
     if not sources:
         if not point:
             from gradcalc.errors import UsageError
             raise UsageError("check --exec needs the point: --at NAME=VALUE for every input")
-        fd_method = "richardson" if method == "central" else method
-        results = check_blackbox(box, point, method=fd_method, rtol=rtol, atol=atol, label=cmd, wrt=wrt)
-        return results, (rtol, atol)
+        results = check_blackbox(box, point, method=method, rtol=rtol, atol=atol, label=cmd, wrt=wrt)
+        default = TOLERANCES.get(method, EXEC_TOLERANCE)
+        return results, (default[0] if rtol is None else rtol, default[1] if atol is None else atol)
     results = []
     for s in expand_sources(sources):
         program = _source(s)
         tr = trace(program, point, max_elements=max_elements)
         results += check_against_source(box, tr, rtol=rtol, atol=atol, label=program.source.label,
                                         of=of, wrt=wrt)
-    return results, (rtol, atol)
+    return results, (EXEC_TOLERANCE[0] if rtol is None else rtol, EXEC_TOLERANCE[1] if atol is None else atol)
 
 
 def _load_expect(path: str) -> dict:
@@ -729,19 +750,44 @@ app = build_app()
 
 def main() -> None:
     """Console entry point.  Only the command asked for is built: building every command's
-    options costs more than a one-liner's whole computation."""
-    name = sys.argv[1] if len(sys.argv) > 1 else None
+    options costs more than a one-liner's whole computation.  Usage errors that click finds
+    (an unknown option, a bad choice) are reported like every other error (SPEC §7)."""
+    import click
+
+    args = sys.argv[1:]
+    name = args[0] if args else None
+    command_app = build_app([name]) if name in COMMANDS else app
+    if not args:
+        command_app()  # help
+        return
     try:
-        (build_app([name]) if name in COMMANDS else app)()
+        code = command_app(standalone_mode=False)
+    except click.exceptions.UsageError as err:
+        code = _pipe_safe(lambda e=err: _usage_error(e, name, args), 2)
+    except click.exceptions.Abort:
+        sys.stderr.write("interrupted\n")
+        code = EXIT_INTERRUPTED
     except BrokenPipeError:
-        # The reader went away (gradcalc ... | head -1): exit quietly.
-        import os
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(0)
+        code = _reader_gone(0)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
-        sys.exit(EXIT_INTERRUPTED)
+        code = EXIT_INTERRUPTED
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_gone(0)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_error(err, name: str, args: list) -> int:
+    """A command-line usage error: error: message, a hint, exit 2 (and JSON with -f json)."""
+    from gradcalc.errors import UsageError
+    command = name if name in COMMANDS else None
+    hint = f"see 'gradcalc {command} --help'" if command else "see 'gradcalc --help'"
+    wants_json = "--json" in args or any(a in ("json", "-fjson", "--format=json") and
+                                         (a != "json" or i and args[i - 1] in ("-f", "--format"))
+                                         for i, a in enumerate(args))
+    return report_user_error(UsageError(err.format_message(), hint=hint), wants_json)
 
 
 if __name__ == "__main__":

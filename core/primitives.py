@@ -345,10 +345,10 @@ def _hypot_part(a, ans):
 
 atan2 = _binary("atan2", np.arctan2, (lambda g, ans, y, x, **_: safe_mul(g, x / (x * x + y * y)),
                                       lambda g, ans, y, x, **_: safe_mul(g, -y / (x * x + y * y))),
-                analytic=False)
+                analytic=False, kink=lambda ans, y, x, **_: np.hypot(x, y))
 hypot = _binary("hypot", np.hypot, (lambda g, ans, x, y, **_: safe_mul(g, _hypot_part(x, ans)),
                                     lambda g, ans, x, y, **_: safe_mul(g, _hypot_part(y, ans))),
-                analytic=False)
+                analytic=False, kink=lambda ans, x, y, **_: ans)
 
 
 def _mask(fn):
@@ -357,8 +357,9 @@ def _mask(fn):
 
 
 def _comparison(name, fn):
+    # No derivative, but a jump where x = y: check flags points near it.
     return _def(name, _elementwise(_mask(fn)), None, None, _broadcast_params,
-                differentiable=False, analytic=False)
+                differentiable=False, analytic=True, kink=lambda ans, x, y, **_: x - y)
 
 
 lt = _comparison("lt", np.less)
