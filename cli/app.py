@@ -724,9 +724,9 @@ def graph_cmd(
             render.dump_json({"command": "graph", "output": r.output, "nodes": r.nodes,
                               "guessed_shapes": r.guessed, "warnings": r.warnings})
         elif fmt is GraphFormat.dot:
-            sys.stdout.write(graphs.dot(r.nodes, r.output))
+            sys.stdout.write(graphs.dot(r.nodes, r.output, r.guessed))
         elif fmt is GraphFormat.plain:
-            sys.stdout.write(graphs.listing(r.nodes, precision))
+            sys.stdout.write(graphs.listing(r.nodes, precision, r.guessed))
         else:
             graphs.tables(r.nodes, r.output, r.guessed, precision)
     _run(opts, body)

@@ -31,9 +31,11 @@ def _rhs(node, precision: int) -> str:
     return f"{node['op']}({args}{', ' + params if params else ''})"
 
 
-def listing(nodes, precision: int) -> str:
+def listing(nodes, precision: int, guessed=()) -> str:
     """One line per equation, like JAX's jaxprs: `v5 = tanh(v4)   # h, 1:5, 2`."""
     lines, phase = [], "forward"
+    if guessed:
+        lines.append(f"# shapes guessed for {', '.join(guessed)} (no values given; use --at)")
     for n in nodes:
         if n["phase"] != phase:
             phase = n["phase"]
@@ -80,7 +82,7 @@ def tables(nodes, output, guessed, precision: int) -> None:
         out.print(f"backward tape: {len([n for n in backward if n['op'] != 'const'])} equations, "
                   f"one VJP rule per forward equation; no Jacobian is ever formed", style="bold")
         out.print(table(backward, "vjp of"))
-        out.print("gradients: " + ", ".join(f"{g['name']} = {g['id']}" for g in grads))
+        out.print("gradients: " + ", ".join(f"{g['name']} = {g['args'][0]}" for g in grads))
 
 
 def _quote(s: str) -> str:
@@ -88,9 +90,11 @@ def _quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def dot(nodes, output) -> str:
+def dot(nodes, output, guessed=()) -> str:
     """Graphviz: inputs as ellipses, operations as boxes, outputs bold; backward dashed."""
     lines = ["digraph gradcalc {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=10];']
+    if guessed:
+        lines.append(f"  // shapes guessed for {', '.join(guessed)} (no values given; use --at)")
     for n in nodes:
         if n["op"] == "gradient":
             gid = f"grad_{n['args'][0]}"

@@ -64,6 +64,8 @@ def plain_number(x: float) -> str:
         return "nan"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "-0" if math.copysign(1.0, x) < 0 else "0"
     if x.is_integer() and abs(x) < 1e16:
         return str(int(x))
     return repr(x)
@@ -119,7 +121,12 @@ def value_text(a, precision: int) -> str:
     rows = a.reshape(-1, a.shape[-1])
     cells = [[fmt(float(v), precision) for v in r] for r in rows]
     width = max(len(c) for r in cells for c in r)
-    return "\n".join("[" + "  ".join(c.rjust(width) for c in r) + "]" for r in cells)
+    lines = ["[" + "  ".join(c.rjust(width) for c in r) + "]" for r in cells]
+    if a.ndim > 2:  # a blank line between the 2-D slices of a stack
+        per = a.shape[-2]
+        lines = [ln + ("\n" if (i + 1) % per == 0 and i + 1 < len(lines) else "")
+                 for i, ln in enumerate(lines)]
+    return "\n".join(lines)
 
 
 def console(stderr: bool = False):

@@ -138,7 +138,7 @@ def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
                 raise UsageError(f"'{name}' has no differentiable path to {of_desc}",
                                  hint="remove it from --wrt, or use --unconnected zero").located(tr.program.source)
             v = np.zeros(shape_of(name)) if mode == "zero" else None
-        values[name] = None if v is None else np.asarray(v)
+        values[name] = None if v is None else np.asarray(v) + 0.0  # -0.0 means nothing here
     return values, missing
 
 
@@ -184,8 +184,8 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
                              "in the program instead")
         from .symbolic import symbolic_gradient
         closed = _public(symbolic_gradient(tr, out, wrt))
-    return Result(gradient, of=out, value=y, unconnected=missing, warnings=_warnings(tr),
-                  symbolic=closed)
+    return Result(gradient, of=out, value=np.sum(y) if sum else y, unconnected=missing,
+                  warnings=_warnings(tr), symbolic=closed)
 
 
 def _public(entries: dict) -> dict:
@@ -253,7 +253,10 @@ def jvp(source, tangent: dict, at=None, of=None, *, max_elements=DEFAULT_MAX_ELE
                 raise ShapeError(f"the tangent for '{n}' has shape {v.shape}, but '{n}' has shape {shape}")
             v = np.broadcast_to(v, shape)
         tangents[tr.tape.inputs[n]] = v
-    tan = forward(b, tr.tape.equations, tangents, eager=True)
+    tan = forward(b, tr.tape.equations, tangents, eager=True, check=False)
+    t_out = tan.get(tr.tape.names[out])
+    if t_out is not None and not all_finite(np.asarray(t_out)):  # name the rule behind it
+        forward(b, tr.tape.equations, tangents, eager=True, check=True)
     y = tr.value(out)
     t = tan.get(tr.tape.names[out])
     value = np.zeros(y.shape) if t is None else np.asarray(t)
@@ -323,7 +326,7 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
                            [found[names[w]] for w in wrt], m,
                            what=f"the reverse pass for the Jacobian of '{o}'")
             for w, r in zip(wrt, rows):
-                blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape)
+                blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape) + 0.0
     elif wrt_size == 0:  # nothing to differentiate with respect to: empty blocks
         blocks = {o: {w: np.zeros(tr.value(o).shape + tr.value(w).shape) for w in wrt} for o in outs}
     else:
@@ -525,7 +528,7 @@ def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_
         for name, var in tape.inputs.items():
             g = found.get(var)
             if g is not None:
-                nodes.append({"id": f"v{g.var}", "op": "gradient", "args": [f"v{g.var}"],
+                nodes.append({"id": f"d{output}/d{name}", "op": "gradient", "args": [f"v{g.var}"],
                               "shape": list(b.shapes[g.var]), "phase": "backward",
                               "name": f"d{output}/d{name}"})
     return Result({}, nodes=nodes, output=output, guessed=guessed, warnings=_warnings(tr))

@@ -332,6 +332,9 @@ def _output_names(program: Program):
             yield st, None
 
 
+_BOOLEANS = ("true", "false", "True", "False")
+
+
 def find_inputs(program: Program) -> list[InputInfo]:
     """Inputs in order: declared ones, then names read before they are assigned."""
     declared: dict[str, InputInfo] = {}
@@ -342,6 +345,8 @@ def find_inputs(program: Program) -> list[InputInfo]:
                     raise NameError_(f"input '{d.name}' is declared twice", d.pos)
                 if d.name in FUNCTIONS:
                     raise NameError_(f"'{d.name}' is a built-in function and cannot be an input", d.pos)
+                if d.name in _BOOLEANS:
+                    raise NameError_(f"'{d.name}' is a literal and cannot be an input", d.pos)
                 declared[d.name] = InputInfo(d.name, d.pos, d.shape, d.default, True)
     free: dict[str, InputInfo] = {}
     assigned: dict[str, Pos] = {}
@@ -366,6 +371,8 @@ def find_inputs(program: Program) -> list[InputInfo]:
                                  st.pos, hint="names are assigned once; pick a new name")
             if name in FUNCTIONS:
                 raise NameError_(f"cannot assign to '{name}': it is a built-in function", st.pos)
+            if name in _BOOLEANS:
+                raise NameError_(f"cannot assign to '{name}': it is a literal", st.pos)
             assigned[name] = st.pos
     return [*declared.values(), *free.values()]
 

@@ -165,6 +165,9 @@ def _upstream(tr: Traced, var: int) -> set:
     return needed
 
 
+_SPELLED = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
+
+
 def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = None) -> list[str]:
     """Kinked operations on the way from wrt to the output whose argument lies within
     two steps of the kink."""
@@ -186,7 +189,7 @@ def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = No
             d = np.abs(np.asarray(kink(values[eq.out], *[values[a] for a in eq.args], **eq.params)))
         if d.size and float(np.min(d)) <= scale:
             where = f" (line {eq.pos.line}, column {eq.pos.col})" if eq.pos else ""
-            note = f"near the kink of '{eq.prim.name}'{where}"
+            note = f"near the kink of '{_SPELLED.get(eq.prim.name, eq.prim.name)}'{where}"
             if note not in notes:
                 notes.append(note)
     return notes
@@ -234,10 +237,12 @@ def compare(ad: np.ndarray, ref: np.ndarray, rtol: float, atol: float):
     ad, ref = ad.reshape(-1), ref.reshape(-1)
     with np.errstate(all="ignore"):
         diff = np.abs(ad - ref)
-        diff[ad == ref] = 0.0  # equal infinities agree
+        same = (ad == ref) | (np.isnan(ad) & np.isnan(ref))
+        diff[same] = 0.0  # equal infinities (or nan against nan) agree
         aref = np.abs(ref)
         badness = diff / (atol + rtol * aref)  # > 1 fails; nan where something is not finite
         badness[np.isnan(badness)] = np.inf
+        badness[same] = 0.0
         ok = bool(np.all(badness <= 1.0))
         diff[np.isnan(diff)] = np.inf
         rel = diff / np.maximum(np.abs(ad), aref)

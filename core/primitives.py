@@ -621,6 +621,7 @@ def _reshape_params(shapes, builder, shape):
     if math.prod(shape) != size:
         raise ShapeError(f"cannot reshape an array of shape {xshape} ({size} elements) into "
                          f"{shape} ({math.prod(shape)} elements)")
+    builder.check_size(shape)
     return {"shape": shape, "xshape": xshape}
 
 
