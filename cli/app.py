@@ -574,13 +574,18 @@ def check_cmd(
             _write_junit(junit_xml, results)
         payload = {"command": "check", "ok": ok, "rtol": tol[0], "atol": tol[1],
                    "results": [x.as_dict() for x in results]}
-        _emit(opts, payload, [], lambda: _check_table(results, ok, precision, tol))
-        if opts.format is Format.plain:
-            for x in results:
-                sys.stdout.write(f"{'ok' if x.ok else 'FAIL'} {x.source} point={x.point} "
-                                 f"{_result_label(x)} max_abs_err={x.max_abs_err:.3g} "
-                                 f"max_rel_err={x.max_rel_err:.3g}\n")
-        return 0 if ok else 1
+        verdict = 0 if ok else 1  # kept even if the reader of stdout goes away
+        try:
+            _emit(opts, payload, [], lambda: _check_table(results, ok, precision, tol))
+            if opts.format is Format.plain:
+                for x in results:
+                    sys.stdout.write(f"{'ok' if x.ok else 'FAIL'} {x.source} point={x.point} "
+                                     f"{_result_label(x)} max_abs_err={x.max_abs_err:.3g} "
+                                     f"max_rel_err={x.max_rel_err:.3g}\n")
+                sys.stdout.flush()
+        except BrokenPipeError:
+            return _reader_gone(verdict)
+        return verdict
     _run(opts, body)
 
 

@@ -133,10 +133,16 @@ def console(stderr: bool = False):
     import os
 
     from rich.console import Console
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich would exit 1, which means "check found a mismatch": let the CLI decide
+            self.quiet = True
+            raise BrokenPipeError
+
     stream = sys.stderr if stderr else sys.stdout
     # Piped output (CI logs, files) has no terminal width to fit: allow wide tables.
     width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+    return _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
 def print_table(title: str, rows: list[tuple], columns=("name", "shape", "value"),
