@@ -138,7 +138,7 @@ def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
                 raise UsageError(f"'{name}' has no differentiable path to {of_desc}",
                                  hint="remove it from --wrt, or use --unconnected zero").located(tr.program.source)
             v = np.zeros(shape_of(name)) if mode == "zero" else None
-        values[name] = None if v is None else np.asarray(v) + 0.0  # -0.0 means nothing here
+        values[name] = None if v is None else np.asarray(v)
     return values, missing
 
 
@@ -326,7 +326,7 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
                            [found[names[w]] for w in wrt], m,
                            what=f"the reverse pass for the Jacobian of '{o}'")
             for w, r in zip(wrt, rows):
-                blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape) + 0.0
+                blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape)
     elif wrt_size == 0:  # nothing to differentiate with respect to: empty blocks
         blocks = {o: {w: np.zeros(tr.value(o).shape + tr.value(w).shape) for w in wrt} for o in outs}
     else:
