@@ -233,22 +233,22 @@ class _Parser:
         self.tokens = tokenize(text)
         self.i = 0
         self.depth = 0
+        self.tok = self.tokens[0]  # the current token (kept as an attribute: the parser's hot path)
 
     # -- token helpers ------------------------------------------------------
-    @property
-    def tok(self) -> Token:
-        return self.tokens[self.i]
-
     def peek(self, k: int = 1) -> Token:
         return self.tokens[min(self.i + k, len(self.tokens) - 1)]
 
     def advance(self) -> Token:
-        t = self.tokens[self.i]
+        t = self.tok
         self.i += 1
+        if self.i < len(self.tokens):
+            self.tok = self.tokens[self.i]
         return t
 
     def at(self, text: str) -> bool:
-        return self.tok.kind == "op" and self.tok.text == text
+        t = self.tok
+        return t.text == text and t.kind == "op"
 
     def expect(self, text: str, what: str | None = None) -> Token:
         if not self.at(text):
