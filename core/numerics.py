@@ -83,7 +83,7 @@ def evaluate_batch(tr: Traced, var: int, batch: np.ndarray, outs: list[int]) -> 
     largest = largest_batched(downstream, [var], tr.builder.shapes)
     tr.builder.check_size((len(batch), largest), what=f"a batch of {len(batch)} perturbed points "
                                                       f"through {largest}-element values")
-    eval_equations(downstream, env)
+    eval_equations(downstream, env, keep=set(outs), batch_elements=len(batch) * largest)
     return [np.broadcast_to(env[o], batch.shape[:1] + tr.builder.shapes[o]) for o in outs]
 
 

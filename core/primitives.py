@@ -277,15 +277,32 @@ def _binary(name, fn, rules, **facts):
 
 def _safe_mul(g, d):
     r = g * d
-    if r.dtype.kind == "f" and not all_finite(r):
-        r = np.where((g == 0) | (d == 0), 0.0, r)
+    if r.dtype.kind != "f":
+        return r
+    # A nan in r that a zero operand would make 0 needs the other operand to be inf or nan.
+    # In a batched pass one operand is often a small unbatched factor: when it is finite
+    # and has no zeros, r needs no look (a pass over the small operand, not over r).
+    small = g if g.size < d.size else d
+    if small.size * 4 <= r.size and _finite_nonzero(small):
+        return r
+    if not all_finite(r):
+        r = np.where(((g == 0) | (d == 0)) & np.isnan(r), 0.0, r)
     return r
+
+
+def _finite_nonzero(x) -> bool:
+    return x.dtype.kind == "f" and all_finite(x) and bool(x.all())
 
 
 def _safe_div(g, d):
     r = g / d
-    if r.dtype.kind == "f" and not all_finite(r):
-        r = np.where(g == 0, 0.0, r)
+    if r.dtype.kind != "f":
+        return r
+    small = g if g.size < d.size else d  # as in _safe_mul: 0/d is nan only where d is 0 or nan
+    if small.size * 4 <= r.size and _finite_nonzero(small):
+        return r
+    if not all_finite(r):
+        r = np.where((g == 0) & np.isnan(r), 0.0, r)
     return r
 
 
@@ -296,10 +313,10 @@ div = _binary("div", np.divide, (lambda g, ans, x, y, **_: safe_div(g, y),
                                  lambda g, ans, x, y, **_: -safe_mul(g, ans / y)))
 safe_mul = _binary("safe_mul", _safe_mul, (lambda gg, ans, g, d, **_: safe_mul(gg, d),
                                            lambda gg, ans, g, d, **_: safe_mul(gg, g)),
-                   internal=True, doc="g * d, and exactly 0 where g or d is 0")
+                   internal=True, doc="g * d, and exactly 0 where g or d is 0 and the product is nan")
 safe_div = _binary("safe_div", _safe_div, (lambda gg, ans, g, d, **_: safe_div(gg, d),
                                            lambda gg, ans, g, d, **_: -safe_mul(gg, ans / d)),
-                   internal=True, doc="g / d, and exactly 0 where g is 0")
+                   internal=True, doc="g / d, and exactly 0 where g is 0 and the quotient is nan")
 
 
 def _pow_dx(x, y):

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .alloc import keep_freed_memory
 from .errors import GradcalcError, LimitError, Pos, ShapeError, ValueError_
 
 DEFAULT_MAX_ELEMENTS = 10**8
@@ -244,7 +245,11 @@ class Builder:
                     dict(self.shapes), output, dict(positions or {}))
 
 
-def eval_equations(equations, env: dict, keep=None) -> dict:
+#: Elements of a batched value from which a pass keeps freed memory (see :mod:`.alloc`).
+LARGE_BATCH = 1 << 16
+
+
+def eval_equations(equations, env: dict, keep=None, batch_elements: int = 0) -> dict:
     """Evaluate equations in order; env maps var -> array and is extended in place.
 
     Values in env may carry extra leading batch axes; every primitive accepts
@@ -252,7 +257,11 @@ def eval_equations(equations, env: dict, keep=None) -> dict:
     variables wanted afterwards), each value computed here is dropped after its
     last use, so a batched pass holds only what is live (and the allocator can
     reuse the memory instead of faulting in fresh pages for every array).
+    ``batch_elements`` (the size of the largest batched value) above
+    :data:`LARGE_BATCH` asks the allocator to keep freed memory.
     """
+    if batch_elements >= LARGE_BATCH:
+        keep_freed_memory()
     free = _frees(equations, keep) if keep is not None else None
     with np.errstate(all="ignore"):
         for i, eq in enumerate(equations):

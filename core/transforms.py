@@ -179,11 +179,13 @@ class Recording:
         """
         b = self.builder
         b.check_finite = self._check
-        largest = largest_batched(b.equations[self.start:], seeds, b.shapes)
+        keep = {t.var for t in outputs if t is not None}
+        equations = needed(b.equations[self.start:], keep)
+        largest = largest_batched(equations, seeds, b.shapes)
         b.check_size((batch, largest), what=f"{what} ({batch} rows of {largest}-element values)")
         env = dict(b.values)
         env.update(seeds)
-        eval_equations(b.equations[self.start:], env, keep={t.var for t in outputs if t is not None})
+        eval_equations(equations, env, keep=keep, batch_elements=batch * largest)
         results = []
         for t in outputs:
             if t is None:
@@ -193,6 +195,20 @@ class Recording:
             full = (batch,) + t.shape
             results.append(v if v.shape == full else np.broadcast_to(v, full))
         return results
+
+
+def needed(equations, outputs) -> list:
+    """The equations that outputs depend on, in order: a recorded pass also computes
+    values nobody reads (the tangent of the forward output, in a Hessian), which a
+    batched re-run would pay for many times over."""
+    live = set(outputs)
+    kept = []
+    for eq in reversed(equations):
+        if eq.out in live:
+            kept.append(eq)
+            live.update(eq.args)
+    kept.reverse()
+    return kept
 
 
 def largest_batched(equations, batched, shapes) -> int:

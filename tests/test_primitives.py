@@ -813,3 +813,57 @@ def test_zero_derivative_functions_connect():
         res = gradcalc.jacobian(f"{f}(x)", at={"x": [0.3, 1.7]}, mode="rev")
         assert res.unconnected == [], f
         np.testing.assert_array_equal(res["_"]["x"], np.zeros((2, 2)))
+
+
+# ---------------------------------------------------------------------------
+# safe_mul / safe_div: the element rule, on every path through the implementation
+# ---------------------------------------------------------------------------
+
+_SPECIAL = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 1e300])
+
+
+def _safe_reference(op, g, d):
+    """Element by element, in plain Python: the product (quotient), except 0 where a
+    zero operand (a zero g, for the quotient) meets a value that makes it nan."""
+    g, d = np.broadcast_arrays(np.asarray(g, float), np.asarray(d, float))
+    out = np.empty(g.shape)
+    for i in np.ndindex(g.shape):
+        a, b = float(g[i]), float(d[i])
+        with np.errstate(all="ignore"):
+            r = float(np.float64(a) * np.float64(b) if op == "mul" else np.float64(a) / np.float64(b))
+        zero = (a == 0 or b == 0) if op == "mul" else a == 0
+        out[i] = 0.0 if (zero and r != r) else r
+    return out
+
+
+@pytest.mark.parametrize("op", ["mul", "div"])
+@pytest.mark.parametrize("big_shape,small_shape", [((8,), (8,)), ((40, 8), (8,)), ((8,), (40, 8)),
+                                                   ((40, 8), (40, 1)), ((), ())])
+def test_safe_mul_div_follow_the_element_rule(op, big_shape, small_shape):
+    # Small operands of few elements take the shortcut (no look at the result) when they are
+    # finite and nonzero; the draws below cover that, zeros, infinities and nans on both sides.
+    impl = {"mul": P._safe_mul, "div": P._safe_div}[op]
+    rng = np.random.default_rng(zlib.crc32(repr((op, big_shape, small_shape)).encode()))
+    for trial in range(40):
+        g = rng.choice(_SPECIAL, size=big_shape) if trial % 2 else rng.uniform(-3, 3, big_shape)
+        d = rng.uniform(0.5, 2, small_shape) * rng.choice([-1.0, 1.0], small_shape)
+        if trial % 4 >= 2:
+            d = rng.choice(_SPECIAL, size=small_shape)
+        for a, b in ((g, d), (d, g)):
+            with np.errstate(all="ignore"):
+                got = impl(np.asarray(a), np.asarray(b))
+            np.testing.assert_array_equal(got, _safe_reference(op, a, b))
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(_safe_reference(op, a, b)))
+
+
+def test_batched_pass_runs_only_what_its_outputs_need():
+    # The tangent of a Hessian's forward output is recorded but read by nobody.
+    from gradcalc.transforms import needed
+    x = np.array([0.3, -1.2, 2.0])
+    tr = lower.trace(gradcalc.parse("y = sin(x) * x\nz = sum(y)"), {"x": x})
+    eqs = tr.tape.equations
+    y, z = tr.tape.names["y"], tr.tape.names["z"]
+    kept = needed(eqs, {y})
+    assert [e.out for e in kept] == [e.out for e in eqs if e.out != z]
+    assert needed(eqs, {z}) == list(eqs)
+    assert needed(eqs, set()) == []
