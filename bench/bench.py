@@ -4,7 +4,8 @@ Run with `make bench`.  Every workload's result is checked against a closed
 form first (a fast wrong answer counts for nothing), then timed: the median of
 several repeats after a warm-up.  Peers (HIPS autograd, PyTorch, JAX) run
 where installed (`pip install -e '.[bench]'`).  Ratios are what matter on a
-shared machine: both sides of a ratio are measured in the same run.
+shared machine: both sides of a ratio are measured in the same run, called
+alternately (A, B, A, B, ...), so that drift hits both.
 """
 from __future__ import annotations
 
@@ -33,6 +34,24 @@ def median_time(fn, repeats: int, warmup: int = 1) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def paired(fn_a, fn_b, repeats: int, budget: float = 1.0) -> tuple[float, float]:
+    """Medians of fn_a and fn_b, called alternately (A, B, A, B, ...) after a warm-up of
+    each, so that the machine's drift (shared CPUs, frequency, neighbours) hits both sides
+    of a ratio alike.  Quick functions get more repeats, up to about `budget` seconds."""
+    t = time.perf_counter()
+    fn_a()
+    fn_b()
+    once = time.perf_counter() - t
+    n = max(repeats, min(201, int(budget / max(once, 1e-6))))
+    ta, tb = [], []
+    for _ in range(n):
+        for fn, acc in ((fn_a, ta), (fn_b, tb)):
+            t = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t)
+    return statistics.median(ta), statistics.median(tb)
 
 
 def peak_memory(fn) -> float:
@@ -122,8 +141,7 @@ def w2_big_grad(repeats: int):
     verify("W2 dW", r["W"], d @ X.T, 1e-9, 1e-9)
     verify("W2 dX", r["X"], W.T @ d, 1e-9, 1e-9)
     verify("W2 db", r["b"], d.sum(axis=1, keepdims=True), 1e-9, 1e-9)
-    t_np = median_time(numpy_forward, repeats)
-    t_ours = median_time(ours, repeats)
+    t_ours, t_np = paired(ours, numpy_forward, repeats)
     mem_np, mem_ours = peak_memory(numpy_forward), peak_memory(ours)
     rows = [Row("W2", f"grad, 2000×2000 @ 2000×256 (peak {mem_ours:.0f} MB; numpy forward "
                       f"{mem_np:.0f} MB)", t_ours, "numpy forward pass", t_np, "≤ 3×", 3.0)]
@@ -135,8 +153,8 @@ def w2_big_grad(repeats: int):
             return anp.sum(anp.tanh(anp.dot(W, X) + b) ** 2)
         gf = ag.grad(lambda args: f(*args))
         verify("W2 autograd", gf((W, X, b))[0], d @ X.T, 1e-9, 1e-9)
-        t_ag = median_time(lambda: gf((W, X, b)), repeats)
-        rows.append(Row("W2", "grad vs HIPS autograd", t_ours, "autograd.grad", t_ag, "< 1×", 1.0))
+        t_ours2, t_ag = paired(ours, lambda: gf((W, X, b)), repeats)
+        rows.append(Row("W2", "grad vs HIPS autograd", t_ours2, "autograd.grad", t_ag, "< 1×", 1.0))
     return rows
 
 
@@ -152,7 +170,7 @@ def w3_recurrence(repeats: int):
         d *= np.cos(x) * 1.01 + 0.1
         x = np.sin(x) * 1.01 + 0.1 * x
     verify("W3", gradcalc.grad(src)["x0"], d, 1e-12, 1e-15)
-    t_ours = median_time(lambda: gradcalc.grad(src), repeats)
+    ours = lambda: gradcalc.grad(src)  # noqa: E731
     rows = []
     torch = optional("torch")
     if torch:
@@ -164,11 +182,12 @@ def w3_recurrence(repeats: int):
             x.backward()
             return x0.grad
         verify("W3 torch", torch_grad().item(), d, 1e-12, 1e-15)
+        t_ours, t_torch = paired(ours, torch_grad, repeats)
         rows.append(Row("W3", f"parse + grad of a {n}-statement recurrence", t_ours,
-                        "torch eager autograd", median_time(torch_grad, repeats), "< 1×", 1.0))
+                        "torch eager autograd", t_torch, "< 1×", 1.0))
     else:
-        rows.append(Row("W3", f"parse + grad of a {n}-statement recurrence", t_ours, "torch (absent)",
-                        None, "< 1×", 1.0))
+        rows.append(Row("W3", f"parse + grad of a {n}-statement recurrence", median_time(ours, repeats),
+                        "torch (absent)", None, "< 1×", 1.0))
     return rows
 
 
@@ -185,7 +204,7 @@ def w4_jacobian(repeats: int):
     src = "tanh(A @ x)"
     at = {"A": A, "x": x}
     verify("W4", gradcalc.jacobian(src, at=at, wrt=["x"])["_"]["x"], want)
-    t_ours = median_time(lambda: gradcalc.jacobian(src, at=at, wrt=["x"]), repeats)
+    ours = lambda: gradcalc.jacobian(src, at=at, wrt=["x"])  # noqa: E731
     rows = []
     ag = optional("autograd")
     if ag:
@@ -193,8 +212,9 @@ def w4_jacobian(repeats: int):
         from autograd import jacobian as ajac
         jf = ajac(lambda x: anp.tanh(anp.dot(A, x)))
         verify("W4 autograd", jf(x), want)
+        t_ours, t_ag = paired(ours, lambda: jf(x), repeats)
         rows.append(Row("W4", "jacobian of tanh(A @ x), A 500×500", t_ours, "autograd.jacobian",
-                        median_time(lambda: jf(x), repeats), "≤ 0.5×", 0.5))
+                        t_ag, "≤ 0.5×", 0.5))
     jax = optional("jax")
     if jax:
         jax.config.update("jax_enable_x64", True)
@@ -203,11 +223,12 @@ def w4_jacobian(repeats: int):
         jf = jax.jit(jax.jacrev(lambda x: jnp.tanh(Aj @ x)))
         xj = jnp.asarray(x)
         verify("W4 jax", np.asarray(jf(xj)), want)
+        t_ours, t_jax = paired(ours, lambda: jf(xj).block_until_ready(), repeats)
         rows.append(Row("W4", "jacobian of tanh(A @ x), A 500×500", t_ours, "jax.jit(jax.jacrev)",
-                        median_time(lambda: jf(xj).block_until_ready(), repeats), "≤ 2×", 2.0))
+                        t_jax, "≤ 2×", 2.0))
     if not rows:
-        rows.append(Row("W4", "jacobian of tanh(A @ x), A 500×500", t_ours, "peers (absent)", None,
-                        "≤ 0.5× autograd", 0.5))
+        rows.append(Row("W4", "jacobian of tanh(A @ x), A 500×500", median_time(ours, repeats),
+                        "peers (absent)", None, "≤ 0.5× autograd", 0.5))
     return rows
 
 
@@ -218,7 +239,7 @@ def w5_check(repeats: int):
     r = gradcalc.check(src, at=at, wrt=["x"])
     if not r.ok:
         raise SystemExit("W5: check failed on a correct program")
-    t_ours = median_time(lambda: gradcalc.check(src, at=at, wrt=["x"]), repeats)
+    ours = lambda: gradcalc.check(src, at=at, wrt=["x"])  # noqa: E731
     torch = optional("torch")
     if torch:
         At = torch.tensor(A)
@@ -226,11 +247,12 @@ def w5_check(repeats: int):
         ok = torch.autograd.gradcheck(lambda x: torch.tanh(At @ x), (xt,))
         if not ok:
             raise SystemExit("W5: gradcheck failed")
-        t_torch = median_time(lambda: torch.autograd.gradcheck(lambda x: torch.tanh(At @ x), (xt,)),
-                              max(1, repeats // 2))
+        t_ours, t_torch = paired(ours, lambda: torch.autograd.gradcheck(lambda x: torch.tanh(At @ x), (xt,)),
+                                 repeats)
         return [Row("W5", "check: full Jacobian vs central differences", t_ours,
                     "torch.autograd.gradcheck", t_torch, "≤ 0.1×", 0.1)]
-    return [Row("W5", "check: full Jacobian vs central differences", t_ours, "gradcheck (absent)",
+    return [Row("W5", "check: full Jacobian vs central differences", median_time(ours, repeats),
+                "gradcheck (absent)",
                 None, "≤ 0.1×", 0.1)]
 
 
@@ -246,7 +268,7 @@ def w6_hessian(repeats: int):
         H[i + 1, i] += -400 * x[i]
         H[i + 1, i + 1] += 200
     verify("W6", gradcalc.hessian(src, at={"x": x})["x"]["x"], H, 1e-10, 1e-9)
-    t_ours = median_time(lambda: gradcalc.hessian(src, at={"x": x}), repeats)
+    ours = lambda: gradcalc.hessian(src, at={"x": x})  # noqa: E731
     torch = optional("torch")
     if torch:
         xt = torch.tensor(x)
@@ -257,10 +279,11 @@ def w6_hessian(repeats: int):
         def th():
             return torch.autograd.functional.hessian(f, xt, vectorize=True)
         verify("W6 torch", th().numpy(), H, 1e-10, 1e-9)
+        t_ours, t_torch = paired(ours, th, repeats)
         return [Row("W6", f"hessian of Rosenbrock, n = {n}", t_ours,
-                    "torch.autograd.functional.hessian(vectorize=True)", median_time(th, repeats),
-                    "< 1×", 1.0)]
-    return [Row("W6", f"hessian of Rosenbrock, n = {n}", t_ours, "torch (absent)", None, "< 1×", 1.0)]
+                    "torch.autograd.functional.hessian(vectorize=True)", t_torch, "< 1×", 1.0)]
+    return [Row("W6", f"hessian of Rosenbrock, n = {n}", median_time(ours, repeats), "torch (absent)",
+                None, "< 1×", 1.0)]
 
 
 WORKLOADS = {"W1": w1_startup, "W2": w2_big_grad, "W3": w3_recurrence, "W4": w4_jacobian,

@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import GradcalcError, UsageError
 from .lower import Traced, trace
-from .tape import DEFAULT_MAX_ELEMENTS, eval_equations
+from .tape import DEFAULT_MAX_ELEMENTS, all_finite, eval_equations
 from .transforms import largest_batched
 
 EPS = np.finfo(np.float64).eps
@@ -237,19 +237,39 @@ def compare(ad: np.ndarray, ref: np.ndarray, rtol: float, atol: float):
     ad, ref = ad.reshape(-1), ref.reshape(-1)
     with np.errstate(all="ignore"):
         diff = np.abs(ad - ref)
-        same = (ad == ref) | (np.isnan(ad) & np.isnan(ref))
-        diff[same] = 0.0  # equal infinities (or nan against nan) agree
-        aref = np.abs(ref)
-        badness = diff / (atol + rtol * aref)  # > 1 fails; nan where something is not finite
-        badness[np.isnan(badness)] = np.inf
-        badness[same] = 0.0
-        ok = bool(np.all(badness <= 1.0))
-        diff[np.isnan(diff)] = np.inf
-        rel = diff / np.maximum(np.abs(ad), aref)
-        rel[np.isnan(rel)] = 0.0  # 0/0: both are 0
-        rel[np.isinf(diff)] = np.inf
-    worst = np.unravel_index(int(np.argmax(badness)), shape)
-    return ok, float(diff.max()), float(rel.max()), [int(i) for i in worst]
+        if all_finite(diff):
+            badness, rel = _errors_finite(ad, ref, diff, rtol, atol)
+        else:
+            badness, rel = _errors_general(ad, ref, diff, rtol, atol)
+    worst = int(np.argmax(badness))
+    return (bool(badness[worst] <= 1.0), float(diff.max()), float(rel.max()),
+            [int(i) for i in np.unravel_index(worst, shape)])
+
+
+def _errors_finite(ad, ref, diff, rtol, atol):
+    """Badness (> 1 fails) and relative error per element when every difference is finite:
+    five passes over the Jacobian instead of the general case's fifteen."""
+    aref = np.abs(ref)
+    badness = np.divide(diff, atol + rtol * aref, out=np.zeros_like(diff), where=diff > 0)
+    big = np.maximum(np.abs(ad), aref)
+    rel = np.divide(diff, big, out=np.zeros_like(diff), where=big > 0)  # 0/0: both are 0
+    return badness, rel
+
+
+def _errors_general(ad, ref, diff, rtol, atol):
+    """As :func:`_errors_finite`, with infinities and nans: diff is set to inf where the
+    two disagree about a non-finite value, 0 where they agree."""
+    same = (ad == ref) | (np.isnan(ad) & np.isnan(ref))
+    diff[same] = 0.0  # equal infinities (or nan against nan) agree
+    aref = np.abs(ref)
+    badness = diff / (atol + rtol * aref)  # nan where something is not finite
+    badness[np.isnan(badness)] = np.inf
+    badness[same] = 0.0
+    diff[np.isnan(diff)] = np.inf
+    rel = diff / np.maximum(np.abs(ad), aref)
+    rel[np.isnan(rel)] = 0.0  # 0/0: both are 0
+    rel[np.isinf(diff)] = np.inf
+    return badness, rel
 
 
 def expand_sources(sources) -> list:

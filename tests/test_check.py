@@ -173,3 +173,21 @@ def test_cli_user_errors_exit_2():
     assert runner.invoke(app, ["check", "x+", "--at", "x=1"]).exit_code == 2
     assert runner.invoke(app, ["check", "x", "--points", "-1"]).exit_code == 2
     assert runner.invoke(app, ["check", "abs(x)", "--at", "x=1", "--method", "complex"]).exit_code == 2
+
+
+@pytest.mark.parametrize("rtol,atol", [(1e-6, 1e-8), (1e-6, 0.0), (0.0, 0.0), (0.5, 0.0)])
+def test_compare_fast_path_agrees_with_the_general_one(rtol, atol):
+    # Finite differences take the five-pass path; the general one handles inf and nan.
+    # On finite input they must agree element for element.
+    from gradcalc.numerics import _errors_finite, _errors_general
+    rng = np.random.default_rng(7)
+    values = np.array([0.0, -0.0, 1.0, -1.0, 1e-9, 2.5, -3e-7, 1e300])
+    for _ in range(200):
+        k = int(rng.integers(1, 8))
+        ad = rng.choice(values, k) * rng.choice([1.0, 1.0000001, 0.9, -1.0], k)
+        ref = rng.choice(values, k)
+        diff = np.abs(ad - ref)
+        b1, r1 = _errors_finite(ad, ref, diff.copy(), rtol, atol)
+        b2, r2 = _errors_general(ad, ref, diff.copy(), rtol, atol)
+        np.testing.assert_array_equal(b1, b2)
+        np.testing.assert_array_equal(r1, r2)
