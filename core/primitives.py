@@ -32,14 +32,15 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError, ValueError_
-from .tape import Tracer, all_finite
+from .tape import Tracer, all_finite, broadcast_shapes
 
 
 class Primitive:
     """One entry of the registry.  Calling it on tracers records an equation."""
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "zero_derivative",
-                 "linear", "analytic", "kink", "variadic", "internal", "doc", "trivial_params")
+                 "linear", "analytic", "kink", "variadic", "internal", "doc", "trivial_params",
+                 "plain")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
                  zero_derivative=False, linear=False, analytic=True, kink=None, variadic=False,
@@ -50,6 +51,7 @@ class Primitive:
         self.jvp = jvp
         self.normalize = normalize or _no_params
         self.trivial_params = normalize is None  # no parameters to check or rewrite
+        self.plain = None  # a broadcasting primitive's function, for operands of equal shape
         self.differentiable = differentiable
         self.zero_derivative = zero_derivative
         self.linear = linear
@@ -77,6 +79,8 @@ class Primitive:
                 return builder.bind(self, args, params)
         xs = [a if isinstance(a, (np.ndarray, np.generic)) else np.asarray(a, dtype=np.float64)
               for a in args]
+        if self.plain is not None and not params and len(xs) == 2 and xs[0].shape == xs[1].shape:
+            return self.plain(*xs)
         if self.normalize is not _no_params:
             params = self.normalize([x.shape for x in xs], _UNLIMITED, **params)
         try:
@@ -146,7 +150,7 @@ def _broadcast_params(shapes, builder, **params):
     else:
         return params  # equal shapes: nothing to align
     try:
-        out = np.broadcast_shapes(*shapes)
+        out = broadcast_shapes(*shapes)
     except ValueError:
         shown = " and ".join(str(tuple(s)) for s in shapes)
         raise ShapeError(f"shapes {shown} do not broadcast") from None
@@ -272,7 +276,9 @@ round_ = _zero_derivative("round", np.round, kink=lambda ans, x: x - np.floor(x)
 
 def _binary(name, fn, rules, **facts):
     """A broadcasting primitive; elementwise rules serve as both VJP and JVP."""
-    return _def(name, _elementwise(fn), rules, rules, _broadcast_params, **facts)
+    prim = _def(name, _elementwise(fn), rules, rules, _broadcast_params, **facts)
+    prim.plain = fn
+    return prim
 
 
 def _safe_mul(g, d):
@@ -651,7 +657,7 @@ reshape = _def("reshape", lambda x, shape, xshape: x.reshape(_batch(x, len(xshap
 def _broadcast_to_params(shapes, builder, shape):
     shape = tuple(shape)
     try:
-        if np.broadcast_shapes(shapes[0], shape) != shape:
+        if broadcast_shapes(shapes[0], shape) != shape:
             raise ValueError
     except ValueError:
         raise ShapeError(f"cannot broadcast shape {shapes[0]} to {shape}") from None
@@ -744,7 +750,7 @@ def _concat_params(shapes, builder, axis=0):
 def _concat(*xs, axis, sizes, nd):
     batches = [_batch(x, nd) for x in xs]
     if any(b != batches[0] for b in batches):
-        common = np.broadcast_shapes(*batches)
+        common = broadcast_shapes(*batches)
         xs = [np.broadcast_to(x, common + x.shape[x.ndim - nd:]) for x in xs]
     return np.concatenate(xs, axis=axis)
 
@@ -806,7 +812,7 @@ def _matmul_params(shapes, builder):
         raise ShapeError(f"matmul shapes {tuple(a)} and {tuple(b)} do not match: {ka} != {kb}")
     if len(a) > 2 or len(b) > 2:
         try:
-            stack = np.broadcast_shapes(a[:-2], b[:-2])
+            stack = broadcast_shapes(a[:-2], b[:-2])
         except ValueError:
             raise ShapeError(f"matmul stacks {tuple(a)} and {tuple(b)} do not broadcast") from None
         builder.check_size(stack + a[-2:-1] + b[-1:])

@@ -121,9 +121,37 @@ class Tracer:
     def __pos__(self): return self
 
 
+_primitives = None
+
+
 def _ops():
-    from . import primitives
-    return primitives
+    """The primitives module (it imports this one, so it is looked up on first use)."""
+    global _primitives
+    if _primitives is None:
+        from . import primitives
+        _primitives = primitives
+    return _primitives
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    """NumPy's broadcasting of shapes, on tuples (np.broadcast_shapes builds arrays to
+    find out, which costs more than the primitive it checks on small values)."""
+    if len(shapes) == 2:
+        a, b = shapes
+        if a == b or not b:
+            return a
+        if not a:
+            return b
+    nd = max(len(s) for s in shapes)
+    out = [1] * nd
+    for s in shapes:
+        for i, d in enumerate(s, nd - len(s)):
+            if d != 1:
+                if out[i] == 1:
+                    out[i] = d
+                elif out[i] != d:
+                    raise ValueError(f"shape mismatch: {shapes} do not broadcast")
+    return tuple(out)
 
 
 class Builder:
@@ -199,8 +227,13 @@ class Builder:
             if prim.trivial_params:
                 value = prim.impl(*[values[a.var] for a in args])
             else:
-                params = prim.normalize([self.shapes[a.var] for a in args], self, **params)
-                value = prim.impl(*[values[a.var] for a in args], **params)
+                xs = [values[a.var] for a in args]
+                plain = prim.plain
+                if plain is not None and not params and len(xs) == 2 and xs[0].shape == xs[1].shape:
+                    value = plain(*xs)  # a broadcasting primitive on equal shapes: nothing to align
+                else:
+                    params = prim.normalize([x.shape for x in xs], self, **params)
+                    value = prim.impl(*xs, **params)
         except GradcalcError as err:
             if err.pos is None:
                 err.pos = self.pos
@@ -211,18 +244,21 @@ class Builder:
             raise ShapeError(f"'{prim.name}': {err}", self.pos) from None
         if value.__class__ is not np.ndarray:
             value = np.asarray(value)
-        if value.dtype is not _F64 and value.dtype != _F64 and value.dtype.kind != "c":
+        dtype = value.dtype
+        if dtype is not _F64 and dtype != _F64 and dtype.kind != "c":
             value = value.astype(np.float64)
-        if value.ndim > MAX_NDIM:
+        shape = value.shape
+        if len(shape) > MAX_NDIM:
             raise ShapeError(f"'{prim.name}' would make a value with {value.ndim} dimensions; "
                              f"at most {MAX_NDIM} are supported", self.pos)
         var = self._next
         self._next = var + 1
         values[var] = value
-        self.shapes[var] = value.shape
+        self.shapes[var] = shape
         self.equations.append(_new_equation(Equation, (var, prim, tuple([a.var for a in args]),
                                                        params, self.pos)))
-        if self.check_finite and not all_finite(value):
+        if self.check_finite and not (math.isfinite(value) if not shape and dtype is _F64
+                                      else all_finite(value)):
             self._note_nonfinite(prim, args, value)
         return Tracer(self, var)
 

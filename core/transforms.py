@@ -16,7 +16,7 @@ import numpy as np
 
 from . import primitives as P
 from .errors import GradcalcError
-from .tape import Builder, Tracer, all_finite, eval_equations
+from .tape import Builder, Tracer, all_finite, broadcast_shapes, eval_equations
 
 
 def _fit(c, shape: tuple):
@@ -24,7 +24,7 @@ def _fit(c, shape: tuple):
     if c.shape == shape:
         return c
     try:
-        if np.broadcast_shapes(c.shape, shape) == shape:
+        if broadcast_shapes(c.shape, shape) == shape:
             return P.broadcast_to(c, shape=shape)
     except ValueError:
         pass

@@ -867,3 +867,18 @@ def test_batched_pass_runs_only_what_its_outputs_need():
     assert [e.out for e in kept] == [e.out for e in eqs if e.out != z]
     assert needed(eqs, {z}) == list(eqs)
     assert needed(eqs, set()) == []
+
+
+def test_broadcast_shapes_agrees_with_numpy():
+    from gradcalc.tape import broadcast_shapes
+    rng = np.random.default_rng(3)
+    for _ in range(3000):
+        shapes = [tuple(int(d) for d in rng.choice([0, 1, 1, 2, 3], size=rng.integers(0, 4)))
+                  for _ in range(rng.integers(1, 4))]
+        try:
+            want = np.broadcast_shapes(*shapes)
+        except ValueError:
+            with pytest.raises(ValueError):
+                broadcast_shapes(*shapes)
+            continue
+        assert broadcast_shapes(*shapes) == want, shapes
