@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gradcalc
-from gradcalc.errors import GradcalcError
+from gradcalc.errors import GradcalcError, SyntaxError_
 from gradcalc.syntax import (Assign, Binary, ExprStmt, InputDecl, Inputs, Name, Program, Unary,
                              parse, tokenize)
 
@@ -587,3 +587,26 @@ def test_deep_nesting_is_a_clean_error(src):
 def test_moderate_nesting_is_fine():
     assert value("(" * 50 + "1" + ")" * 50) == 1.0
     np.testing.assert_array_equal(value("[" * 20 + "1" + "]" * 20), np.ones((1,) * 20))
+
+
+_PIECES = ["x", "y1", "sin", "(", ")", "[", "]", "2", "1.5e3", ".5", "+", "-", "**", "^", "<=", "!=",
+           ",", ":", ";", " ", "\t", "\r", "\n", "# note\n", "@", "/", "=", "  "]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_token_sits_at_its_position(seed):
+    # The lexer computes positions from lengths; check them against the text itself.
+    rng = np.random.default_rng(seed)
+    text = "".join(rng.choice(_PIECES, size=int(rng.integers(0, 60))))
+    try:
+        tokens = tokenize(text)
+    except SyntaxError_ as err:  # only bracket errors can arise from these pieces
+        assert "'" in str(err) and err.pos is not None
+        return
+    lines = text.split("\n")
+    for t in tokens[:-1]:
+        line = lines[t.pos.line - 1] + "\n"
+        assert line[t.pos.col - 1:t.pos.col - 1 + len(t.text)] == t.text, (text, t)
+    end = tokens[-1]
+    assert end.kind == "eof" and end.pos == (len(lines), len(lines[-1]) + 1)
+    assert [t.kind for t in tokens].count("newline") <= text.count("\n")
