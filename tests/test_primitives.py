@@ -882,3 +882,22 @@ def test_broadcast_shapes_agrees_with_numpy():
                 broadcast_shapes(*shapes)
             continue
         assert broadcast_shapes(*shapes) == want, shapes
+
+
+@pytest.mark.parametrize("size", [1, 5, 32767, 32768, 40000, 2048 * 40 + 7])
+def test_all_finite_finds_every_nan_and_inf(size):
+    # Large arrays are summed by BLAS as a matrix-vector product; a nan or inf anywhere,
+    # in the rows or the leftover tail, must still be found, and overflow is no false alarm.
+    from gradcalc.tape import all_finite
+    rng = np.random.default_rng(size)
+    x = rng.uniform(-1, 1, size)
+    assert all_finite(x) and all_finite(x.reshape(1, -1)) and all_finite(x[::-1])
+    for where in {0, size // 2, size - 1}:
+        for bad in (np.nan, np.inf, -np.inf):
+            y = x.copy()
+            y[where] = bad
+            assert not all_finite(y), (where, bad)
+            assert not all_finite(y[::-1])  # not contiguous: the plain path
+    big = np.full(size, 1e308)
+    with np.errstate(over="ignore"):
+        assert all_finite(big)  # its sum overflows; every element is finite
