@@ -4,8 +4,8 @@ Run with `make bench`.  Every workload's result is checked against a closed
 form first (a fast wrong answer counts for nothing), then timed: the median of
 several repeats after a warm-up.  Peers (HIPS autograd, PyTorch, JAX) run
 where installed (`pip install -e '.[bench]'`).  Ratios are what matter on a
-shared machine: both sides of a ratio are measured in the same run, called
-alternately (A, B, A, B, ...), so that drift hits both.
+shared machine: both sides of a ratio are measured in the same run, in
+alternating blocks, so that drift hits both.
 """
 from __future__ import annotations
 
@@ -36,22 +36,26 @@ def median_time(fn, repeats: int, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
-def paired(fn_a, fn_b, repeats: int, budget: float = 1.0) -> tuple[float, float]:
-    """Medians of fn_a and fn_b, called alternately (A, B, A, B, ...) after a warm-up of
-    each, so that the machine's drift (shared CPUs, frequency, neighbours) hits both sides
-    of a ratio alike.  Quick functions get more repeats, up to about `budget` seconds."""
+def paired(fn_a, fn_b, repeats: int, budget: float = 1.5, rounds: int = 3) -> tuple[float, float]:
+    """Medians of fn_a and fn_b, timed in alternating blocks (A-block, B-block, B-block,
+    A-block, ...), each block after a warm-up call, so that drift on a shared machine hits
+    both sides of a ratio alike.  Blocks rather than single calls: PyTorch's and JAX's
+    thread pools, and OpenBLAS's, keep spinning for a while after a call and would slow
+    whichever library runs next.  Quick functions get more repeats (about `budget` s)."""
     t = time.perf_counter()
     fn_a()
     fn_b()
     once = time.perf_counter() - t
-    n = max(repeats, min(201, int(budget / max(once, 1e-6))))
-    ta, tb = [], []
-    for _ in range(n):
-        for fn, acc in ((fn_a, ta), (fn_b, tb)):
-            t = time.perf_counter()
+    per_block = max(1, max(repeats, min(201, int(budget / max(once, 1e-6)))) // rounds)
+    times = {fn_a: [], fn_b: []}
+    for r in range(rounds):
+        for fn in ((fn_a, fn_b) if r % 2 == 0 else (fn_b, fn_a)):
             fn()
-            acc.append(time.perf_counter() - t)
-    return statistics.median(ta), statistics.median(tb)
+            for _ in range(per_block):
+                t = time.perf_counter()
+                fn()
+                times[fn].append(time.perf_counter() - t)
+    return statistics.median(times[fn_a]), statistics.median(times[fn_b])
 
 
 def peak_memory(fn) -> float:
