@@ -304,6 +304,11 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
                   unconnected=missing, warnings=_warnings(tr), symbolic=closed)
 
 
+def _identity_seed(seeds: dict) -> set:
+    """The seed whose basis block is the identity: the only one, when there is one."""
+    return {s.var for s in seeds.values()} if len(seeds) == 1 else set()
+
+
 def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
     """{of: {wrt: block or None}} for a traced program, by one batched pass per output
     (mode "rev") or one batched tangent pass (mode "fwd"); None means unconnected."""
@@ -324,7 +329,7 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
             found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt])
             rows = rec.run({seed.var: np.eye(m).reshape((m,) + yshape)},
                            [found[names[w]] for w in wrt], m,
-                           what=f"the reverse pass for the Jacobian of '{o}'")
+                           what=f"the reverse pass for the Jacobian of '{o}'", identity={seed.var})
             for w, r in zip(wrt, rows):
                 blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape)
     elif wrt_size == 0:  # nothing to differentiate with respect to: empty blocks
@@ -336,7 +341,8 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
         seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
         tan = forward(b, tr.tape.equations, {names[w]: s for w, s in seeds.items()})
         cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
-                       [tan.get(names[o]) for o in outs], n, what="the forward pass for the Jacobian")
+                       [tan.get(names[o]) for o in outs], n, what="the forward pass for the Jacobian",
+                       identity=_identity_seed(seeds))
         reach = {w: depends(tr.tape.equations, [names[w]]) for w in wrt}
         for o, c in zip(outs, cols):
             yshape = tr.value(o).shape
@@ -379,7 +385,8 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
     tan = forward(b, grad_eqns, {names[w]: s for w, s in seeds.items()})
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
     cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
-                   outs, n, what="the forward pass over the backward pass for the Hessian")
+                   outs, n, what="the forward pass over the backward pass for the Hessian",
+                   identity=_identity_seed(seeds))
     hess = {}
     for wi, c in zip(wrt, cols):
         ishape = tr.value(wi).shape

@@ -171,9 +171,13 @@ class Recording:
     def seed(self, shape) -> Tracer:
         return self.builder.input(np.zeros(shape))
 
-    def run(self, seeds: dict, outputs: list, batch: int, what: str = "a batched pass") -> list:
+    def run(self, seeds: dict, outputs: list, batch: int, what: str = "a batched pass",
+            identity=()) -> list:
         """Re-run the recorded equations with {seed var: array of shape (batch,) + shape}.
 
+        ``identity`` names seeds whose batch is the identity basis (row i is the
+        i-th unit vector): a matrix product of a fixed matrix with such a seed is
+        that matrix's columns or rows, so it is copied instead of multiplied.
         Refused before it starts when one batched intermediate would exceed the
         builder's element budget.
         """
@@ -185,6 +189,8 @@ class Recording:
         b.check_size((batch, largest), what=f"{what} ({batch} rows of {largest}-element values)")
         env = dict(b.values)
         env.update(seeds)
+        if identity:
+            equations = _fold_identity(equations, env, set(identity), keep)
         eval_equations(equations, env, keep=keep, batch_elements=batch * largest)
         results = []
         for t in outputs:
@@ -195,6 +201,71 @@ class Recording:
             full = (batch,) + t.shape
             results.append(v if v.shape == full else np.broadcast_to(v, full))
         return results
+
+
+def _fold_identity(equations, env: dict, identity: set, keep: set) -> list:
+    """Run the start of a pass seeded with identity bases on the seeds' structure.
+
+    Row i of an identity seed is the unit vector e_i.  While a value is d * I
+    (row i is d_i e_i: the seed, times fixed vectors through ``safe_mul``, or
+    negated), only d is computed; a matrix product of a fixed matrix M with it
+    is then a scaled copy of M's columns (M @ d_i e_i = d_i M[:, i]) or rows
+    (d_i e_i @ M = d_i M[i, :]).  For a Jacobian of ``tanh(A @ x)`` that replaces
+    a 500×500×500 matrix product with a 500×500 scaling.  Exact: the product
+    would add only zeros, or, where M holds an infinity, make nan of zeros (a
+    zero tangent contributes exactly zero, as everywhere in gradcalc).  Values
+    left as d * I that later equations or the outputs read are written out in
+    full; returns the equations still to run.
+    """
+    identity = {v for v in identity if env[v].ndim == 2 and env[v].shape[0] == env[v].shape[1]}
+    batched = set(identity)
+    scale = dict.fromkeys(identity)  # var -> d (None: d = 1), for values d * I of a vector
+    rest = []
+    for eq in equations:
+        if not any(a in batched for a in eq.args):
+            rest.append(eq)
+            continue
+        batched.add(eq.out)
+        if _fold_one(eq, env, scale, batched) is None:
+            rest.append(eq)
+    read = set(keep).union(*(eq.args for eq in rest))
+    for v, d in scale.items():
+        if v in read and v not in identity:
+            n = d.shape[0]
+            full = np.zeros((n, n))
+            full[np.arange(n), np.arange(n)] = d
+            env[v] = full
+    return rest
+
+
+def _fold_one(eq, env: dict, scale: dict, batched: set):
+    """Fold one equation on a d * I operand (see :func:`_fold_identity`); None if it cannot."""
+    prim, args = eq.prim, eq.args
+    if prim is P.safe_mul and not eq.params:
+        g, f = args if args[0] in scale else args[::-1]
+        if g not in scale:
+            return None
+        n = env[g].shape[-1] if scale[g] is None else scale[g].shape[0]
+        if f not in batched and env[f].shape in ((n,), (1,)):
+            d = scale[g]
+            scale[eq.out] = np.broadcast_to(env[f], (n,)) if d is None else P._safe_mul(d, env[f])
+            return True
+    elif prim is P.neg and args[0] in scale:
+        d = scale[args[0]]
+        scale[eq.out] = -np.ones(env[args[0]].shape[-1]) if d is None else -d
+        return True
+    elif prim is P.matmul:
+        a, c = args
+        nda, ndb = eq.params["nda"], eq.params["ndb"]
+        if c in scale and nda == 2 and ndb == 1 and a not in batched and env[a].ndim == 2:
+            m, d = env[a].T, scale[c]  # row i: d_i M[:, i]
+        elif a in scale and nda == 1 and ndb == 2 and c not in batched and env[c].ndim == 2:
+            m, d = env[c], scale[a]  # row i: d_i M[i, :]
+        else:
+            return None
+        env[eq.out] = m.copy() if d is None else P._safe_mul(m, d[:, None])
+        return True
+    return None
 
 
 def needed(equations, outputs) -> list:

@@ -901,3 +901,49 @@ def test_all_finite_finds_every_nan_and_inf(size):
     big = np.full(size, 1e308)
     with np.errstate(over="ignore"):
         assert all_finite(big)  # its sum overflows; every element is finite
+
+
+# ---------------------------------------------------------------------------
+# Identity seeds: matrix products with a Jacobian's identity basis become copies
+# ---------------------------------------------------------------------------
+
+_FOLD_CASES = [  # program, inputs, closed-form Jacobian d out / d x
+    ("A @ x", lambda A, x, c: A),
+    ("x @ A", lambda A, x, c: A.T),
+    ("tanh(A @ x)", lambda A, x, c: (1 - np.tanh(A @ x) ** 2)[:, None] * A),
+    ("A @ (c * x)", lambda A, x, c: A * c),
+    ("A @ -x", lambda A, x, c: -A),
+    ("(c * -sin(x)) @ A", lambda A, x, c: (A * (-c * np.cos(x))[:, None]).T),
+    ("sum(A @ x) * x", lambda A, x, c: np.outer(x, A.sum(axis=0)) + np.sum(A @ x) * np.eye(len(x))),
+    ("c * x", lambda A, x, c: np.diag(c)),
+]
+
+
+@pytest.mark.parametrize("mode", ["rev", "fwd"])
+@pytest.mark.parametrize("n", [1, 4])
+@pytest.mark.parametrize("case", range(len(_FOLD_CASES)))
+def test_jacobian_through_identity_seeds_matches_closed_form(case, n, mode):
+    src, closed = _FOLD_CASES[case]
+    rng = np.random.default_rng(n * 10 + case)
+    A, x, c = rng.standard_normal((n, n)), rng.standard_normal(n), rng.standard_normal(n)
+    at = {k: v for k, v in {"A": A, "x": x, "c": c}.items() if k in src}
+    got = gradcalc.jacobian(src, at=at, wrt=["x"], mode=mode)["_"]["x"]
+    np.testing.assert_allclose(got, closed(A, x, c), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("mode", ["rev", "fwd"])
+def test_identity_seed_fold_keeps_a_zero_tangent_zero(mode):
+    # A product with the identity would multiply A's infinity by zeros and make nan of a
+    # whole row; the fold gives the Jacobian itself, A, where a zero tangent adds zero.
+    A = np.array([[1.0, np.inf], [2.0, 3.0]])
+    got = gradcalc.jacobian("A @ x", at={"A": A, "x": [1.0, 0.0]}, wrt=["x"], mode=mode)
+    np.testing.assert_array_equal(got["_"]["x"], A)
+
+
+def test_identity_seed_fold_is_skipped_for_matrix_inputs():
+    # x of shape (2, 2): its basis is 4 x (2, 2), not a square identity; the product runs.
+    A = np.array([[1.0, 2.0], [3.0, 4.0]])
+    x = np.array([[0.5, -1.0], [2.0, 1.5]])
+    got = gradcalc.jacobian("A @ x", at={"A": A, "x": x}, wrt=["x"], mode="fwd")["_"]["x"]
+    want = np.einsum("ik,jl->ijkl", A, np.eye(2))  # d (A x)_ij / d x_kl = A_ik [j == l]
+    np.testing.assert_array_equal(got, want)
