@@ -17,7 +17,7 @@ from .lower import Traced, trace
 from .syntax import Program
 from .syntax import parse as _parse
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
-from .transforms import Recording, backward, basis, depends, forward
+from .transforms import Recording, backward, basis, depends, forward, needed
 
 UNCONNECTED = ("zero", "none", "error")
 
@@ -380,7 +380,8 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
     log: list = []
     grads = backward(b, tr.tape.equations, {names[out]: b.const(np.ones(y.shape))},
                      [names[w] for w in wrt], log=log)
-    grad_eqns = tuple(b.equations)
+    # Only what the gradient depends on (not the output's own sum, say) gets a tangent rule.
+    grad_eqns = tuple(needed(b.equations, {g.var for g in grads.values() if g is not None}))
     seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
     tan = forward(b, grad_eqns, {names[w]: s for w, s in seeds.items()})
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
