@@ -58,6 +58,16 @@ def all_finite(value) -> bool:
     return bool(np.isfinite(value).all())
 
 
+def _scalar_or_array(value):
+    """A float64 value as the tape keeps it: a NumPy scalar when it has no axes (arithmetic
+    on np.float64 costs a tenth of the same ufunc on a 0-d array, with the same result),
+    an array otherwise."""
+    value = np.asarray(value)
+    if value.dtype.kind != "c" and value.dtype is not _F64:
+        value = value.astype(np.float64)
+    return value[()] if value.ndim == 0 and value.dtype is _F64 else value
+
+
 class Equation(NamedTuple):
     out: int
     prim: Any  # primitives.Primitive
@@ -200,10 +210,10 @@ class Builder:
         return Tracer(self, var)
 
     def input(self, value) -> Tracer:
-        return self._new(np.asarray(value, dtype=np.float64))
+        return self._new(_scalar_or_array(value))
 
     def const(self, value) -> Tracer:
-        t = self._new(np.asarray(value, dtype=np.float64))
+        t = self._new(_scalar_or_array(value))
         self.consts[t.var] = t.value
         return t
 
@@ -256,8 +266,8 @@ class Builder:
             raise ValueError_(f"'{prim.name}': {str(err).lower()}", self.pos) from None
         except (ValueError, IndexError) as err:
             raise ShapeError(f"'{prim.name}': {err}", self.pos) from None
-        if value.__class__ is not np.ndarray:
-            value = np.asarray(value)
+        if value.__class__ is not np.ndarray and value.__class__ is not np.float64:
+            value = _scalar_or_array(value)
         dtype = value.dtype
         if dtype is not _F64 and dtype != _F64 and dtype.kind != "c":
             value = value.astype(np.float64)
