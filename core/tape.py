@@ -306,7 +306,7 @@ class Builder:
 
 
 #: Elements of a batched value from which a pass keeps freed memory (see :mod:`.alloc`).
-LARGE_BATCH = 1 << 16
+LARGE_BATCH = 1 << 14  # 128 KB: from this size glibc would mmap each array
 
 
 def eval_equations(equations, env: dict, keep=None, batch_elements: int = 0) -> dict:
