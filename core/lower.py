@@ -36,9 +36,14 @@ class Builtin:
     def __init__(self, name, fn, static, numbers=()):
         self.name, self.fn, self.static, self._signature = name, fn, frozenset(static), None
         self.numbers = frozenset(numbers)  # constant expressions taken as plain numbers
+        # Fast path: a call with exactly the required arguments, all arrays (``sum(x)``, not
+        # ``sum(x, axis=0)``), calls fn directly instead of binding a signature.
         code = fn.__code__
-        plain = not static and not fn.__defaults__ and not code.co_flags & 0x04  # no *args
-        self.arity = code.co_argcount if plain else None  # fast path: array arguments only
+        required = code.co_varnames[:code.co_argcount - len(fn.__defaults__ or ())]
+        kwonly_required = code.co_kwonlyargcount - len(fn.__kwdefaults__ or {})
+        plain = (not code.co_flags & 0x04 and "builder" not in required  # no *args, no constructor
+                 and not kwonly_required and not (set(required) & (self.static | self.numbers)))
+        self.arity = len(required) if plain else None
 
     @property
     def signature(self) -> inspect.Signature:
