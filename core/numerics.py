@@ -27,7 +27,7 @@ import numpy as np
 from .errors import GradcalcError, UsageError
 from .lower import Traced, trace
 from .tape import DEFAULT_MAX_ELEMENTS, all_finite, eval_equations
-from .transforms import largest_batched
+from .transforms import largest_batched, seeded
 
 EPS = np.finfo(np.float64).eps
 
@@ -79,7 +79,7 @@ def evaluate_batch(tr: Traced, var: int, batch: np.ndarray, outs: list[int]) -> 
     for eq in tr.tape.equations:  # values upstream of var stay as traced
         env[eq.out] = tr.builder.values[eq.out]
     env[var] = batch
-    downstream = _downstream(tr, var)
+    downstream = seeded(_downstream(tr, var), [var])
     largest = largest_batched(downstream, [var], tr.builder.shapes)
     tr.builder.check_size((len(batch), largest), what=f"a batch of {len(batch)} perturbed points "
                                                       f"through {largest}-element values")

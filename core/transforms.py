@@ -184,7 +184,7 @@ class Recording:
         b = self.builder
         b.check_finite = self._check
         keep = {t.var for t in outputs if t is not None}
-        equations = needed(b.equations[self.start:], keep)
+        equations = seeded(needed(b.equations[self.start:], keep), seeds)
         largest = largest_batched(equations, seeds, b.shapes)
         b.check_size((batch, largest), what=f"{what} ({batch} rows of {largest}-element values)")
         env = dict(b.values)
@@ -280,6 +280,18 @@ def needed(equations, outputs) -> list:
             live.update(eq.args)
     kept.reverse()
     return kept
+
+
+def seeded(equations, seeds) -> list:
+    """The equations that depend on the seeds, in order.  The others need not run again in
+    a batched pass: their values, computed when they were traced, are already the answer."""
+    live = set(seeds)
+    out = []
+    for eq in equations:
+        if any(a in live for a in eq.args):
+            live.add(eq.out)
+            out.append(eq)
+    return out
 
 
 def largest_batched(equations, batched, shapes) -> int:
