@@ -63,23 +63,11 @@ def default_step(x: np.ndarray, method: str) -> np.ndarray:
 # Batched evaluation of the forward tape
 # ==========================================================================
 
-def _downstream(tr: Traced, var: int):
-    """The equations to re-run when var changes (all equations after var's definition)."""
-    eqs = tr.tape.equations
-    for i, eq in enumerate(eqs):
-        if eq.out == var:
-            return eqs[i + 1:]
-    return eqs
-
-
 def evaluate_batch(tr: Traced, var: int, batch: np.ndarray, outs: list[int]) -> list[np.ndarray]:
     """Outputs when the value of var is replaced by each row of batch (shape (B,) + shape)."""
-    env = {v: tr.builder.values[v] for v in tr.tape.consts}
-    env.update({v: tr.builder.values[v] for v in tr.tape.inputs.values()})
-    for eq in tr.tape.equations:  # values upstream of var stay as traced
-        env[eq.out] = tr.builder.values[eq.out]
+    env = dict(tr.builder.values)  # values that do not depend on var stay as traced
     env[var] = batch
-    downstream = seeded(_downstream(tr, var), [var])
+    downstream = seeded(tr.tape.equations, [var])
     largest = largest_batched(downstream, [var], tr.builder.shapes)
     tr.builder.check_size((len(batch), largest), what=f"a batch of {len(batch)} perturbed points "
                                                       f"through {largest}-element values")

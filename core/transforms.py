@@ -294,16 +294,13 @@ def seeded(equations, seeds) -> list:
     return out
 
 
-def largest_batched(equations, batched, shapes) -> int:
-    """The largest logical size among the values that carry the batch axis: those
-    computed from the batched variables (values that do not depend on them stay unbatched)."""
-    live = set(batched)
-    largest = max((math.prod(shapes[v]) for v in live), default=1)
-    for eq in equations:
-        if any(a in live for a in eq.args):
-            live.add(eq.out)
-            largest = max(largest, math.prod(shapes[eq.out]))
-    return largest
+def largest_batched(equations, seeds, shapes) -> int:
+    """The largest logical size among the seeds and the values the equations compute (for
+    equations that all depend on the seeds, as :func:`seeded` returns them: the values that
+    carry the batch axis)."""
+    sizes = [math.prod(shapes[v]) for v in seeds]
+    sizes += [math.prod(shapes[eq.out]) for eq in equations]
+    return max(sizes, default=1)
 
 
 def basis(shapes: list, dtype=np.float64) -> list:
