@@ -190,7 +190,7 @@ class Recording:
         env = dict(b.values)
         env.update(seeds)
         if identity:
-            equations = _fold_identity(equations, env, set(identity), keep)
+            equations = _fold_identity(equations, env, seeds, set(identity), keep)
         eval_equations(equations, env, keep=keep, batch_elements=batch * largest)
         results = []
         for t in outputs:
@@ -203,7 +203,7 @@ class Recording:
         return results
 
 
-def _fold_identity(equations, env: dict, identity: set, keep: set) -> list:
+def _fold_identity(equations, env: dict, seeds, identity: set, keep: set) -> list:
     """Run the start of a pass seeded with identity bases on the seeds' structure.
 
     Row i of an identity seed is the unit vector e_i.  While a value is d * I
@@ -215,26 +215,17 @@ def _fold_identity(equations, env: dict, identity: set, keep: set) -> list:
     would add only zeros, or, where M holds an infinity, make nan of zeros (a
     zero tangent contributes exactly zero, as everywhere in gradcalc).  Values
     left as d * I that later equations or the outputs read are written out in
-    full; returns the equations still to run.
+    full; returns the equations still to run.  ``equations`` all depend on the
+    seeds (as :func:`seeded` returns them), so what they compute carries the batch axis.
     """
     identity = {v for v in identity if env[v].ndim == 2 and env[v].shape[0] == env[v].shape[1]}
-    batched = set(identity)
+    batched = set(seeds).union(eq.out for eq in equations)
     scale = dict.fromkeys(identity)  # var -> d (None: d = 1), for values d * I of a vector
-    rest = []
-    for eq in equations:
-        if not any(a in batched for a in eq.args):
-            rest.append(eq)
-            continue
-        batched.add(eq.out)
-        if _fold_one(eq, env, scale, batched) is None:
-            rest.append(eq)
+    rest = [eq for eq in equations if _fold_one(eq, env, scale, batched) is None]
     read = set(keep).union(*(eq.args for eq in rest))
     for v, d in scale.items():
         if v in read and v not in identity:
-            n = d.shape[0]
-            full = np.zeros((n, n))
-            full[np.arange(n), np.arange(n)] = d
-            env[v] = full
+            env[v] = np.diag(d)
     return rest
 
 
