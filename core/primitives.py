@@ -286,19 +286,30 @@ def _binary(name, fn, rules, plain=None, **facts):
 
 
 def _safe_mul(g, d):
-    r = g * d
+    return _zero_nans(g * d, g, d, lambda g, d: (g == 0) | (d == 0))
+
+
+def _safe_div(g, d):
+    return _zero_nans(g / d, g, d, lambda g, d: g == 0)
+
+
+def _zero_nans(r, g, d, zero_operand):
+    """r with 0 for each nan that a zero operand met (``zero_operand(g, d)``); the rest as is.
+
+    Such a nan needs a zero, inf or nan on the other side (0 * inf, 0 / 0, 0 / nan).  In a
+    batched pass one operand is often a small unbatched factor: when it is finite and has no
+    zeros, no operand is zero where the other is, so r needs no look (a pass over the small
+    operand, not over r).
+    """
     if r.__class__ is np.float64:  # scalars
-        return r if r == r or (g != 0 and d != 0) else _ZERO
+        return _ZERO if r != r and zero_operand(g, d) else r
     if r.dtype.kind != "f":
         return r
-    # A nan in r that a zero operand would make 0 needs the other operand to be inf or nan.
-    # In a batched pass one operand is often a small unbatched factor: when it is finite
-    # and has no zeros, r needs no look (a pass over the small operand, not over r).
     small = g if g.size < d.size else d
     if small.size * 4 <= r.size and _finite_nonzero(small):
         return r
     if not all_finite(r):
-        r = np.where(((g == 0) | (d == 0)) & np.isnan(r), 0.0, r)
+        r = np.where(zero_operand(g, d) & np.isnan(r), 0.0, r)
     return r
 
 
@@ -307,20 +318,6 @@ _ZERO = np.float64(0.0)
 
 def _finite_nonzero(x) -> bool:
     return x.dtype.kind == "f" and all_finite(x) and bool(x.all())
-
-
-def _safe_div(g, d):
-    r = g / d
-    if r.__class__ is np.float64:  # scalars
-        return r if r == r or g != 0 else _ZERO
-    if r.dtype.kind != "f":
-        return r
-    small = g if g.size < d.size else d  # as in _safe_mul: 0/d is nan only where d is 0 or nan
-    if small.size * 4 <= r.size and _finite_nonzero(small):
-        return r
-    if not all_finite(r):
-        r = np.where((g == 0) & np.isnan(r), 0.0, r)
-    return r
 
 
 add = _binary("add", np.add, (lambda g, ans, x, y, **_: g, lambda g, ans, x, y, **_: g), operator.add,
