@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import math
 
 import numpy as np
 
@@ -304,9 +305,15 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
                   unconnected=missing, warnings=_warnings(tr), symbolic=closed)
 
 
-def _identity_seed(seeds: dict) -> set:
-    """The seed whose basis block is the identity: the only one, when there is one."""
-    return {s.var for s in seeds.values()} if len(seeds) == 1 else set()
+def _identity_seed(seeds: dict) -> dict:
+    """Seeds of vector inputs, each with the offset of its block in the identity basis
+    (block i starts at the total size of the blocks before it)."""
+    offsets, start = {}, 0
+    for s in seeds.values():
+        if len(s.shape) == 1:
+            offsets[s.var] = start
+        start += math.prod(s.shape)
+    return offsets
 
 
 def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
@@ -329,7 +336,7 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
             found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt])
             rows = rec.run({seed.var: np.eye(m).reshape((m,) + yshape)},
                            [found[names[w]] for w in wrt], m,
-                           what=f"the reverse pass for the Jacobian of '{o}'", identity={seed.var})
+                           what=f"the reverse pass for the Jacobian of '{o}'", identity={seed.var: 0})
             for w, r in zip(wrt, rows):
                 blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape)
     elif wrt_size == 0:  # nothing to differentiate with respect to: empty blocks

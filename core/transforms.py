@@ -34,8 +34,10 @@ def _fit(c, shape: tuple):
 def depends(equations, sources) -> set:
     """Variables with a differentiable path from any of sources (the sources included)."""
     live = set(sources)
+    isdisjoint = live.isdisjoint  # "no argument is live", in C (live grows in place)
     for eq in equations:
-        if eq.prim.differentiable and eq.prim.vjp is not None and any(a in live for a in eq.args):
+        prim = eq.prim
+        if prim.differentiable and prim.vjp is not None and not isdisjoint(eq.args):
             live.add(eq.out)
     return live
 
@@ -62,26 +64,39 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     ct = dict(cotangents)
     found = {}
     shapes = builder.shapes
+    value = builder.values.__getitem__
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
     for eq in reversed(equations):
-        g = ct.pop(eq.out, None)
-        if eq.out in wanted:
-            found[eq.out] = g
-        if g is None or not eq.prim.differentiable:
+        out = eq.out
+        g = ct.pop(out, None)
+        if out in wanted:
+            found[out] = g
+        if g is None:
+            continue
+        prim = eq.prim
+        if not prim.differentiable:
             continue
         builder.pos = eq.pos
-        ans, args = _operands(builder, eq, eager)
+        if eager:  # _operands, inlined (the rules take the arguments unpacked: a tuple will do)
+            ans, args = value(out), tuple(map(value, eq.args))
+        else:
+            ans, args = _operands(builder, eq, eager)
         first = len(builder.equations)
+        rules = None if prim.variadic else prim.vjp  # rules[i] is prim.vjp_rule(i), without a call
+        params = eq.params
         for i, a in enumerate(eq.args):
             if a not in live:
                 continue
-            rule = eq.prim.vjp_rule(i)
+            rule = prim.vjp_rule(i) if rules is None else rules[i]
             if rule is None:
                 continue
             try:
-                c = _fit(rule(g, ans, *args, **eq.params), shapes[a])
+                c = rule(g, ans, *args, **params)
+                shape = shapes[a]
+                if c.shape != shape:  # _fit returns c as it is otherwise
+                    c = _fit(c, shape)
             except GradcalcError as err:
                 err.pos = err.pos or eq.pos
                 raise
@@ -172,12 +187,13 @@ class Recording:
         return self.builder.input(np.zeros(shape))
 
     def run(self, seeds: dict, outputs: list, batch: int, what: str = "a batched pass",
-            identity=()) -> list:
+            identity=None) -> list:
         """Re-run the recorded equations with {seed var: array of shape (batch,) + shape}.
 
-        ``identity`` names seeds whose batch is the identity basis (row i is the
-        i-th unit vector): a matrix product of a fixed matrix with such a seed is
-        that matrix's columns or rows, so it is copied instead of multiplied.
+        ``identity`` maps seeds of vector inputs whose batch is a block of the
+        identity basis to the block's offset k (row b of the seed is the unit
+        vector e_(b - k)): such seeds, and what linear steps make of them, run
+        as bands of diagonals (see :func:`_fold_identity`).
         Refused before it starts when one batched intermediate would exceed the
         builder's element budget.
         """
@@ -190,7 +206,7 @@ class Recording:
         env = dict(b.values)
         env.update(seeds)
         if identity:
-            equations = _fold_identity(equations, env, seeds, set(identity), keep)
+            equations = _fold_identity(equations, env, seeds, identity, keep)
         eval_equations(equations, env, keep=keep, batch_elements=batch * largest)
         results = []
         for t in outputs:
@@ -203,60 +219,131 @@ class Recording:
         return results
 
 
-def _fold_identity(equations, env: dict, seeds, identity: set, keep: set) -> list:
+def _fold_identity(equations, env: dict, seeds, identity: dict, keep: set) -> list:
     """Run the start of a pass seeded with identity bases on the seeds' structure.
 
-    Row i of an identity seed is the unit vector e_i.  While a value is d * I
-    (row i is d_i e_i: the seed, times fixed vectors through ``safe_mul``, or
-    negated), only d is computed; a matrix product of a fixed matrix M with it
-    is then a scaled copy of M's columns (M @ d_i e_i = d_i M[:, i]) or rows
-    (d_i e_i @ M = d_i M[i, :]).  For a Jacobian of ``tanh(A @ x)`` that replaces
-    a 500×500×500 matrix product with a 500×500 scaling.  Exact: the product
-    would add only zeros, or, where M holds an infinity, make nan of zeros (a
-    zero tangent contributes exactly zero, as everywhere in gradcalc).  Values
-    left as d * I that later equations or the outputs read are written out in
-    full; returns the equations still to run.  ``equations`` all depend on the
-    seeds (as :func:`seeded` returns them), so what they compute carries the batch axis.
+    A seed of a vector input is a block of the identity basis: row b of it is the unit
+    vector e_(b - k) for the block's offset k (its position in the basis), so its batch
+    is a band: one diagonal of ones.  While a batched vector stays a sum of such
+    diagonals, value[b, j] = sum_k d_k[j] [b == j + k], only the diagonals d_k are
+    computed: ``safe_mul`` by fixed factors scales them, ``neg``, ``add`` and ``sub``
+    combine them, a unit-step slice (``index``) or its adjoint (``index_put``) shifts
+    their offsets.  A matrix product of a fixed matrix M with a band is a scaled copy of
+    M's columns (M @ d e_j = d M[:, j]) or rows.  A Hessian of a sum of neighbour terms
+    (Rosenbrock's) then runs on vectors of length n instead of n×n arrays, and the
+    Jacobian of ``tanh(A @ x)`` replaces a 500×500×500 matrix product with a 500×500
+    scaling.  Exact: a dense pass adds only zeros off the bands (or, where a factor holds
+    an infinity, makes nan of zeros, which ``safe_mul`` turns back into 0: a zero
+    tangent contributes exactly zero, as everywhere in gradcalc).  Bands that later
+    equations or the outputs read are written out in full; returns the equations still
+    to run.  ``equations`` all depend on the seeds (as :func:`seeded` returns them), so
+    what they compute carries the batch axis.
     """
-    identity = {v for v in identity if env[v].ndim == 2 and env[v].shape[0] == env[v].shape[1]}
+    bands = {}
+    for v, k in identity.items():
+        x = env[v]
+        if x.ndim == 2:
+            bands[v] = {k: np.ones(x.shape[1], dtype=x.dtype)}
+    if not bands:
+        return equations
+    n = env[next(iter(bands))].shape[0]
     batched = set(seeds).union(eq.out for eq in equations)
-    scale = dict.fromkeys(identity)  # var -> d (None: d = 1), for values d * I of a vector
-    rest = [eq for eq in equations if _fold_one(eq, env, scale, batched) is None]
+    rest = [eq for eq in equations if not _fold_one(eq, env, bands, batched, n)]
     read = set(keep).union(*(eq.args for eq in rest))
-    for v, d in scale.items():
+    for v, band in bands.items():
         if v in read and v not in identity:
-            env[v] = np.diag(d)
+            env[v] = _band_dense(band, n)
     return rest
 
 
-def _fold_one(eq, env: dict, scale: dict, batched: set):
-    """Fold one equation on a d * I operand (see :func:`_fold_identity`); None if it cannot."""
+def _band_dense(band: dict, n: int):
+    """The (n, m) array whose rows b hold d_k[j] at column j = b - k, for each diagonal k."""
+    m = len(next(iter(band.values())))
+    out = np.zeros((n, m), dtype=np.result_type(*band.values()))
+    flat = out.reshape(-1)
+    for k, d in band.items():
+        lo, hi = max(0, -k), min(m, n - k)  # columns j with a row b = j + k in range
+        if lo < hi:
+            first = (lo + k) * m + lo
+            flat[first:first + (hi - lo - 1) * (m + 1) + 1:m + 1] = d[lo:hi]
+    return out
+
+
+def _shifted(band: dict, by: int, part) -> dict:
+    """Each diagonal's part (a slice of it, or it placed into a longer vector), its offset moved."""
+    return {k + by: part(d) for k, d in band.items()}
+
+
+def _fold_one(eq, env: dict, bands: dict, batched: set, n: int) -> bool:
+    """Fold one equation on band operands (see :func:`_fold_identity`); False if it cannot."""
     prim, args = eq.prim, eq.args
-    if prim is P.safe_mul and not eq.params:
-        g, f = args if args[0] in scale else args[::-1]
-        if g not in scale:
-            return None
-        n = env[g].shape[-1] if scale[g] is None else scale[g].shape[0]
-        if f not in batched and env[f].shape in ((n,), (1,)):
-            d = scale[g]
-            scale[eq.out] = np.broadcast_to(env[f], (n,)) if d is None else P._safe_mul(d, env[f])
-            return True
-    elif prim is P.neg and args[0] in scale:
-        d = scale[args[0]]
-        scale[eq.out] = -np.ones(env[args[0]].shape[-1]) if d is None else -d
-        return True
+    if prim is P.safe_mul:
+        g, f = args if args[0] in bands else args[::-1]
+        if g not in bands or f in batched:
+            return False
+        band, c = bands[g], env[f]
+        m = len(next(iter(band.values())))
+        if c.shape not in ((), (1,), (m,)):
+            return False  # the factor would broadcast the vector to a larger shape
+        bands[eq.out] = {k: P._safe_mul(d, c) for k, d in band.items()}
+    elif prim is P.neg:
+        if args[0] not in bands:
+            return False
+        bands[eq.out] = {k: -d for k, d in bands[args[0]].items()}
+    elif prim is P.add or prim is P.sub:
+        a, c = args
+        if a not in bands or c not in bands or eq.params:
+            return False  # eq.params: the operands broadcast; equal shapes have none
+        out = dict(bands[a])
+        for k, d in bands[c].items():
+            if prim is P.sub:
+                out[k] = out[k] - d if k in out else -d
+            else:
+                out[k] = out[k] + d if k in out else d
+        bands[eq.out] = out
+    elif prim is P.index or prim is P.index_put:
+        (g,) = args
+        idx = eq.params["idx"]
+        if g not in bands or len(idx) != 1 or type(idx[0]) is not slice:
+            return False
+        size = eq.params["xshape"][0] if prim is P.index else eq.params["shape"][0]
+        start, stop, step = idx[0].indices(size)
+        if step != 1:
+            return False
+        stop = max(start, stop)
+        if prim is P.index:  # column j of the slice is column start + j of g
+            bands[eq.out] = _shifted(bands[g], start, lambda d: d[start:stop])
+        else:  # column j of g lands at column start + j
+            def place(d):
+                out = np.zeros(size, dtype=d.dtype)
+                out[start:stop] = d
+                return out
+            bands[eq.out] = _shifted(bands[g], -start, place)
     elif prim is P.matmul:
         a, c = args
         nda, ndb = eq.params["nda"], eq.params["ndb"]
-        if c in scale and nda == 2 and ndb == 1 and a not in batched and env[a].ndim == 2:
-            m, d = env[a].T, scale[c]  # row i: d_i M[:, i]
-        elif a in scale and nda == 1 and ndb == 2 and c not in batched and env[c].ndim == 2:
-            m, d = env[c], scale[a]  # row i: d_i M[i, :]
+        if c in bands and nda == 2 and ndb == 1 and a not in batched and env[a].ndim == 2:
+            m, band = env[a].T, bands[c]  # row b: sum_k d_k[b - k] M[:, b - k]
+        elif a in bands and nda == 1 and ndb == 2 and c not in batched and env[c].ndim == 2:
+            m, band = env[c], bands[a]  # row b: sum_k d_k[b - k] M[b - k, :]
         else:
-            return None
-        env[eq.out] = m.copy() if d is None else P._safe_mul(m, d[:, None])
-        return True
-    return None
+            return False
+        env[eq.out] = _band_rows(band, m, n)
+    else:
+        return False
+    return True
+
+
+def _band_rows(band: dict, m, n: int):
+    """Rows b = sum_k d_k[b - k] m[b - k]: a band's rows times the rows of m."""
+    if len(band) == 1 and 0 in band and m.shape[0] == n:
+        return P._safe_mul(m, band[0][:, None])
+    out = np.zeros((n, m.shape[1]), dtype=np.result_type(m, *band.values()))
+    for k, d in band.items():
+        lo, hi = max(0, -k), min(m.shape[0], n - k)
+        if lo < hi:
+            out[lo + k:hi + k] += P._safe_mul(m[lo:hi], d[lo:hi, None])
+    return out
 
 
 def needed(equations, outputs) -> list:
@@ -279,7 +366,7 @@ def seeded(equations, seeds) -> list:
     live = set(seeds)
     out = []
     for eq in equations:
-        if any(a in live for a in eq.args):
+        if not live.isdisjoint(eq.args):
             live.add(eq.out)
             out.append(eq)
     return out

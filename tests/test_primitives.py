@@ -947,3 +947,85 @@ def test_identity_seed_fold_is_skipped_for_matrix_inputs():
     got = gradcalc.jacobian("A @ x", at={"A": A, "x": x}, wrt=["x"], mode="fwd")["_"]["x"]
     want = np.einsum("ik,jl->ijkl", A, np.eye(2))  # d (A x)_ij / d x_kl = A_ik [j == l]
     np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------------------
+# Band seeds: slices, sums and scalings of identity seeds run as diagonals
+# ---------------------------------------------------------------------------
+
+def _shift(m: int, k: int) -> np.ndarray:
+    """The (m - |k|) × m matrix that picks x[k:] (k >= 0) or x[:k] (k < 0)."""
+    return np.eye(m)[k:] if k >= 0 else np.eye(m)[:k]
+
+
+_BAND_CASES = [  # program, closed-form Jacobian d out / d x (x of length m)
+    ("x[1:] - x[:-1]", lambda A, B, x, c: _shift(len(x), 1) - _shift(len(x), -1)),
+    ("c[1:] * x[1:] + -x[:-1]", lambda A, B, x, c: c[1:, None] * _shift(len(x), 1) - _shift(len(x), -1)),
+    ("A @ (x[1:] - 2 * x[:-1])", lambda A, B, x, c: A @ (_shift(len(x), 1) - 2 * _shift(len(x), -1))),
+    ("(x[1:] - x[:-1]) @ B", lambda A, B, x, c: B.T @ (_shift(len(x), 1) - _shift(len(x), -1))),
+    ("x[2:] * x[:-2]", lambda A, B, x, c: x[:-2, None] * _shift(len(x), 2) + x[2:, None] * _shift(len(x), -2)),
+    ("x[::2] * c[::2]", lambda A, B, x, c: c[::2, None] * np.eye(len(x))[::2]),  # step 2: no band
+    ("x[1:-1] - x[1:-1] * 3", lambda A, B, x, c: -2 * np.eye(len(x))[1:-1]),
+]
+
+
+@pytest.mark.parametrize("mode", ["rev", "fwd"])
+@pytest.mark.parametrize("m", [3, 6])
+@pytest.mark.parametrize("case", range(len(_BAND_CASES)))
+def test_jacobian_through_band_seeds_matches_closed_form(case, m, mode):
+    src, closed = _BAND_CASES[case]
+    rng = np.random.default_rng(m * 10 + case)
+    x, c = rng.standard_normal(m), rng.standard_normal(m)
+    A, B = rng.standard_normal((4, m - 1)), rng.standard_normal((m - 1, 4))
+    at = {k: v for k, v in {"A": A, "B": B, "x": x, "c": c}.items() if k in src}
+    got = gradcalc.jacobian(src, at=at, wrt=["x"], mode=mode)["_"]["x"]
+    np.testing.assert_allclose(got, closed(A, B, x, c), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("n", [2, 3, 7])
+def test_rosenbrock_hessian_through_bands_matches_closed_form(n):
+    x = np.random.default_rng(n).standard_normal(n)
+    want = np.zeros((n, n))
+    for i in range(n - 1):
+        want[i, i] += 1200 * x[i] ** 2 - 400 * x[i + 1] + 2
+        want[i, i + 1] += -400 * x[i]
+        want[i + 1, i] += -400 * x[i]
+        want[i + 1, i + 1] += 200
+    got = gradcalc.hessian("sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)", at={"x": x})["x"]["x"]
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-12)
+
+
+def test_two_vector_inputs_get_bands_at_their_offsets():
+    # d2/dx_i dy_j of sum(x*y) + sum(x[1:]*y[:-1]) is [i == j] + [i == j + 1]; x and y are
+    # blocks 0..2 and 3..6 of the identity basis, so their bands sit at offsets 0 and 3.
+    x, y = np.array([0.3, -1.2, 2.0]), np.array([1.5, 0.2, -0.7])
+    h = gradcalc.hessian("sum(x * y) + sum(x[1:] * y[:-1])", at={"x": x, "y": y})
+    cross = np.eye(3) + np.eye(3, k=-1)
+    np.testing.assert_array_equal(h["x"]["y"], cross)
+    np.testing.assert_array_equal(h["y"]["x"], cross.T)
+    np.testing.assert_array_equal(h["x"]["x"], np.zeros((3, 3)))
+    np.testing.assert_array_equal(h["y"]["y"], np.zeros((3, 3)))
+    j = gradcalc.jacobian("x * y[::-1]", at={"x": x, "y": y}, wrt=["x", "y"], mode="fwd")["_"]
+    np.testing.assert_array_equal(j["x"], np.diag(y[::-1]))
+    np.testing.assert_array_equal(j["y"], np.diag(x)[:, ::-1])
+
+
+@pytest.mark.parametrize("mode", ["rev", "fwd"])
+def test_band_keeps_a_zero_tangent_zero_next_to_an_infinite_factor(mode):
+    # c[0] = inf scales the band entry at (0, 1) only; every other entry is an exact zero.
+    c = np.array([np.inf, 2.0, -3.0])
+    got = gradcalc.jacobian("c * x[1:]", at={"c": c, "x": [1.0, 2.0, 3.0, 4.0]}, wrt=["x"], mode=mode)
+    want = np.zeros((3, 4))
+    want[0, 1], want[1, 2], want[2, 3] = np.inf, 2.0, -3.0
+    np.testing.assert_array_equal(got["_"]["x"], want)
+
+
+def test_rosenbrock_hessian_runs_no_dense_batched_equation(monkeypatch):
+    # Every equation of its forward-over-backward pass is a slice, scaling, sum or scatter of
+    # bands, so nothing of size n×n is computed but the answer (the speed of W6 in bench/).
+    import gradcalc.transforms as T
+    ran = []
+    real = T.eval_equations
+    monkeypatch.setattr(T, "eval_equations", lambda eqs, env, **kw: (ran.extend(eqs), real(eqs, env, **kw))[1])
+    gradcalc.hessian("sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)", at={"x": np.arange(5.0)})
+    assert ran == []
