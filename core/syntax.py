@@ -9,6 +9,7 @@ is capped at :data:`MAX_DEPTH` levels with a clear error.
 from __future__ import annotations
 
 import re
+from itertools import repeat
 from typing import NamedTuple
 
 from .errors import Pos, Source, SyntaxError_
@@ -28,64 +29,105 @@ class Token(NamedTuple):
 
 
 _NUMBER = r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_BLANK = r"[ \t\r\f\v]*(?:\#[^\n]*(?![^\n]))?"  # blanks, then perhaps a comment (to the newline)
+# One match per token, the blanks and comment before it included: they cost no
+# iteration of the lexer loop.  A comment matches only whole, up to its newline
+# or the end of the text (the lookahead): a match that fails after a comment
+# must not backtrack into it and read its tail as tokens (`x # ab` at the end of
+# the text).  Backtracking into the blanks is harmless: no token starts with a
+# blank or '#'.  (Possessive quantifiers would say the same, from Python 3.11.)
+# The groups are numbered for m.lastindex (an int compare, cheaper than m.lastgroup).
 _TOKEN = re.compile(
-    r"(?P<space>[ \t\r\f\v]+)|(?P<comment>\#[^\n]*)|(?P<newline>\n)"
-    rf"|(?P<num>{_NUMBER})(?P<glued>[A-Za-z_])?"
-    r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)"
-    r"|(?P<op>\*\*|<=|>=|==|!=|[-+*/@^<>=()\[\],:;])")
+    _BLANK + r"(?:([A-Za-z_][A-Za-z_0-9]*)|(\*\*|<=|>=|==|!=|[-+*/@^<>=,:;])|([(\[])|([)\]])"
+    rf"|({_NUMBER})([A-Za-z_])?|(\n))")
+_NAME, _OP, _OPEN, _CLOSE, _NUM, _GLUED, _NEWLINE = range(1, 8)
+_TRAILING = re.compile(_BLANK)  # what may follow the last token
 _OPENERS = {"(": ")", "[": "]"}
+_KINDS = {"name": "name", "num": "num", "newline": "newline", "eof": "eof"}  # other kinds are "op"
 
 
-_new = tuple.__new__  # Token(...) and Pos(...) without the Python-level __new__: hot loop
+_new = tuple.__new__  # Token(...), Pos(...) and the nodes without their Python-level __new__: hot paths
+
+
+def _scan(text: str) -> tuple[list, list, list]:
+    """The lexer: three parallel lists, one entry per token.
+
+    kinds[i] is "name", "num", "newline", "eof" or, for an operator, its text
+    (so the parser tests ``kinds[i] == "("`` in one compare); texts[i] is the
+    text; lcs[i] the plain tuple (line, col), made a Pos only where a node
+    needs one.  Strings and plain int tuples rather than Token NamedTuples:
+    fewer objects per token, and the cyclic GC stops tracking plain tuples of
+    ints the first time it sees them, while a NamedTuple stays tracked for good.
+    """
+    kinds: list[str] = []
+    texts: list[str] = []
+    lcs: list[tuple[int, int]] = []
+    kind, txt, lc = kinds.append, texts.append, lcs.append
+    brackets: list[tuple[str, tuple[int, int]]] = []  # the open brackets: (text, (line, col))
+    line, before = 1, -1  # `before`: offset of the newline that ends the previous line, col = offset - before
+    m = None
+    for m in iter(_TOKEN.scanner(text).match, None):  # stops at the first place no token starts
+        k = m.lastindex
+        if k == _NAME:
+            kind("name")
+            txt(m[k])
+            lc((line, m.start(k) - before))
+        elif k == _OP:
+            op = m[k]
+            kind(op)
+            txt(op)
+            lc((line, m.start(k) - before))
+        elif k == _NUM:
+            kind("num")
+            txt(m[k])
+            lc((line, m.start(k) - before))
+        elif k == _NEWLINE:
+            start = m.start(k)
+            if not brackets:
+                kind("newline")
+                txt("\n")
+                lc((line, start - before))
+            line, before = line + 1, start
+        elif k == _OPEN:
+            op = m[k]
+            where = (line, m.start(k) - before)
+            brackets.append((op, where))
+            kind(op)
+            txt(op)
+            lc(where)
+        elif k == _CLOSE:
+            op = m[k]
+            where = (line, m.start(k) - before)
+            if not brackets:
+                raise SyntaxError_(f"unmatched '{op}'", _new(Pos, where))
+            opener, opened = brackets.pop()
+            if _OPENERS[opener] != op:
+                raise SyntaxError_(f"'{op}' does not match '{opener}' at {_new(Pos, opened)}", _new(Pos, where))
+            kind(op)
+            txt(op)
+            lc(where)
+        else:  # _GLUED: a number glued to a name
+            raise SyntaxError_(f"invalid number '{m[_NUM]}{m[_GLUED]}'", Pos(line, m.start(_GLUED) - before),
+                               hint="put an operator between a number and a name, e.g. 2*x")
+    i = _TRAILING.match(text, 0 if m is None else m.end()).end()
+    if i < len(text):  # a character no token starts with
+        message, where, hint = _bad_character(text[i], Pos(line, i - before))
+        raise SyntaxError_(message, where, hint=hint)
+    if brackets:
+        opener, opened = brackets[-1]
+        raise SyntaxError_(f"'{opener}' is never closed", _new(Pos, opened), hint=f"add '{_OPENERS[opener]}'")
+    kind("eof")
+    txt("")
+    lc((line, len(text) - before))
+    return kinds, texts, lcs
 
 
 def tokenize(text: str) -> list[Token]:
     """Split program text into tokens.  Newlines inside brackets are dropped."""
-    tokens: list[Token] = []
-    append = tokens.append
-    brackets: list[Token] = []
-    i, line, line_start = 0, 1, 0
-    for m in _TOKEN.finditer(text):
-        start = m.start()
-        if start != i:  # finditer skipped a character no token starts with
-            break
-        i = m.end()
-        kind = m.lastgroup
-        if kind == "space" or kind == "comment":
-            continue
-        pos = _new(Pos, (line, start - line_start + 1))
-        if kind == "name":
-            append(_new(Token, ("name", m.group(), pos)))
-        elif kind == "op":
-            op = m.group()
-            if op in _OPENERS:
-                brackets.append(Token("op", op, pos))
-            elif op == ")" or op == "]":
-                if not brackets:
-                    raise SyntaxError_(f"unmatched '{op}'", pos)
-                opener = brackets.pop()
-                if _OPENERS[opener.text] != op:
-                    raise SyntaxError_(f"'{op}' does not match '{opener.text}' at {opener.pos}", pos)
-            append(_new(Token, ("op", op, pos)))
-        elif kind == "newline":
-            if not brackets:
-                append(Token("newline", "\n", pos))
-            line, line_start = line + 1, i
-        else:  # a number, perhaps glued to a name
-            if kind == "glued":
-                raise SyntaxError_(f"invalid number '{m.group()}'",
-                                   Pos(line, m.start("glued") - line_start + 1),
-                                   hint="put an operator between a number and a name, e.g. 2*x")
-            append(_new(Token, ("num", m.group("num"), pos)))
-    if i < len(text):
-        message, where, hint = _bad_character(text[i], Pos(line, i - line_start + 1))
-        raise SyntaxError_(message, where, hint=hint)
-    if brackets:
-        opener = brackets[-1]
-        raise SyntaxError_(f"'{opener.text}' is never closed", opener.pos,
-                           hint=f"add '{_OPENERS[opener.text]}'")
-    tokens.append(Token("eof", "", Pos(line, len(text) - line_start + 1)))
-    return tokens
+    kinds, texts, lcs = _scan(text)
+    # Token(kind, text, Pos(line, col)) for every token, in C-level loops (map/zip, no Python frame per token)
+    kinds = map(_KINDS.get, kinds, repeat("op"))
+    return list(map(_new, repeat(Token), zip(kinds, texts, map(_new, repeat(Pos), lcs))))
 
 
 def _bad_character(c: str, pos: Pos):
@@ -218,226 +260,276 @@ COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 #   '*' (lbp 30 < 40) does not, so '-' closes over x^2, and the outer loop
 #   (min_bp 0) then takes '*': (-(x^2))*y.  '^' has rbp 49 < lbp 50, so
 #   a^b^c nests to the right; its operand may start with a prefix '-' (2^-1).
-_INFIX = {  # operator: (lbp, rbp)
-    **{op: (10, 11) for op in COMPARISONS},          # non-associative
-    "+": (20, 21), "-": (20, 21),                     # additive, left
-    "*": (30, 31), "/": (30, 31), "@": (30, 31),      # multiplicative, left
-    "^": (50, 49), "**": (50, 49),                    # power, right
+_INFIX = {  # operator: (lbp, rbp, the Binary op it builds)
+    **{op: (10, 11, op) for op in COMPARISONS},                     # non-associative
+    "+": (20, 21, "+"), "-": (20, 21, "-"),                          # additive, left
+    "*": (30, 31, "*"), "/": (30, 31, "/"), "@": (30, 31, "@"),      # multiplicative, left
+    "^": (50, 49, "^"), "**": (50, 49, "^"),                         # power, right
 }
 _PREFIX_BP = 40  # unary - and +
 _POSTFIX_BP = 60  # calls and indexing
+_COMPARISON_SET = frozenset(COMPARISONS)
+_BOOLS = {"true": True, "True": True, "false": False, "False": False}
+_FOUND = {"eof": "end of input", "newline": "end of line"}
 
 
 class _Parser:
+    """Parses the tokens of one text: ``_Parser(text).program()`` or ``.expression()``."""
+
     def __init__(self, text: str):
-        self.tokens = tokenize(text)
-        self.i = 0
-        self.depth = 0
-        self.tok = self.tokens[0]  # the current token (kept as an attribute: the parser's hot path)
+        self.tokens = _scan(text)
 
-    # -- token helpers ------------------------------------------------------
-    def peek(self, k: int = 1) -> Token:
-        return self.tokens[min(self.i + k, len(self.tokens) - 1)]
+    def program(self) -> tuple:
+        return _parse_tokens(*self.tokens, single_expression=False)
 
-    def advance(self) -> Token:
-        t = self.tok
-        self.i += 1
-        if self.i < len(self.tokens):
-            self.tok = self.tokens[self.i]
-        return t
+    def expression(self):
+        return _parse_tokens(*self.tokens, single_expression=True)
 
-    def at(self, text: str) -> bool:
-        t = self.tok
-        return t.text == text and t.kind == "op"
 
-    def expect(self, text: str, what: str | None = None) -> Token:
-        if not self.at(text):
-            self.fail_here(f"expected '{text}'" + (f" {what}" if what else ""))
-        return self.advance()
+def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool):
+    """Recursive descent over the parallel token lists of :func:`_scan`.
 
-    def fail_here(self, message: str, hint: str | None = None):
-        t = self.tok
-        found = {"eof": "end of input", "newline": "end of line"}.get(t.kind, f"'{t.text}'")
-        raise SyntaxError_(f"{message}, found {found}", t.pos, hint=hint)
+    The grammar functions are closures over the token lists and the index `i`
+    of the current token: a cell variable is cheaper to read and write than an
+    attribute of a parser object, and these are the parser's hot paths.
+    Nesting depth is passed down as an argument (``depth`` = how many ``expr``
+    calls are active, counting this one) instead of a counter kept with
+    try/finally.  ``kinds[i] == "("`` tests for an operator: its kind is its text.
+    """
+    i = 0
+
+    def fail_here(message: str, hint: str | None = None):
+        found = _FOUND.get(kinds[i]) or f"'{texts[i]}'"
+        raise SyntaxError_(f"{message}, found {found}", _new(Pos, lcs[i]), hint=hint)
+
+    def expect(text: str, what: str | None = None):
+        nonlocal i
+        if kinds[i] != text:
+            fail_here(f"expected '{text}'" + (f" {what}" if what else ""))
+        i += 1
+
+    def too_deep(at: int):
+        raise SyntaxError_(f"expression nested deeper than {MAX_DEPTH} levels", _new(Pos, lcs[at]),
+                           hint="split it into named intermediate statements")
 
     # -- statements ---------------------------------------------------------
-    def program(self) -> tuple:
+    def program() -> tuple:
+        nonlocal i
         statements = []
-        while self.tok.kind != "eof":
-            if self.tok.kind == "newline" or self.at(";"):
-                self.advance()
+        while True:
+            k = kinds[i]
+            if k == "newline" or k == ";":
+                i += 1
                 continue
-            statements.append(self.statement())
-            if not (self.tok.kind in ("newline", "eof") or self.at(";")):
+            if k == "eof":
+                return tuple(statements)
+            if k == "name" and kinds[i + 1] == "=":  # NAME = EXPR (here, not in statement(): the common case)
+                first = i
+                i += 2
+                statements.append(_new(Assign, (texts[first], expr(0, 1), _new(Pos, lcs[first]))))
+            else:
+                statements.append(statement())
+            k = kinds[i]
+            if not (k == "newline" or k == "eof" or k == ";"):
                 hint = None
-                if self.tok.kind in ("name", "num"):
+                if k == "name" or k == "num":
                     hint = "separate statements with a newline or ';', or add an operator"
-                self.fail_here("expected end of statement", hint)
-        return tuple(statements)
+                fail_here("expected end of statement", hint)
 
-    def statement(self):
-        t = self.tok
-        if t.kind == "name" and t.text == "input" and self.peek().kind == "name":
-            self.advance()
-            return Inputs(self.input_decls(), t.pos)
-        if t.kind == "name" and self.peek().kind == "op" and self.peek().text == "=":
-            self.advance()
-            self.advance()
-            return Assign(t.text, self.expr(0), t.pos)
-        return ExprStmt(self.expr(0), t.pos)
+    def statement():
+        """An input declaration or a bare expression (program() parses assignments)."""
+        nonlocal i
+        first = i
+        if kinds[first] == "name" and kinds[first + 1] == "name" and texts[first] == "input":
+            i = first + 1
+            return Inputs(input_decls(), _new(Pos, lcs[first]))
+        return _new(ExprStmt, (expr(0, 1), _new(Pos, lcs[first])))
 
-    def input_decls(self) -> tuple:
+    def input_decls() -> tuple:
+        nonlocal i
         decls = []
         while True:
-            if self.tok.kind != "name":
-                self.fail_here("expected an input name")
-            name = self.advance()
+            if kinds[i] != "name":
+                fail_here("expected an input name")
+            name, name_pos = texts[i], _new(Pos, lcs[i])
+            i += 1
             shape = None
-            if self.at("["):
-                self.advance()
+            if kinds[i] == "[":
+                i += 1
                 dims = []
-                while not self.at("]"):
-                    if self.tok.kind != "num" or not Num(0, self.tok.text, self.tok.pos).is_int:
-                        self.fail_here("expected an integer dimension", "shapes are integer literals: input W[3, 4]")
-                    dims.append(int(self.advance().text))
-                    if not self.at("]"):
-                        self.expect(",", "between dimensions")
-                self.advance()
+                while kinds[i] != "]":
+                    if kinds[i] != "num" or not Num(0, texts[i], None).is_int:
+                        fail_here("expected an integer dimension", "shapes are integer literals: input W[3, 4]")
+                    dims.append(int(texts[i]))
+                    i += 1
+                    if kinds[i] != "]":
+                        expect(",", "between dimensions")
+                i += 1
                 shape = tuple(dims)
             default = None
-            if self.at("="):
-                self.advance()
-                default = self.expr(0)
-            decls.append(InputDecl(name.text, shape, default, name.pos))
-            if not self.at(","):
+            if kinds[i] == "=":
+                i += 1
+                default = expr(0, 1)
+            decls.append(InputDecl(name, shape, default, name_pos))
+            if kinds[i] != ",":
                 return tuple(decls)
-            self.advance()
+            i += 1
 
     # -- expressions ----------------------------------------------------------
-    def expr(self, min_bp: int):
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise SyntaxError_(f"expression nested deeper than {MAX_DEPTH} levels", self.tok.pos,
-                               hint="split it into named intermediate statements")
-        try:
-            left = self.prefix()
-            chained = 0
-            while True:
-                t = self.tok
-                if t.kind != "op":
-                    break
-                if t.text in ("(", "[") and _POSTFIX_BP > min_bp:
+    def expr(min_bp: int, depth: int):
+        """An expression whose infix operators all bind tighter than min_bp."""
+        nonlocal i
+        if depth > MAX_DEPTH:
+            too_deep(i)
+        # The operand.  Numbers, names and calls (most operands) are parsed here
+        # as prefix() would, saving a call; prefix() does the rest.
+        at = i
+        k = kinds[at]
+        if k == "num":
+            i = at + 1
+            text = texts[at]
+            left = _new(Num, (float(text), text, _new(Pos, lcs[at])))
+        elif k == "name" and texts[at] not in _BOOLS:
+            i = at + 1
+            if kinds[i] == "(":
+                left = call(at, depth)
+            else:
+                left = _new(Name, (texts[at], _new(Pos, lcs[at])))
+        else:
+            left = prefix(depth)
+        chained = 0
+        while True:
+            at = i
+            k = kinds[at]
+            bp = _INFIX.get(k)  # None for names, numbers, newlines, ')' ...
+            if bp is None:
+                if (k == "(" or k == "[") and _POSTFIX_BP > min_bp:
                     chained += 1  # x[..][..]... nests like brackets do
-                    if self.depth + chained > MAX_DEPTH:
-                        raise SyntaxError_(f"expression nested deeper than {MAX_DEPTH} levels", t.pos,
-                                           hint="split it into named intermediate statements")
-                    left = self.postfix(left)
+                    if depth + chained > MAX_DEPTH:
+                        too_deep(at)
+                    left = postfix(left, depth)
                     continue
-                bp = _INFIX.get(t.text)
-                if bp is None or bp[0] <= min_bp:
+                return left
+            lbp, rbp, op = bp
+            if lbp <= min_bp:
+                return left
+            i = at + 1
+            left = _new(Binary, (op, left, expr(rbp, depth + 1), _new(Pos, lcs[at])))
+            if lbp == 10 and kinds[i] in _COMPARISON_SET:  # after a comparison (lbp 10)
+                raise SyntaxError_("comparisons cannot be chained", _new(Pos, lcs[i]),
+                                   hint="combine masks with '*', e.g. (a < b) * (b < c)")
+
+    def prefix(depth: int):
+        nonlocal i
+        at = i
+        k = kinds[at]
+        if k == "num":
+            i = at + 1
+            text = texts[at]
+            return _new(Num, (float(text), text, _new(Pos, lcs[at])))
+        if k == "name":
+            i = at + 1
+            text = texts[at]
+            if text in _BOOLS:
+                return _new(Bool, (_BOOLS[text], _new(Pos, lcs[at])))
+            if kinds[i] == "(":
+                return call(at, depth)
+            return _new(Name, (text, _new(Pos, lcs[at])))
+        if k == "-" or k == "+":
+            i = at + 1
+            return _new(Unary, (k, expr(_PREFIX_BP, depth + 1), _new(Pos, lcs[at])))
+        if k == "(":
+            i = at + 1
+            if kinds[i] == ")":
+                i += 1
+                return TupleLit((), _new(Pos, lcs[at]))
+            first = expr(0, depth + 1)
+            if kinds[i] == ")":
+                i += 1
+                return first
+            items = [first]
+            while kinds[i] == ",":
+                i += 1
+                if kinds[i] == ")":
                     break
-                self.advance()
-                right = self.expr(bp[1])
-                op = "^" if t.text == "**" else t.text
-                left = Binary(op, left, right, t.pos)
-                if op in COMPARISONS and self.tok.kind == "op" and self.tok.text in COMPARISONS:
-                    raise SyntaxError_("comparisons cannot be chained", self.tok.pos,
-                                       hint="combine masks with '*', e.g. (a < b) * (b < c)")
-            return left
-        finally:
-            self.depth -= 1
+                items.append(expr(0, depth + 1))
+            expect(")", "to close '('")
+            return TupleLit(tuple(items), _new(Pos, lcs[at]))
+        if k == "[":
+            i = at + 1
+            items = []
+            while kinds[i] != "]":
+                items.append(expr(0, depth + 1))
+                if kinds[i] != "]":
+                    expect(",", "between array elements")
+            i += 1
+            return ArrayLit(tuple(items), _new(Pos, lcs[at]))
+        fail_here("expected an expression")
 
-    def prefix(self):
-        t = self.tok
-        if t.kind == "num":
-            self.advance()
-            return Num(float(t.text), t.text, t.pos)
-        if t.kind == "name":
-            self.advance()
-            if t.text in ("true", "True", "false", "False"):
-                return Bool(t.text in ("true", "True"), t.pos)
-            if self.at("("):
-                return self.call(t)
-            return Name(t.text, t.pos)
-        if t.kind == "op":
-            if t.text in ("-", "+"):
-                self.advance()
-                return Unary(t.text, self.expr(_PREFIX_BP), t.pos)
-            if t.text == "(":
-                self.advance()
-                if self.at(")"):
-                    self.advance()
-                    return TupleLit((), t.pos)
-                first = self.expr(0)
-                if self.at(")"):
-                    self.advance()
-                    return first
-                items = [first]
-                while self.at(","):
-                    self.advance()
-                    if self.at(")"):
-                        break
-                    items.append(self.expr(0))
-                self.expect(")", "to close '('")
-                return TupleLit(tuple(items), t.pos)
-            if t.text == "[":
-                self.advance()
-                items = []
-                while not self.at("]"):
-                    items.append(self.expr(0))
-                    if not self.at("]"):
-                        self.expect(",", "between array elements")
-                self.advance()
-                return ArrayLit(tuple(items), t.pos)
-        self.fail_here("expected an expression")
-
-    def call(self, name: Token) -> Call:
-        self.expect("(")
+    def call(name: int, depth: int) -> Call:
+        """The call whose function name is token `name`; the current token is its '('."""
+        nonlocal i
+        i += 1
         args, kwargs = [], []
-        while not self.at(")"):
-            if self.tok.kind == "name" and self.peek().kind == "op" and self.peek().text == "=":
-                key = self.advance()
-                self.advance()
-                if any(k.name == key.text for k in kwargs):
-                    raise SyntaxError_(f"keyword argument '{key.text}' given twice", key.pos)
-                kwargs.append(Keyword(key.text, self.expr(0), key.pos))
+        while kinds[i] != ")":
+            at = i
+            if kinds[at] == "name" and kinds[at + 1] == "=":
+                key = texts[at]
+                i = at + 2
+                if any(kw.name == key for kw in kwargs):
+                    raise SyntaxError_(f"keyword argument '{key}' given twice", _new(Pos, lcs[at]))
+                kwargs.append(Keyword(key, expr(0, depth + 1), _new(Pos, lcs[at])))
             else:
                 if kwargs:
-                    raise SyntaxError_("positional argument after a keyword argument", self.tok.pos)
-                args.append(self.expr(0))
-            if not self.at(")"):
-                self.expect(",", "between arguments")
-        self.advance()
-        return Call(name.text, tuple(args), tuple(kwargs), name.pos)
+                    raise SyntaxError_("positional argument after a keyword argument", _new(Pos, lcs[at]))
+                args.append(expr(0, depth + 1))
+            if kinds[i] != ")":
+                expect(",", "between arguments")
+        i += 1
+        return _new(Call, (texts[name], tuple(args), tuple(kwargs), _new(Pos, lcs[name])))
 
-    def postfix(self, left):
-        t = self.advance()
-        if t.text == "(":
-            raise SyntaxError_("only named functions can be called", t.pos)
+    def postfix(left, depth: int):
+        nonlocal i
+        at = i
+        i = at + 1
+        if kinds[at] == "(":
+            raise SyntaxError_("only named functions can be called", _new(Pos, lcs[at]))
         items = []
-        while not self.at("]"):
-            items.append(self.index_item())
-            if not self.at("]"):
-                self.expect(",", "between indices")
-        self.advance()
+        while kinds[i] != "]":
+            items.append(index_item(depth))
+            if kinds[i] != "]":
+                expect(",", "between indices")
+        i += 1
         if not items:
-            raise SyntaxError_("empty index", t.pos)
-        return Index(left, tuple(items), t.pos)
+            raise SyntaxError_("empty index", _new(Pos, lcs[at]))
+        return Index(left, tuple(items), _new(Pos, lcs[at]))
 
-    def index_item(self):
-        start_tok = self.tok
-        start = None if self.at(":") else self.expr(0)
-        if not self.at(":"):
+    def index_item(depth: int):
+        nonlocal i
+        start_pos = _new(Pos, lcs[i])
+        start = None if kinds[i] == ":" else expr(0, depth + 1)
+        if kinds[i] != ":":
             return start
-        self.advance()
+        i += 1
         stop = step = None
-        if not (self.at(":") or self.at(",") or self.at("]")):
-            stop = self.expr(0)
-        if self.at(":"):
-            self.advance()
-            if not (self.at(",") or self.at("]")):
-                step = self.expr(0)
-        return Slice(start, stop, step, start_tok.pos)
+        if kinds[i] not in (":", ",", "]"):
+            stop = expr(0, depth + 1)
+        if kinds[i] == ":":
+            i += 1
+            if kinds[i] not in (",", "]"):
+                step = expr(0, depth + 1)
+        return Slice(start, stop, step, start_pos)
+
+    if not single_expression:
+        return program()
+    while kinds[i] == "newline":
+        i += 1
+    node = expr(0, 1)
+    while kinds[i] == "newline":
+        i += 1
+    if kinds[i] != "eof":
+        fail_here("expected end of value")
+    return node
 
 
 def parse(text: str, label: str = "<expr>") -> Program:
@@ -453,14 +545,6 @@ def parse_expression(text: str, label: str = "<expr>"):
     """Parse a single expression (used for --at values, cotangents, tangents)."""
     source = Source(text, label)
     try:
-        p = _Parser(text)
-        while p.tok.kind == "newline":
-            p.advance()
-        node = p.expr(0)
-        while p.tok.kind == "newline":
-            p.advance()
-        if p.tok.kind != "eof":
-            p.fail_here("expected end of value")
-        return node
+        return _Parser(text).expression()
     except SyntaxError_ as err:
         raise err.located(source)
