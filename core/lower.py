@@ -300,27 +300,30 @@ class InputInfo(NamedTuple):
 def _walk_names(node):
     """Yield Name nodes in textual order, without recursion."""
     stack = [node]
+    push, pop = stack.append, stack.pop
     while stack:
-        n = stack.pop()
-        if n is None:
-            continue
+        n = pop()
         t = type(n)
+        while t is Binary:  # down a left spine without the stack (a + b + c nests on the left)
+            push(n.right)
+            n = n.left
+            t = type(n)
         if t is Name:
             yield n
-        elif t is Binary:
-            stack.append(n.right)
-            stack.append(n.left)
-        elif t is Unary:
-            stack.append(n.operand)
+        elif t is Num:  # no names in a number (nor in None, an absent slice bound)
+            continue
         elif t is Call:
-            stack.extend(reversed([k.value for k in n.kwargs]))
+            if n.kwargs:
+                stack.extend(reversed([k.value for k in n.kwargs]))
             stack.extend(reversed(n.args))
+        elif t is Unary:
+            push(n.operand)
         elif t is Index:
             stack.extend(reversed(n.items))
-            stack.append(n.value)
+            push(n.value)
         elif t is Slice:
             stack.extend((n.step, n.stop, n.start))
-        elif t in (ArrayLit, TupleLit):
+        elif t is ArrayLit or t is TupleLit:
             stack.extend(reversed(n.items))
 
 
@@ -359,13 +362,14 @@ def find_inputs(program: Program) -> list[InputInfo]:
         if isinstance(st, Inputs):
             continue
         for n in _walk_names(st.value):
-            if n.id in declared or n.id in assigned or n.id in free:
+            nid = n.id
+            if nid in declared or nid in assigned or nid in free:
                 continue
-            if n.id in CONSTANTS:
+            if nid in CONSTANTS:
                 continue
-            if n.id in FUNCTIONS:
-                raise NameError_(f"'{n.id}' is a function; call it as {n.id}(...)", n.pos)
-            free[n.id] = InputInfo(n.id, n.pos, None, None, False)
+            if nid in FUNCTIONS:
+                raise NameError_(f"'{nid}' is a function; call it as {nid}(...)", n.pos)
+            free[nid] = InputInfo(nid, n.pos, None, None, False)
         if name is not None:
             where = declared.get(name) or free.get(name)
             if where is not None:
@@ -431,33 +435,44 @@ class _Lowering:
     # -- expressions ----------------------------------------------------------
     def expr(self, node) -> Tracer:
         t = type(node)
+        if t is Name:  # the commonest nodes first
+            v = self.env.get(node.id)
+            return v if v is not None else self.name(node)
+        if t is Num:
+            return self.b.const(node.value)
         if t is Binary:
             # Walk the left spine in a loop: a 20,000-term sum is 20,000 deep on the left.
             spine = []
             while type(node) is Binary:
                 spine.append(node)
                 node = node.left
-            acc = self.expr(node)
+            b, env = self.b, self.env
+            # Leaves (a number, an assigned name) are made here as expr would make them.
+            t = type(node)
+            acc = b.const(node.value) if t is Num else env.get(node.id) if t is Name else None
+            if acc is None:
+                acc = self.expr(node)
             for op in reversed(spine):
-                p = _literal_exponent(op)
-                if p is not None:
-                    self.b.pos = op.pos
-                    acc = P.pow_const(acc, p=p)
-                    continue
-                right = self.expr(op.right)
-                self.b.pos = op.pos
+                if op.op == "^":
+                    p = _literal_exponent(op)
+                    if p is not None:
+                        b.pos = op.pos
+                        acc = P.pow_const(acc, p=p)
+                        continue
+                r = op.right
+                rt = type(r)
+                right = b.const(r.value) if rt is Num else env.get(r.id) if rt is Name else None
+                if right is None:
+                    right = self.expr(r)
+                b.pos = op.pos
                 acc = _BINARY[op.op](acc, right)
             return acc
-        if t is Num:
-            return self.b.const(node.value)
-        if t is Name:
-            return self.name(node)
+        if t is Call:
+            return self.call(node)
         if t is Unary:
             x = self.expr(node.operand)
             self.b.pos = node.pos
             return P.neg(x) if node.op == "-" else x
-        if t is Call:
-            return self.call(node)
         if t is Index:
             x = self.expr(node.value)
             idx = tuple(self.index_item(i) for i in node.items)
@@ -523,7 +538,8 @@ class _Lowering:
                 hint = f"'{node.func}' is a value, not a function; use '*' to multiply"
             raise NameError_(f"unknown function '{node.func}'", node.pos, hint=hint)
         if fn.arity == len(node.args) and not node.kwargs:
-            args = [self.expr(a) for a in node.args]
+            # (one argument, the usual case, without a comprehension: it costs more)
+            args = [self.expr(node.args[0])] if fn.arity == 1 else [self.expr(a) for a in node.args]
             self.b.pos = node.pos
             return self.invoke(node, fn.fn, args, {})
         is_constructor = node.func in _CONSTRUCTORS
@@ -552,7 +568,7 @@ class _Lowering:
     @staticmethod
     def invoke(node: Call, fn, args, kwargs) -> Tracer:
         try:
-            return fn(*args, **kwargs)
+            return fn(*args, **kwargs) if kwargs else fn(*args)
         except GradcalcError as err:
             if err.pos is None:
                 err.pos = node.pos

@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError, ValueError_
-from .tape import Tracer, all_finite, broadcast_shapes
+from .tape import _F64_SCALAR, Tracer, all_finite, broadcast_shapes
 
 
 class Primitive:
@@ -70,6 +70,28 @@ class Primitive:
 
     def __call__(self, *args, **params):
         """On tracers: record an equation.  On arrays: compute eagerly (first-order passes)."""
+        # Fast paths for the usual cases, with the results of the general code below: one or
+        # two tracers (tracing), one or two NumPy scalars (an eager pass on a scalar program).
+        n = len(args)
+        if n == 2:
+            x, y = args
+            tx = type(x)
+            if tx is _F64_SCALAR:
+                if type(y) is _F64_SCALAR and self.plain is not None and not params:
+                    return self.plain(x, y)
+            elif tx is Tracer and type(y) is Tracer:
+                return x.builder.bind(self, args, params)
+        elif n == 1:
+            x = args[0]
+            tx = type(x)
+            if tx is _F64_SCALAR:
+                if self.normalize is _no_params:
+                    try:
+                        return self.impl(x, **params) if params else self.impl(x)
+                    except np.linalg.LinAlgError as err:
+                        raise ValueError_(f"'{self.name}': {str(err).lower()}") from None
+            elif tx is Tracer:
+                return x.builder.bind(self, args, params)
         for a in args:
             if type(a) is Tracer:
                 builder = a.builder
@@ -286,11 +308,25 @@ def _binary(name, fn, rules, plain=None, **facts):
 
 
 def _safe_mul(g, d):
-    return _zero_nans(g * d, g, d, lambda g, d: (g == 0) | (d == 0))
+    r = g * d
+    if type(r) is _F64_SCALAR and r == r:  # a scalar that is not nan: _zero_nans returns it
+        return r
+    return _zero_nans(r, g, d, _either_zero)
 
 
 def _safe_div(g, d):
-    return _zero_nans(g / d, g, d, lambda g, d: g == 0)
+    r = g / d
+    if type(r) is _F64_SCALAR and r == r:  # as in _safe_mul
+        return r
+    return _zero_nans(r, g, d, _first_zero)
+
+
+def _either_zero(g, d):
+    return (g == 0) | (d == 0)
+
+
+def _first_zero(g, d):
+    return g == 0
 
 
 def _zero_nans(r, g, d, zero_operand):

@@ -27,6 +27,7 @@ MAX_NDIM = 32  # NumPy's own limit for several of its operations
 
 
 _F64 = np.dtype(np.float64)
+_F64_SCALAR = np.float64  # the class of a value with no axes on the tape
 
 
 _ROW = 2048  # elements per row when a large array is summed as a matrix-vector product
@@ -213,6 +214,16 @@ class Builder:
         return self._new(_scalar_or_array(value))
 
     def const(self, value) -> Tracer:
+        if type(value) is float:
+            # A number of the program: the np.float64 that _scalar_or_array would make,
+            # recorded as _new would record it, without the 0-d array on the way.
+            value = _F64_SCALAR(value)
+            var = self._next
+            self._next = var + 1
+            self.values[var] = value
+            self.shapes[var] = ()
+            self.consts[var] = value
+            return Tracer(self, var)
         t = self._new(_scalar_or_array(value))
         self.consts[t.var] = t.value
         return t
@@ -247,17 +258,29 @@ class Builder:
     # -- recording ------------------------------------------------------------
     def bind(self, prim, args: tuple, params: dict) -> Tracer:
         values = self.values
+        # The operands' variables, unpacked by hand for one or two (a comprehension costs more).
+        n = len(args)
+        if n == 2:
+            ids = (args[0].var, args[1].var)
+        elif n == 1:
+            ids = (args[0].var,)
+        else:
+            ids = tuple([a.var for a in args])
         try:
-            if prim.trivial_params:
-                value = prim.impl(*[values[a.var] for a in args])
-            else:
-                xs = [values[a.var] for a in args]
-                plain = prim.plain
-                if plain is not None and not params and len(xs) == 2 and xs[0].shape == xs[1].shape:
-                    value = plain(*xs)  # a broadcasting primitive on equal shapes: nothing to align
+            if n == 2 and prim.plain is not None and not params:
+                # A broadcasting primitive (add, mul...): the general branch below, unrolled.
+                x, y = values[ids[0]], values[ids[1]]
+                if x.shape == y.shape:
+                    value = prim.plain(x, y)  # equal shapes: nothing to align
                 else:
-                    params = prim.normalize([x.shape for x in xs], self, **params)
-                    value = prim.impl(*xs, **params)
+                    params = prim.normalize([x.shape, y.shape], self, **params)
+                    value = prim.impl(x, y, **params)
+            elif prim.trivial_params:
+                value = prim.impl(values[ids[0]]) if n == 1 else prim.impl(*[values[v] for v in ids])
+            else:
+                xs = [values[v] for v in ids]
+                params = prim.normalize([x.shape for x in xs], self, **params)
+                value = prim.impl(*xs, **params)
         except GradcalcError as err:
             if err.pos is None:
                 err.pos = self.pos
@@ -266,7 +289,18 @@ class Builder:
             raise ValueError_(f"'{prim.name}': {str(err).lower()}", self.pos) from None
         except (ValueError, IndexError) as err:
             raise ShapeError(f"'{prim.name}': {err}", self.pos) from None
-        if value.__class__ is not np.ndarray and value.__class__ is not np.float64:
+        if type(value) is _F64_SCALAR:
+            # The usual case on a scalar program: float64 with no axes, nothing to convert or
+            # check; recorded as below.
+            var = self._next
+            self._next = var + 1
+            values[var] = value
+            self.shapes[var] = ()
+            self.equations.append(_new_equation(Equation, (var, prim, ids, params, self.pos)))
+            if self.check_finite and not math.isfinite(value):
+                self._note_nonfinite(prim, args, value)
+            return Tracer(self, var)
+        if value.__class__ is not np.ndarray:
             value = _scalar_or_array(value)
         dtype = value.dtype
         if dtype is not _F64 and dtype != _F64 and dtype.kind != "c":
@@ -279,8 +313,7 @@ class Builder:
         self._next = var + 1
         values[var] = value
         self.shapes[var] = shape
-        self.equations.append(_new_equation(Equation, (var, prim, tuple([a.var for a in args]),
-                                                       params, self.pos)))
+        self.equations.append(_new_equation(Equation, (var, prim, ids, params, self.pos)))
         if self.check_finite and not (math.isfinite(value) if not shape and dtype is _F64
                                       else all_finite(value)):
             self._note_nonfinite(prim, args, value)

@@ -64,7 +64,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     ct = dict(cotangents)
     found = {}
     shapes = builder.shapes
-    value = builder.values.__getitem__
+    values = builder.values
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
@@ -79,11 +79,20 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
         if not prim.differentiable:
             continue
         builder.pos = eq.pos
-        if eager:  # _operands, inlined (the rules take the arguments unpacked: a tuple will do)
-            ans, args = value(out), tuple(map(value, eq.args))
+        # The rules' positional arguments (g, ans, *args) as one tuple, passed on as it is.
+        if eager:  # _operands, inlined, and unrolled for one or two arguments
+            ea = eq.args
+            n = len(ea)
+            if n == 2:
+                head = (g, values[out], values[ea[0]], values[ea[1]])
+            elif n == 1:
+                head = (g, values[out], values[ea[0]])
+            else:
+                head = (g, values[out], *map(values.__getitem__, ea))
         else:
             ans, args = _operands(builder, eq, eager)
-        first = len(builder.equations)
+            head = (g, ans, *args)
+        first = len(builder.equations) if log is not None else 0
         rules = None if prim.variadic else prim.vjp  # rules[i] is prim.vjp_rule(i), without a call
         params = eq.params
         for i, a in enumerate(eq.args):
@@ -93,7 +102,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
             if rule is None:
                 continue
             try:
-                c = rule(g, ans, *args, **params)
+                c = rule(*head, **params) if params else rule(*head)
                 shape = shapes[a]
                 if c.shape != shape:  # _fit returns c as it is otherwise
                     c = _fit(c, shape)
