@@ -358,10 +358,11 @@ def find_inputs(program: Program) -> list[InputInfo]:
                 declared[d.name] = InputInfo(d.name, d.pos, d.shape, d.default, True)
     free: dict[str, InputInfo] = {}
     assigned: dict[str, Pos] = {}
-    for st, name in _output_names(program):
+    reads = program.reads if len(program.reads) == len(program.statements) else None
+    for k, (st, name) in enumerate(_output_names(program)):
         if isinstance(st, Inputs):
             continue
-        for n in _walk_names(st.value):
+        for n in (reads[k] if reads is not None else _walk_names(st.value)):  # the same names
             nid = n.id
             if nid in declared or nid in assigned or nid in free:
                 continue

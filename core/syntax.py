@@ -245,6 +245,9 @@ class Program(NamedTuple):
 
     statements: tuple
     source: Source = Source("")
+    #: Per statement, the Name nodes it reads, in textual order (what ``find_inputs``
+    #: needs; the parser notes them as it makes them).  Empty when not known.
+    reads: tuple = ()
 
 
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
@@ -278,15 +281,16 @@ class _Parser:
 
     def __init__(self, text: str):
         self.tokens = _scan(text)
+        self.reads: list = []  # filled by program(): see Program.reads
 
     def program(self) -> tuple:
-        return _parse_tokens(*self.tokens, single_expression=False)
+        return _parse_tokens(*self.tokens, single_expression=False, reads=self.reads)
 
     def expression(self):
         return _parse_tokens(*self.tokens, single_expression=True)
 
 
-def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool):
+def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, reads: list | None = None):
     """Recursive descent over the parallel token lists of :func:`_scan`.
 
     The grammar functions are closures over the token lists and the index `i`
@@ -295,8 +299,12 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool):
     Nesting depth is passed down as an argument (``depth`` = how many ``expr``
     calls are active, counting this one) instead of a counter kept with
     try/finally.  ``kinds[i] == "("`` tests for an operator: its kind is its text.
+    Name nodes are made in textual order; ``names`` collects them, and program()
+    appends each statement's share to ``reads``.
     """
     i = 0
+    names: list = []
+    name_read = names.append
 
     def fail_here(message: str, hint: str | None = None):
         found = _FOUND.get(kinds[i]) or f"'{texts[i]}'"
@@ -323,12 +331,14 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool):
                 continue
             if k == "eof":
                 return tuple(statements)
+            mark = len(names)
             if k == "name" and kinds[i + 1] == "=":  # NAME = EXPR (here, not in statement(): the common case)
                 first = i
                 i += 2
                 statements.append(_new(Assign, (texts[first], expr(0, 1), _new(Pos, lcs[first]))))
             else:
                 statements.append(statement())
+            reads.append(tuple(names[mark:]))
             k = kinds[i]
             if not (k == "newline" or k == "eof" or k == ";"):
                 hint = None
@@ -395,6 +405,7 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool):
                 left = call(at, depth)
             else:
                 left = _new(Name, (texts[at], _new(Pos, lcs[at])))
+                name_read(left)
         else:
             left = prefix(depth)
         chained = 0
@@ -434,7 +445,9 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool):
                 return _new(Bool, (_BOOLS[text], _new(Pos, lcs[at])))
             if kinds[i] == "(":
                 return call(at, depth)
-            return _new(Name, (text, _new(Pos, lcs[at])))
+            node = _new(Name, (text, _new(Pos, lcs[at])))
+            name_read(node)
+            return node
         if k == "-" or k == "+":
             i = at + 1
             return _new(Unary, (k, expr(_PREFIX_BP, depth + 1), _new(Pos, lcs[at])))
@@ -536,7 +549,9 @@ def parse(text: str, label: str = "<expr>") -> Program:
     """Parse program text into a :class:`Program`; raises SyntaxError_ with a position."""
     source = Source(text, label)
     try:
-        return Program(_Parser(text).program(), source)
+        parser = _Parser(text)
+        statements = parser.program()
+        return Program(statements, source, tuple(parser.reads))
     except SyntaxError_ as err:
         raise err.located(source)
 

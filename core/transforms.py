@@ -109,7 +109,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
             except GradcalcError as err:
                 err.pos = err.pos or eq.pos
                 raise
-            if check:
+            if check and not (type(c) is np.float64 and math.isfinite(c)):  # (a finite scalar: no note)
                 _note_nonfinite(builder, eq, g, c)
             ct[a] = ct[a] + c if a in ct else c
         if log is not None:
@@ -130,33 +130,61 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     in non-finite warnings (default: "the derivative of 'prim'").
     """
     tan = dict(tangents)
+    get = tan.get
     shapes = builder.shapes
+    values = builder.values
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
     for eq in equations:
-        if not eq.prim.differentiable:
+        prim = eq.prim
+        if not prim.differentiable:
             continue
-        ts = [tan.get(a) for a in eq.args]
-        if all(t is None for t in ts):
-            continue
+        # The arguments' tangents, unrolled for one or two arguments (as in backward).
+        ea = eq.args
+        n = len(ea)
+        if n == 1:
+            ts = (get(ea[0]),)
+            if ts[0] is None:
+                continue
+        elif n == 2:
+            ts = (get(ea[0]), get(ea[1]))
+            if ts[0] is None and ts[1] is None:
+                continue
+        else:
+            ts = [get(a) for a in ea]
+            if all(t is None for t in ts):
+                continue
         builder.pos = eq.pos
-        ans, args = _operands(builder, eq, eager)
+        # The rules' arguments after the tangent, (ans, *args), as one tuple.
+        if eager:
+            rest = (values[eq.out], *map(values.__getitem__, ea))
+        elif n == 1:
+            rest = (Tracer(builder, eq.out), Tracer(builder, ea[0]))
+        else:
+            rest = (Tracer(builder, eq.out), *[Tracer(builder, a) for a in ea])
+        rules = None if prim.variadic else prim.jvp  # rules[i] is prim.jvp_rule(i), without a call
+        params = eq.params
         out = None
         for i, t in enumerate(ts):
-            rule = eq.prim.jvp_rule(i) if t is not None else None
+            if t is None:
+                continue
+            rule = prim.jvp_rule(i) if rules is None else rules[i]
             if rule is None:
                 continue
             try:
-                c = rule(t, ans, *args, **eq.params)
+                c = rule(t, *rest, **params) if params else rule(t, *rest)
             except GradcalcError as err:
                 err.pos = err.pos or eq.pos
                 raise
             out = c if out is None else out + c
         if out is not None:
-            tan[eq.out] = _fit(out, shapes[eq.out])
+            shape = shapes[eq.out]
+            if out.shape != shape:  # _fit returns out as it is otherwise
+                out = _fit(out, shape)
+            tan[eq.out] = out
             if check:
-                _note_nonfinite(builder, eq, None, tan[eq.out], describe)
+                _note_nonfinite(builder, eq, None, out, describe)
     builder.pos = None
     builder.check_finite = saved
     return tan

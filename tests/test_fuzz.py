@@ -551,3 +551,20 @@ def test_oracle_catches_crashes(monkeypatch):
                 caught += 1
         # a few random option sets are refused before any tracing (a clean exit 2)
         assert caught >= 12, caught
+
+
+@fuzz(300)
+@given(text=st.one_of(grammar_programs(), mutated_samples()))
+def test_parser_notes_the_names_each_statement_reads(text):
+    # find_inputs reads Program.reads instead of walking each tree: the two must agree,
+    # name for name (positions included), on every program that parses.
+    from gradcalc.lower import _walk_names
+    from gradcalc.syntax import Inputs, parse
+    try:
+        program = parse(text)
+    except GradcalcError:
+        return
+    assert len(program.reads) == len(program.statements)
+    for st_, reads in zip(program.statements, program.reads):
+        if not isinstance(st_, Inputs):
+            assert reads == tuple(_walk_names(st_.value))
