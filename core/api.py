@@ -381,33 +381,46 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
     if y.size != 1:
         raise ShapeError(f"hessian needs a scalar output, but '{out}' has shape {y.shape}",
                          tr.tape.positions.get(out), hint="select a scalar with --of, or reduce it, e.g. sum(...)").located(tr.program.source)
-    n = max(sum(tr.value(w).size for w in wrt), 1)
+    size = sum(tr.value(w).size for w in wrt)
+    if size == 0:  # nothing to differentiate with respect to: empty blocks
+        return Result({wi: {wj: np.zeros(tr.value(wi).shape + tr.value(wj).shape) for wj in wrt} for wi in wrt},
+                      of=out, value=y, warnings=_warnings(tr))
+    n = size
     b.check_size((n, n), what="the Hessian")
     rec = Recording(b)
     log: list = []
-    grads = backward(b, tr.tape.equations, {names[out]: b.const(np.ones(y.shape))},
-                     [names[w] for w in wrt], log=log)
+    one = b.const(1.0) if y.shape == () else b.const(np.ones(y.shape))  # the same np.float64 for ()
+    grads = backward(b, tr.tape.equations, {names[out]: one}, [names[w] for w in wrt], log=log)
     # Only what the gradient depends on (not the output's own sum, say) gets a tangent rule.
     grad_eqns = tuple(needed(b.equations, {g.var for g in grads.values() if g is not None}))
     seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
     tan = forward(b, grad_eqns, {names[w]: s for w, s in seeds.items()})
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
-    cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
-                   outs, n, what="the forward pass over the backward pass for the Hessian",
-                   identity=_identity_seed(seeds))
+    identity = _identity_seed(seeds)
+    if len(identity) == len(seeds):
+        given = {}  # vectors only: the pass writes out (only) the identity blocks it reads whole
+    else:
+        given = {s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))}
+    finite: set = set()
+    cols = rec.run(given, outs, n, what="the forward pass over the backward pass for the Hessian",
+                   identity=identity, finite=finite)
     hess = {}
-    for wi, c in zip(wrt, cols):
+    checked = set()  # rows known to be finite
+    for wi, c, t in zip(wrt, cols, outs):
         ishape = tr.value(wi).shape
         hess[wi], start = {}, 0
+        if c is None or t.var in finite:
+            checked.add(wi)
         for wj in wrt:
             jshape, k = tr.value(wj).shape, tr.value(wj).size
             if c is None:
                 hess[wi][wj] = np.zeros(ishape + jshape)
             else:
                 part = np.asarray(c[start:start + k]).reshape((k,) + ishape)
-                hess[wi][wj] = np.moveaxis(part, 0, -1).reshape(ishape + jshape)
+                # np.moveaxis(part, 0, -1), without its argument checks
+                hess[wi][wj] = part.transpose((*range(1, part.ndim), 0)).reshape(ishape + jshape)
             start += k
-    if any(not np.isfinite(v).all() for row in hess.values() for v in row.values()):
+    if any(not np.isfinite(v).all() for wi, row in hess.items() if wi not in checked for v in row.values()):
         # Name the culprit: the first rule whose derivative is not finite, forward over backward.
         origin = {b.equations[k].out: eq.prim.name for eq, first, end in log for k in range(first, end)}
         before = len(b.warnings)

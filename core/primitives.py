@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError, ValueError_
-from .tape import _F64_SCALAR, Tracer, all_finite, broadcast_shapes
+from .tape import _F64, _F64_SCALAR, Tracer, all_finite, broadcast_shapes
 
 
 class Primitive:
@@ -166,6 +166,18 @@ def _batch(x, nd: int) -> tuple:
 
 
 def _broadcast_params(shapes, builder, **params):
+    if len(shapes) == 2:  # the usual case: the general code below, unrolled
+        x, y = shapes
+        if x == y:
+            return params
+        try:
+            out = broadcast_shapes(x, y)
+        except ValueError:
+            raise ShapeError(f"shapes {tuple(x)} and {tuple(y)} do not broadcast") from None
+        builder.check_size(out)
+        if len(x) == len(y):
+            return params  # equal ranks (then out has that rank too)
+        return {"nd": (len(x), len(y)), "ond": len(out), **params}
     first = shapes[0]
     for s in shapes:
         if s != first:
@@ -189,6 +201,8 @@ def _elementwise(fn):
     def impl(*xs, nd=None, ond=None):
         if nd is None:
             return fn(*xs)
+        if len(xs) == 2 and xs[0].ndim == nd[0] and xs[1].ndim == nd[1]:
+            return fn(*xs)  # unbatched (a traced value): _align would return both as they are
         return fn(*[_align(x, n, ond) for x, n in zip(xs, nd)])
     return impl
 
@@ -341,6 +355,8 @@ def _zero_nans(r, g, d, zero_operand):
         return _ZERO if r != r and zero_operand(g, d) else r
     if r.dtype.kind != "f":
         return r
+    if r.ndim == 1 and r.size <= 4096 and r.dtype is _F64 and math.isfinite(r.dot(r)):
+        return r  # no nan (r @ r, a sum of squares, is finite only then): a traced vector
     small = g if g.size < d.size else d
     if small.size * 4 <= r.size and _finite_nonzero(small):
         return r
@@ -353,6 +369,8 @@ _ZERO = np.float64(0.0)
 
 
 def _finite_nonzero(x) -> bool:
+    if type(x) is _F64_SCALAR:  # x.all() on a NumPy scalar costs 30 times this
+        return x != 0 and math.isfinite(x)
     return x.dtype.kind == "f" and all_finite(x) and bool(x.all())
 
 
@@ -750,6 +768,8 @@ def _index_params(shapes, builder, idx):
     idx = tuple(idx)
     if len(idx) > nd:
         raise ShapeError(f"too many indices ({len(idx)}) for an array of dimension {nd}")
+    if len(idx) == 1 and type(idx[0]) is slice:  # x[a:b]: the loop below, for one slice
+        return {"idx": idx + (slice(None),) * (nd - 1), "xshape": xshape}
     out = []
     for axis, (item, size) in enumerate(zip(idx, xshape)):
         if isinstance(item, slice):
@@ -763,7 +783,10 @@ def _index_params(shapes, builder, idx):
 
 
 def _index_put(g, idx, shape):
-    nd = sum(isinstance(i, slice) for i in idx)
+    if len(idx) == 1:  # the sum below, for one index
+        nd = 1 if type(idx[0]) is slice else 0
+    else:
+        nd = sum(isinstance(i, slice) for i in idx)
     out = np.zeros(_batch(g, nd) + shape, dtype=g.dtype)
     out[(Ellipsis,) + idx] = g
     return out

@@ -15,8 +15,10 @@ import math
 import numpy as np
 
 from . import primitives as P
+from .alloc import keep_freed_memory
 from .errors import GradcalcError
-from .tape import Builder, Tracer, all_finite, broadcast_shapes, eval_equations
+from .tape import (_F64, _F64_SCALAR, LARGE_BATCH, Builder, Tracer, all_finite, broadcast_shapes,
+                   eval_equations)
 
 
 def _fit(c, shape: tuple):
@@ -159,6 +161,8 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
         # The rules' arguments after the tangent, (ans, *args), as one tuple.
         if eager:
             rest = (values[eq.out], *map(values.__getitem__, ea))
+        elif n == 2:
+            rest = (Tracer(builder, eq.out), Tracer(builder, ea[0]), Tracer(builder, ea[1]))
         elif n == 1:
             rest = (Tracer(builder, eq.out), Tracer(builder, ea[0]))
         else:
@@ -195,7 +199,13 @@ def _operands(builder: Builder, eq, eager: bool):
     if eager:
         values = builder.values
         return values[eq.out], [values[a] for a in eq.args]
-    return Tracer(builder, eq.out), [Tracer(builder, a) for a in eq.args]
+    args = eq.args
+    n = len(args)  # unrolled for one or two arguments (a comprehension costs more)
+    if n == 2:
+        return Tracer(builder, eq.out), (Tracer(builder, args[0]), Tracer(builder, args[1]))
+    if n == 1:
+        return Tracer(builder, eq.out), (Tracer(builder, args[0]),)
+    return Tracer(builder, eq.out), [Tracer(builder, a) for a in args]
 
 
 def value_of(x):
@@ -219,53 +229,77 @@ class Recording:
         self.start = len(builder.equations)
         self._check = builder.check_finite
         builder.check_finite = False  # traced on placeholder seeds: its values mean nothing
+        self._made = set()  # the seeds made by seed()
+        self._first = None  # where the equations recorded after the first of them start
 
     def seed(self, shape) -> Tracer:
-        return self.builder.input(np.zeros(shape))
+        t = self.builder.input(np.zeros(shape))
+        if self._first is None:
+            self._first = len(self.builder.equations)
+        self._made.add(t.var)
+        return t
 
     def run(self, seeds: dict, outputs: list, batch: int, what: str = "a batched pass",
-            identity=None) -> list:
+            identity=None, finite: set | None = None) -> list:
         """Re-run the recorded equations with {seed var: array of shape (batch,) + shape}.
 
         ``identity`` maps seeds of vector inputs whose batch is a block of the
         identity basis to the block's offset k (row b of the seed is the unit
         vector e_(b - k)): such seeds, and what linear steps make of them, run
-        as bands of diagonals (see :func:`_fold_identity`).
+        as bands of diagonals (see :func:`_fold_identity`).  A seed in
+        ``identity`` may be left out of ``seeds`` when the basis has ``batch``
+        rows: its block is then written out only if an equation reads it whole.
+        ``finite`` (a set) receives the variables of the outputs known to hold
+        no nan or inf (the others may or may not).
         Refused before it starts when one batched intermediate would exceed the
         builder's element budget.
         """
         b = self.builder
         b.check_finite = self._check
         keep = {t.var for t in outputs if t is not None}
-        equations = seeded(needed(b.equations[self.start:], keep), seeds)
-        largest = largest_batched(equations, seeds, b.shapes)
+        sources = seeds.keys() | identity.keys() if identity else seeds.keys()
+        # The equations on a path from a seed to an output: seeded, then needed, selects the
+        # same ones in the same order as needed, then seeded (on such a path, each equation
+        # after a seeded one reads it, so is seeded too), and seeded can start where the
+        # seeds were made (no equation recorded before a seed reads it).
+        first = self._first if self._first is not None and sources <= self._made else self.start
+        equations = needed(seeded(b.equations[first:], sources), keep)
+        largest = largest_batched(equations, sources, b.shapes)
         b.check_size((batch, largest), what=f"{what} ({batch} rows of {largest}-element values)")
-        env = dict(b.values)
-        env.update(seeds)
+        # env holds what this pass computes; the traced values (the unbatched factors) are read
+        # from the builder, and copied only for equations that eval_equations still has to run.
+        values = b.values
+        env = dict(seeds)
         if identity:
-            equations = _fold_identity(equations, env, seeds, identity, keep)
-        eval_equations(equations, env, keep=keep, batch_elements=batch * largest)
+            equations = _fold_identity(equations, env, values, sources, identity, keep, batch,
+                                       finite)
+        if equations:
+            env = {**values, **env}
+            eval_equations(equations, env, keep=keep, batch_elements=batch * largest)
+        elif batch * largest >= LARGE_BATCH:
+            keep_freed_memory()  # as eval_equations would, for the arrays of the next passes
         results = []
         for t in outputs:
             if t is None:
                 results.append(None)
                 continue
-            v = env[t.var]
+            v = env[t.var] if t.var in env else values[t.var]
             full = (batch,) + t.shape
             results.append(v if v.shape == full else np.broadcast_to(v, full))
         return results
 
 
-def _fold_identity(equations, env: dict, seeds, identity: dict, keep: set) -> list:
+def _fold_identity(equations, env: dict, values: dict, seeds, identity: dict, keep: set,
+                   batch: int, finite: set | None = None) -> list:
     """Run the start of a pass seeded with identity bases on the seeds' structure.
 
     A seed of a vector input is a block of the identity basis: row b of it is the unit
     vector e_(b - k) for the block's offset k (its position in the basis), so its batch
     is a band: one diagonal of ones.  While a batched vector stays a sum of such
     diagonals, value[b, j] = sum_k d_k[j] [b == j + k], only the diagonals d_k are
-    computed: ``safe_mul`` by fixed factors scales them, ``neg``, ``add`` and ``sub``
-    combine them, a unit-step slice (``index``) or its adjoint (``index_put``) shifts
-    their offsets.  A matrix product of a fixed matrix M with a band is a scaled copy of
+    computed: ``safe_mul`` by fixed factors scales them, ``neg`` and ``add`` combine them
+    (a difference is traced as the sum of a negation), a unit-step slice (``index``) or
+    its adjoint (``index_put``) shifts their offsets.  A matrix product of a fixed matrix M with a band is a scaled copy of
     M's columns (M @ d e_j = d M[:, j]) or rows.  A Hessian of a sum of neighbour terms
     (Rosenbrock's) then runs on vectors of length n instead of n×n arrays, and the
     Jacobian of ``tanh(A @ x)`` replaces a 500×500×500 matrix product with a 500×500
@@ -277,20 +311,40 @@ def _fold_identity(equations, env: dict, seeds, identity: dict, keep: set) -> li
     what they compute carries the batch axis.
     """
     bands = {}
+    n = batch
     for v, k in identity.items():
-        x = env[v]
-        if x.ndim == 2:
+        x = env.get(v)
+        if x is None:  # left out by the caller: a block of the basis with batch rows
+            m, = values[v].shape
+            bands[v] = {k: np.ones(m)}
+        elif x.ndim == 2:
             bands[v] = {k: np.ones(x.shape[1], dtype=x.dtype)}
+            n = x.shape[0]
     if not bands:
         return equations
-    n = env[next(iter(bands))].shape[0]
     batched = set(seeds).union(eq.out for eq in equations)
-    rest = [eq for eq in equations if not _fold_one(eq, env, bands, batched, n)]
+    rest = []
+    for eq in equations:
+        fold = _FOLDS.get(eq.prim)
+        if fold is None or not fold(eq, env, values, bands, batched, n):
+            rest.append(eq)
     read = set(keep).union(*(eq.args for eq in rest))
     for v, band in bands.items():
-        if v in read and v not in identity:
-            env[v] = _band_dense(band, n)
+        if v in read and v not in env:
+            if v in identity:  # the block basis() would have made: columns of the identity
+                k = identity[v]
+                env[v] = np.eye(n)[:, k:k + len(band[k])]
+            else:
+                env[v] = _band_dense(band, n)
+                if finite is not None and v in keep and all(map(_surely_finite, band.values())):
+                    finite.add(v)  # zeros, and the diagonals: no need to look at n × m values
     return rest
+
+
+def _surely_finite(r) -> bool:
+    """True only when the vector r holds no nan or inf: r @ r, a sum of squares, is finite
+    only then (nan and inf carry through it); False also on an overflow, or off float64."""
+    return r.dtype is _F64 and math.isfinite(r.dot(r))
 
 
 def _band_dense(band: dict, n: int):
@@ -306,69 +360,114 @@ def _band_dense(band: dict, n: int):
     return out
 
 
-def _shifted(band: dict, by: int, part) -> dict:
-    """Each diagonal's part (a slice of it, or it placed into a longer vector), its offset moved."""
-    return {k + by: part(d) for k, d in band.items()}
+# The folds of _fold_identity, one per primitive: each computes the band of eq.out from the
+# bands of its operands (a matrix product: its rows, into env) and returns True, or returns
+# False when its operands are not what it folds.  Bands are built by loops: a dict
+# comprehension costs a function call, as much as the arithmetic on a band of one diagonal.
 
-
-def _fold_one(eq, env: dict, bands: dict, batched: set, n: int) -> bool:
-    """Fold one equation on band operands (see :func:`_fold_identity`); False if it cannot."""
-    prim, args = eq.prim, eq.args
-    if prim is P.safe_mul:
-        g, f = args if args[0] in bands else args[::-1]
-        if g not in bands or f in batched:
-            return False
-        band, c = bands[g], env[f]
-        m = len(next(iter(band.values())))
-        if c.shape not in ((), (1,), (m,)):
-            return False  # the factor would broadcast the vector to a larger shape
-        bands[eq.out] = {k: P._safe_mul(d, c) for k, d in band.items()}
-    elif prim is P.neg:
-        if args[0] not in bands:
-            return False
-        bands[eq.out] = {k: -d for k, d in bands[args[0]].items()}
-    elif prim is P.add or prim is P.sub:
-        a, c = args
-        if a not in bands or c not in bands or eq.params:
-            return False  # eq.params: the operands broadcast; equal shapes have none
-        out = dict(bands[a])
-        for k, d in bands[c].items():
-            if prim is P.sub:
-                out[k] = out[k] - d if k in out else -d
-            else:
-                out[k] = out[k] + d if k in out else d
+def _fold_safe_mul(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
+    g, f = eq.args
+    if g not in bands:
+        g, f = f, g
+    if g not in bands or f in batched:
+        return False
+    band, c = bands[g], values[f]
+    if type(c) is _F64_SCALAR and c != 0 and math.isfinite(c):
+        # A finite nonzero factor makes no nan of a zero: each product is _safe_mul's as it is.
+        out = {}
+        for k, d in band.items():
+            out[k] = d * c
         bands[eq.out] = out
-    elif prim is P.index or prim is P.index_put:
-        (g,) = args
-        idx = eq.params["idx"]
-        if g not in bands or len(idx) != 1 or type(idx[0]) is not slice:
-            return False
-        size = eq.params["xshape"][0] if prim is P.index else eq.params["shape"][0]
-        start, stop, step = idx[0].indices(size)
-        if step != 1:
-            return False
-        stop = max(start, stop)
-        if prim is P.index:  # column j of the slice is column start + j of g
-            bands[eq.out] = _shifted(bands[g], start, lambda d: d[start:stop])
-        else:  # column j of g lands at column start + j
-            def place(d):
-                out = np.zeros(size, dtype=d.dtype)
-                out[start:stop] = d
-                return out
-            bands[eq.out] = _shifted(bands[g], -start, place)
-    elif prim is P.matmul:
-        a, c = args
-        nda, ndb = eq.params["nda"], eq.params["ndb"]
-        if c in bands and nda == 2 and ndb == 1 and a not in batched and env[a].ndim == 2:
-            m, band = env[a].T, bands[c]  # row b: sum_k d_k[b - k] M[:, b - k]
-        elif a in bands and nda == 1 and ndb == 2 and c not in batched and env[c].ndim == 2:
-            m, band = env[c], bands[a]  # row b: sum_k d_k[b - k] M[b - k, :]
-        else:
-            return False
-        env[eq.out] = _band_rows(band, m, n)
+        return True
+    m = len(next(iter(band.values())))
+    if c.shape not in ((), (1,), (m,)):
+        return False  # the factor would broadcast the vector to a larger shape
+    out = {}
+    for k, d in band.items():
+        r = d * c
+        # A product without nan is _safe_mul's as it is (see _surely_finite).
+        if r.dtype is not _F64 or not math.isfinite(r.dot(r)):
+            r = P._safe_mul(d, c)
+        out[k] = r
+    bands[eq.out] = out
+    return True
+
+
+def _fold_neg(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
+    band = bands.get(eq.args[0])
+    if band is None:
+        return False
+    out = {}
+    for k, d in band.items():
+        out[k] = -d
+    bands[eq.out] = out
+    return True
+
+
+def _fold_add(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
+    a, c = eq.args
+    if a not in bands or c not in bands or eq.params:
+        return False  # eq.params: the operands broadcast; equal shapes have none
+    out = dict(bands[a])
+    for k, d in bands[c].items():
+        out[k] = out[k] + d if k in out else d
+    bands[eq.out] = out
+    return True
+
+
+def _unit_slice(eq, size_param: str):
+    """(start, stop) of a one-axis, unit-step slice in eq.params, or None."""
+    idx = eq.params["idx"]
+    if len(idx) != 1 or type(idx[0]) is not slice:
+        return None
+    start, stop, step = idx[0].indices(eq.params[size_param][0])
+    return (start, max(start, stop)) if step == 1 else None
+
+
+def _fold_index(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
+    band = bands.get(eq.args[0])
+    span = None if band is None else _unit_slice(eq, "xshape")
+    if span is None:
+        return False
+    start, stop = span  # column j of the slice is column start + j of the operand
+    out = {}
+    for k, d in band.items():
+        out[k + start] = d[start:stop]
+    bands[eq.out] = out
+    return True
+
+
+def _fold_index_put(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
+    band = bands.get(eq.args[0])
+    span = None if band is None else _unit_slice(eq, "shape")
+    if span is None:
+        return False
+    start, stop = span  # column j of the operand lands at column start + j
+    size = eq.params["shape"][0]
+    out = {}
+    for k, d in band.items():
+        placed = np.zeros(size, dtype=d.dtype)
+        placed[start:stop] = d
+        out[k - start] = placed
+    bands[eq.out] = out
+    return True
+
+
+def _fold_matmul(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
+    a, c = eq.args
+    nda, ndb = eq.params["nda"], eq.params["ndb"]
+    if c in bands and nda == 2 and ndb == 1 and a not in batched and values[a].ndim == 2:
+        m, band = values[a].T, bands[c]  # row b: sum_k d_k[b - k] M[:, b - k]
+    elif a in bands and nda == 1 and ndb == 2 and c not in batched and values[c].ndim == 2:
+        m, band = values[c], bands[a]  # row b: sum_k d_k[b - k] M[b - k, :]
     else:
         return False
+    env[eq.out] = _band_rows(band, m, n)
     return True
+
+
+_FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add,
+          P.index: _fold_index, P.index_put: _fold_index_put, P.matmul: _fold_matmul}
 
 
 def _band_rows(band: dict, m, n: int):

@@ -1029,3 +1029,13 @@ def test_rosenbrock_hessian_runs_no_dense_batched_equation(monkeypatch):
     monkeypatch.setattr(T, "eval_equations", lambda eqs, env, **kw: (ran.extend(eqs), real(eqs, env, **kw))[1])
     gradcalc.hessian("sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)", at={"x": np.arange(5.0)})
     assert ran == []
+
+
+@pytest.mark.parametrize("src", ["sum(x^2)", "sum(sin(x)) * 3"])
+def test_hessian_with_respect_to_an_empty_vector_is_empty(src):
+    # Nothing to differentiate with respect to: a 0×0 block (it used to fail inside NumPy).
+    h = gradcalc.hessian(src, at={"x": np.zeros(0)})
+    assert h["x"]["x"].shape == (0, 0)
+    mixed = gradcalc.hessian("sum(sin(x)) * y^2", at={"x": np.zeros(0), "y": 1.5})
+    assert mixed["x"]["y"].shape == (0,) and mixed["y"]["x"].shape == (0,)
+    assert mixed["y"]["y"] == 0.0  # d2/dy2 of 0 * y^2, sum over no elements
