@@ -116,8 +116,9 @@ def _eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
     """One eager backward pass -> {wrt name: array or None}.  Only when a result is not
     finite does a second pass look for the rule that made it so, to name it in a warning."""
     args = (tr.builder, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
-    found = backward(*args, eager=True, check=False)
-    if any(v is not None and not all_finite(np.asarray(v)) for v in found.values()):
+    finite: set = set()  # results certified finite by backward: no need to look at them
+    found = backward(*args, eager=True, check=False, finite=finite)
+    if any(v is not None and var not in finite and not all_finite(np.asarray(v)) for var, v in found.items()):
         backward(*args, eager=True, check=True)
     return {n: found[tr.tape.names[n]] for n in wrt}
 

@@ -45,7 +45,7 @@ def depends(equations, sources) -> set:
 
 
 def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False,
-             log: list | None = None, check: bool | None = None) -> dict:
+             log: list | None = None, check: bool | None = None, finite: set | None = None) -> dict:
     """Reverse mode: cotangents {var: value} of outputs -> {wrt var: value or None}.
 
     A wrt variable defined by an equation receives the cotangent it has when
@@ -59,7 +59,10 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     values, which is all a first-order gradient needs.  ``log`` receives
     (forward equation, first, end) spans of the equations each VJP recorded.
     ``check`` (default: the builder's setting) warns about the first rule that
-    turns finite values into a non-finite derivative.
+    turns finite values into a non-finite derivative.  ``finite`` (eager passes), a set,
+    receives the variables whose cotangent is known finite without a look at it: a
+    single large matrix product whose factors' norms certify it (see
+    :func:`_finite_product`).
     """
     wanted = set(wrt)
     live = depends(equations, wanted)
@@ -113,6 +116,11 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
                 raise
             if check and not (type(c) is np.float64 and math.isfinite(c)):  # (a finite scalar: no note)
                 _note_nonfinite(builder, eq, g, c)
+            if finite is not None:
+                if a not in ct and prim is P.matmul and _finite_product(c, g, head[3 - i]):
+                    finite.add(a)
+                else:
+                    finite.discard(a)  # a sum of contributions is not certified
             ct[a] = ct[a] + c if a in ct else c
         if log is not None:
             log.append((eq, first, len(builder.equations)))
@@ -122,6 +130,21 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
         if v not in found:
             found[v] = ct.get(v)
     return found
+
+
+def _finite_product(c, g, other) -> bool:
+    """True when c, a matrix product of g and other (a matmul VJP), is certainly finite: every
+    entry is a dot product of a row of one with a column of the other, bounded by the
+    product of their Frobenius norms (Cauchy-Schwarz; rounding adds a factor of 1 + k*eps,
+    and no product of entries overflows below that bound).  Finite squared norms mean
+    finite factors, so no nan can arise.  Used only where c is larger than g and other
+    together, so that the two norms cost less than a look at c (the 2000×2000 gradient of
+    a weight matrix: 0.1 ms instead of 0.85 ms)."""
+    if c.size <= g.size + other.size or c.dtype is not _F64 or g.dtype is not _F64 or other.dtype is not _F64:
+        return False
+    g2 = float(np.dot(g.reshape(-1), g.reshape(-1)))
+    o2 = float(np.dot(other.reshape(-1), other.reshape(-1)))
+    return math.isfinite(g2) and math.isfinite(o2) and math.sqrt(g2) * math.sqrt(o2) < 1e300
 
 
 def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,

@@ -1039,3 +1039,34 @@ def test_hessian_with_respect_to_an_empty_vector_is_empty(src):
     mixed = gradcalc.hessian("sum(sin(x)) * y^2", at={"x": np.zeros(0), "y": 1.5})
     assert mixed["x"]["y"].shape == (0,) and mixed["y"]["x"].shape == (0,)
     assert mixed["y"]["y"] == 0.0  # d2/dy2 of 0 * y^2, sum over no elements
+
+
+# ---------------------------------------------------------------------------
+# A large matrix product's gradient: finite by its factors' norms, or looked at
+# ---------------------------------------------------------------------------
+
+def test_gradient_of_a_matrix_product_that_overflows_is_reported():
+    # The forward product is finite (W is tiny) but dW = ones @ X^T sums 5 entries of 1e308:
+    # inf.  The norms of the factors cannot certify it, so the gradient is looked at, and
+    # the warning names the rule.
+    W, X = np.full((60, 60), 1e-300), np.full((60, 5), 1e308)
+    r = gradcalc.grad("sum(W @ X)", at={"W": W, "X": X})
+    assert np.isinf(r["W"]).all()
+    assert r.warnings == ["the derivative of 'matmul' at line 1, column 7 produced inf"]
+
+
+def test_gradient_of_a_matrix_product_certified_finite_is_exact():
+    X = np.random.default_rng(3).standard_normal((60, 5)) * 1e150  # large, but bounded
+    r = gradcalc.grad("sum(W @ X)", at={"W": np.ones((60, 60)), "X": X})
+    np.testing.assert_array_equal(r["W"], np.ones((60, 5)) @ X.T)  # d/dW_ij = sum_k X_jk
+    assert r.warnings == []
+
+
+def test_finite_product_certificate_bounds():
+    from gradcalc.transforms import _finite_product
+    g, o, c = np.ones((30, 4)), np.ones((30, 4)), np.ones((30, 30))
+    assert _finite_product(c, g, o)
+    assert not _finite_product(c, g, o * 1e300)  # norms multiply to 1.2e302: no certificate
+    assert not _finite_product(c, g, np.where(np.eye(30, 4) > 0, np.nan, o))
+    assert not _finite_product(c, g, np.where(np.eye(30, 4) > 0, np.inf, o))
+    assert not _finite_product(np.ones((4, 4)), np.ones((4, 30)), np.ones((30, 4)))  # c small: look at it
