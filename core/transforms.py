@@ -117,9 +117,9 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
             if check and not (type(c) is np.float64 and math.isfinite(c)):  # (a finite scalar: no note)
                 _note_nonfinite(builder, eq, g, c)
             if finite is not None:
-                if a not in ct and prim is P.matmul and _finite_product(c, g, head[3 - i]):
+                if prim is P.matmul and a not in ct and _finite_product(c, g, head[3 - i]):
                     finite.add(a)
-                else:
+                elif finite:
                     finite.discard(a)  # a sum of contributions is not certified
             ct[a] = ct[a] + c if a in ct else c
         if log is not None:

@@ -568,3 +568,81 @@ def test_parser_notes_the_names_each_statement_reads(text):
     for st_, reads in zip(program.statements, program.reads):
         if not isinstance(st_, Inputs):
             assert reads == tuple(_walk_names(st_.value))
+
+
+def _same_values(a, b) -> bool:
+    """nan where nan, the same infinities, and the finite entries equal to about the last bit:
+    a matrix product of the same operands can round differently in BLAS with the operands at
+    other addresses (one ulp), and +0 and -0 count as equal (the band fold writes +0 off its
+    diagonals where a dense product can make -0: see the derivative conventions)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or not np.array_equal(np.isnan(a), np.isnan(b)):
+        return False
+    finite = np.isfinite(a) & np.isfinite(b)
+    if not np.array_equal(a[~finite & ~np.isnan(a)], b[~finite & ~np.isnan(b)]):
+        return False  # the same infinities, in the same places
+    scale = np.max(np.abs(a[finite]), initial=0.0)
+    return bool(np.allclose(a[finite], b[finite], rtol=1e-12, atol=1e-12 * scale))
+
+
+# Vector expressions of length 4 over x (length 5), c (4), A (4×5), B (5×4): the steps the band
+# fold runs (unit-step slices, scalings, negation, sums, products with a fixed matrix) mixed
+# with steps it leaves to the dense pass (step-2 slices, products of two tangents, sin, /).
+_VEC4_ATOMS = ["x[1:]", "x[:-1]", "x[:4]", "x[-4:]", "x[0:4]", "A @ x", "x @ B", "c", "x[::-1][1:]",
+               "concat(x[:2], x[3:])", "x[1:] * x[:-1]"]
+
+
+def _vec4(children):
+    return st.one_of(
+        st.tuples(children, st.sampled_from(["+", "-", "*"]), children).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        children.map(lambda e: f"-{e}"),
+        children.map(lambda e: f"(c * {e})"),
+        children.map(lambda e: f"({e} * 2.5)"),
+        children.map(lambda e: f"({e} / c)"),
+        children.map(lambda e: f"sin({e})"),
+        children.map(lambda e: f"{e}^2"),
+        children.map(lambda e: f"(A @ concat({e}, x[:1]))"),
+        children.map(lambda e: f"({e} @ B.T)".replace("B.T", "transpose(B)")),
+    )
+
+
+vec4_expressions = st.recursive(st.sampled_from(_VEC4_ATOMS), _vec4, max_leaves=6)
+
+
+@fuzz(150)
+@given(e=vec4_expressions, form=st.sampled_from(["{e}", "sum({e} * {e}) + sum(sin({e}))", "sum(c * {e}^2)"]),
+       seed=seeds, special=st.sampled_from(["none", "zero", "inf"]))
+def test_band_fold_agrees_with_the_dense_pass(e, form, seed, special):
+    # Jacobians (both modes) and Hessians run with identity seeds as bands, and again with
+    # the fold turned off (every seed a dense identity block): the same numbers.
+    import gradcalc.api as api_module
+    rng = np.random.default_rng(seed)
+    text = "input x[5], c[4], A[4, 5], B[5, 4]\n" + form.format(e=e)
+    at = {"x": rng.standard_normal(5), "c": rng.standard_normal(4), "A": rng.standard_normal((4, 5)),
+          "B": rng.standard_normal((5, 4))}
+    if special != "none":  # a zero or an infinity in a fixed factor: zero tangents must stay zero
+        at["c"][rng.integers(4)] = 0.0 if special == "zero" else np.inf
+    real = api_module._identity_seed
+    calls = [("jacobian", lambda: gradcalc.jacobian(text, at, wrt=["x", "c"], mode="rev")),
+             ("jacobian", lambda: gradcalc.jacobian(text, at, wrt=["x", "c"], mode="fwd")),
+             ("hessian", lambda: gradcalc.hessian(text, at))]
+    for name, call in calls:
+        results = []
+        for identity in (real, lambda seeds: {}):
+            api_module._identity_seed = identity
+            try:
+                results.append(call())
+            except GradcalcError as err:
+                results.append(type(err))
+            finally:
+                api_module._identity_seed = real
+        folded, dense = results
+        if isinstance(folded, type) or isinstance(dense, type):
+            assert folded == dense, (name, text)
+            continue
+        for row in folded:
+            for col in folded[row]:
+                f, d = folded[row][col], dense[row][col]
+                assert (f is None) == (d is None), (name, text, row, col)
+                if f is not None:
+                    assert _same_values(f, d), (name, text, row, col, f, d)
