@@ -73,6 +73,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
+    traced = not eager or check  # what reads builder.pos: recorded equations, warnings
     for eq in reversed(equations):
         out = eq.out
         g = ct.pop(out, None)
@@ -83,7 +84,8 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
         prim = eq.prim
         if not prim.differentiable:
             continue
-        builder.pos = eq.pos
+        if traced:
+            builder.pos = eq.pos  # for the equations the rules record, and for warnings
         # The rules' positional arguments (g, ans, *args) as one tuple, passed on as it is.
         if eager:  # _operands, inlined, and unrolled for one or two arguments
             ea = eq.args
