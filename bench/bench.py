@@ -10,6 +10,7 @@ alternating blocks, so that drift hits both.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import statistics
@@ -25,15 +26,21 @@ import gradcalc
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def timed(fn) -> float:
+    """Seconds of one call, and of collecting the young garbage it leaves: garbage in reference
+    cycles is freed by the cycle collector, whenever it next runs (in a later call, or in one
+    of its rare full passes, which a median drops), so it is collected here, inside the
+    timing, and counted against the call that made it."""
+    t = time.perf_counter()
+    fn()
+    gc.collect(0)
+    return time.perf_counter() - t
+
+
 def median_time(fn, repeats: int, warmup: int = 1) -> float:
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return statistics.median(timed(fn) for _ in range(repeats))
 
 
 def paired(fn_a, fn_b, repeats: int, budget: float = 1.5, rounds: int = 3) -> tuple[float, float]:
@@ -52,9 +59,7 @@ def paired(fn_a, fn_b, repeats: int, budget: float = 1.5, rounds: int = 3) -> tu
         for fn in ((fn_a, fn_b) if r % 2 == 0 else (fn_b, fn_a)):
             fn()
             for _ in range(per_block):
-                t = time.perf_counter()
-                fn()
-                times[fn].append(time.perf_counter() - t)
+                times[fn].append(timed(fn))
     return statistics.median(times[fn_a]), statistics.median(times[fn_b])
 
 
