@@ -54,16 +54,14 @@ def _scan(text: str) -> tuple[list, list, list]:
 
     kinds[i] is "name", "num", "newline", "eof" or, for an operator, its text
     (so the parser tests ``kinds[i] == "("`` in one compare); texts[i] is the
-    text; lcs[i] the plain tuple (line, col), made a Pos only where a node
-    needs one.  Strings and plain int tuples rather than Token NamedTuples:
-    fewer objects per token, and the cyclic GC stops tracking plain tuples of
-    ints the first time it sees them, while a NamedTuple stays tracked for good.
+    text; lcs[i] its Pos, which the node made from the token shares.  Three
+    lists rather than Token NamedTuples: fewer objects per token.
     """
     kinds: list[str] = []
     texts: list[str] = []
-    lcs: list[tuple[int, int]] = []
+    lcs: list[Pos] = []
     kind, txt, lc = kinds.append, texts.append, lcs.append
-    brackets: list[tuple[str, tuple[int, int]]] = []  # the open brackets: (text, (line, col))
+    brackets: list[tuple[str, Pos]] = []  # the open brackets: (text, position)
     line, before = 1, -1  # `before`: offset of the newline that ends the previous line, col = offset - before
     m = None
     for m in iter(_TOKEN.scanner(text).match, None):  # stops at the first place no token starts
@@ -71,38 +69,38 @@ def _scan(text: str) -> tuple[list, list, list]:
         if k == _NAME:
             kind("name")
             txt(m[k])
-            lc((line, m.start(k) - before))
+            lc(_new(Pos, (line, m.start(k) - before)))
         elif k == _OP:
             op = m[k]
             kind(op)
             txt(op)
-            lc((line, m.start(k) - before))
+            lc(_new(Pos, (line, m.start(k) - before)))
         elif k == _NUM:
             kind("num")
             txt(m[k])
-            lc((line, m.start(k) - before))
+            lc(_new(Pos, (line, m.start(k) - before)))
         elif k == _NEWLINE:
             start = m.start(k)
             if not brackets:
                 kind("newline")
                 txt("\n")
-                lc((line, start - before))
+                lc(_new(Pos, (line, start - before)))
             line, before = line + 1, start
         elif k == _OPEN:
             op = m[k]
-            where = (line, m.start(k) - before)
+            where = _new(Pos, (line, m.start(k) - before))
             brackets.append((op, where))
             kind(op)
             txt(op)
             lc(where)
         elif k == _CLOSE:
             op = m[k]
-            where = (line, m.start(k) - before)
+            where = _new(Pos, (line, m.start(k) - before))
             if not brackets:
-                raise SyntaxError_(f"unmatched '{op}'", _new(Pos, where))
+                raise SyntaxError_(f"unmatched '{op}'", where)
             opener, opened = brackets.pop()
             if _OPENERS[opener] != op:
-                raise SyntaxError_(f"'{op}' does not match '{opener}' at {_new(Pos, opened)}", _new(Pos, where))
+                raise SyntaxError_(f"'{op}' does not match '{opener}' at {opened}", where)
             kind(op)
             txt(op)
             lc(where)
@@ -115,19 +113,19 @@ def _scan(text: str) -> tuple[list, list, list]:
         raise SyntaxError_(message, where, hint=hint)
     if brackets:
         opener, opened = brackets[-1]
-        raise SyntaxError_(f"'{opener}' is never closed", _new(Pos, opened), hint=f"add '{_OPENERS[opener]}'")
+        raise SyntaxError_(f"'{opener}' is never closed", opened, hint=f"add '{_OPENERS[opener]}'")
     kind("eof")
     txt("")
-    lc((line, len(text) - before))
+    lc(_new(Pos, (line, len(text) - before)))
     return kinds, texts, lcs
 
 
 def tokenize(text: str) -> list[Token]:
     """Split program text into tokens.  Newlines inside brackets are dropped."""
     kinds, texts, lcs = _scan(text)
-    # Token(kind, text, Pos(line, col)) for every token, in C-level loops (map/zip, no Python frame per token)
+    # Token(kind, text, pos) for every token, in C-level loops (map/zip, no Python frame per token)
     kinds = map(_KINDS.get, kinds, repeat("op"))
-    return list(map(_new, repeat(Token), zip(kinds, texts, map(_new, repeat(Pos), lcs))))
+    return list(map(_new, repeat(Token), zip(kinds, texts, lcs)))
 
 
 def _bad_character(c: str, pos: Pos):
@@ -308,7 +306,7 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
 
     def fail_here(message: str, hint: str | None = None):
         found = _FOUND.get(kinds[i]) or f"'{texts[i]}'"
-        raise SyntaxError_(f"{message}, found {found}", _new(Pos, lcs[i]), hint=hint)
+        raise SyntaxError_(f"{message}, found {found}", lcs[i], hint=hint)
 
     def expect(text: str, what: str | None = None):
         nonlocal i
@@ -317,7 +315,7 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
         i += 1
 
     def too_deep(at: int):
-        raise SyntaxError_(f"expression nested deeper than {MAX_DEPTH} levels", _new(Pos, lcs[at]),
+        raise SyntaxError_(f"expression nested deeper than {MAX_DEPTH} levels", lcs[at],
                            hint="split it into named intermediate statements")
 
     # -- statements ---------------------------------------------------------
@@ -335,7 +333,7 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
             if k == "name" and kinds[i + 1] == "=":  # NAME = EXPR (here, not in statement(): the common case)
                 first = i
                 i += 2
-                statements.append(_new(Assign, (texts[first], expr(0, 1), _new(Pos, lcs[first]))))
+                statements.append(_new(Assign, (texts[first], expr(0, 1), lcs[first])))
             else:
                 statements.append(statement())
             reads.append(tuple(names[mark:]))
@@ -352,8 +350,8 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
         first = i
         if kinds[first] == "name" and kinds[first + 1] == "name" and texts[first] == "input":
             i = first + 1
-            return Inputs(input_decls(), _new(Pos, lcs[first]))
-        return _new(ExprStmt, (expr(0, 1), _new(Pos, lcs[first])))
+            return Inputs(input_decls(), lcs[first])
+        return _new(ExprStmt, (expr(0, 1), lcs[first]))
 
     def input_decls() -> tuple:
         nonlocal i
@@ -361,7 +359,7 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
         while True:
             if kinds[i] != "name":
                 fail_here("expected an input name")
-            name, name_pos = texts[i], _new(Pos, lcs[i])
+            name, name_pos = texts[i], lcs[i]
             i += 1
             shape = None
             if kinds[i] == "[":
@@ -398,13 +396,13 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
         if k == "num":
             i = at + 1
             text = texts[at]
-            left = _new(Num, (float(text), text, _new(Pos, lcs[at])))
+            left = _new(Num, (float(text), text, lcs[at]))
         elif k == "name" and texts[at] not in _BOOLS:
             i = at + 1
             if kinds[i] == "(":
                 left = call(at, depth)
             else:
-                left = _new(Name, (texts[at], _new(Pos, lcs[at])))
+                left = _new(Name, (texts[at], lcs[at]))
                 name_read(left)
         else:
             left = prefix(depth)
@@ -425,9 +423,9 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
             if lbp <= min_bp:
                 return left
             i = at + 1
-            left = _new(Binary, (op, left, expr(rbp, depth + 1), _new(Pos, lcs[at])))
+            left = _new(Binary, (op, left, expr(rbp, depth + 1), lcs[at]))
             if lbp == 10 and kinds[i] in _COMPARISON_SET:  # after a comparison (lbp 10)
-                raise SyntaxError_("comparisons cannot be chained", _new(Pos, lcs[i]),
+                raise SyntaxError_("comparisons cannot be chained", lcs[i],
                                    hint="combine masks with '*', e.g. (a < b) * (b < c)")
 
     def prefix(depth: int):
@@ -437,25 +435,25 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
         if k == "num":
             i = at + 1
             text = texts[at]
-            return _new(Num, (float(text), text, _new(Pos, lcs[at])))
+            return _new(Num, (float(text), text, lcs[at]))
         if k == "name":
             i = at + 1
             text = texts[at]
             if text in _BOOLS:
-                return _new(Bool, (_BOOLS[text], _new(Pos, lcs[at])))
+                return _new(Bool, (_BOOLS[text], lcs[at]))
             if kinds[i] == "(":
                 return call(at, depth)
-            node = _new(Name, (text, _new(Pos, lcs[at])))
+            node = _new(Name, (text, lcs[at]))
             name_read(node)
             return node
         if k == "-" or k == "+":
             i = at + 1
-            return _new(Unary, (k, expr(_PREFIX_BP, depth + 1), _new(Pos, lcs[at])))
+            return _new(Unary, (k, expr(_PREFIX_BP, depth + 1), lcs[at]))
         if k == "(":
             i = at + 1
             if kinds[i] == ")":
                 i += 1
-                return TupleLit((), _new(Pos, lcs[at]))
+                return TupleLit((), lcs[at])
             first = expr(0, depth + 1)
             if kinds[i] == ")":
                 i += 1
@@ -467,7 +465,7 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
                     break
                 items.append(expr(0, depth + 1))
             expect(")", "to close '('")
-            return TupleLit(tuple(items), _new(Pos, lcs[at]))
+            return TupleLit(tuple(items), lcs[at])
         if k == "[":
             i = at + 1
             items = []
@@ -476,7 +474,7 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
                 if kinds[i] != "]":
                     expect(",", "between array elements")
             i += 1
-            return ArrayLit(tuple(items), _new(Pos, lcs[at]))
+            return ArrayLit(tuple(items), lcs[at])
         fail_here("expected an expression")
 
     def call(name: int, depth: int) -> Call:
@@ -490,23 +488,23 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
                 key = texts[at]
                 i = at + 2
                 if any(kw.name == key for kw in kwargs):
-                    raise SyntaxError_(f"keyword argument '{key}' given twice", _new(Pos, lcs[at]))
-                kwargs.append(Keyword(key, expr(0, depth + 1), _new(Pos, lcs[at])))
+                    raise SyntaxError_(f"keyword argument '{key}' given twice", lcs[at])
+                kwargs.append(Keyword(key, expr(0, depth + 1), lcs[at]))
             else:
                 if kwargs:
-                    raise SyntaxError_("positional argument after a keyword argument", _new(Pos, lcs[at]))
+                    raise SyntaxError_("positional argument after a keyword argument", lcs[at])
                 args.append(expr(0, depth + 1))
             if kinds[i] != ")":
                 expect(",", "between arguments")
         i += 1
-        return _new(Call, (texts[name], tuple(args), tuple(kwargs), _new(Pos, lcs[name])))
+        return _new(Call, (texts[name], tuple(args), tuple(kwargs), lcs[name]))
 
     def postfix(left, depth: int):
         nonlocal i
         at = i
         i = at + 1
         if kinds[at] == "(":
-            raise SyntaxError_("only named functions can be called", _new(Pos, lcs[at]))
+            raise SyntaxError_("only named functions can be called", lcs[at])
         items = []
         while kinds[i] != "]":
             items.append(index_item(depth))
@@ -514,12 +512,12 @@ def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, 
                 expect(",", "between indices")
         i += 1
         if not items:
-            raise SyntaxError_("empty index", _new(Pos, lcs[at]))
-        return Index(left, tuple(items), _new(Pos, lcs[at]))
+            raise SyntaxError_("empty index", lcs[at])
+        return Index(left, tuple(items), lcs[at])
 
     def index_item(depth: int):
         nonlocal i
-        start_pos = _new(Pos, lcs[i])
+        start_pos = lcs[i]
         start = None if kinds[i] == ":" else expr(0, depth + 1)
         if kinds[i] != ":":
             return start
