@@ -28,6 +28,7 @@ MAX_NDIM = 32  # NumPy's own limit for several of its operations
 
 _F64 = np.dtype(np.float64)
 _F64_SCALAR = np.float64  # the class of a value with no axes on the tape
+_NO_PARAMS: dict = {}  # the parameters of every equation that has none (never mutated)
 
 
 _ROW = 2048  # elements per row when a large array is summed as a matrix-vector product
@@ -296,7 +297,7 @@ class Builder:
             self._next = var + 1
             values[var] = value
             self.shapes[var] = ()
-            self.equations.append(_new_equation(Equation, (var, prim, ids, params, self.pos)))
+            self.equations.append(_new_equation(Equation, (var, prim, ids, params or _NO_PARAMS, self.pos)))
             if self.check_finite and not math.isfinite(value):
                 self._note_nonfinite(prim, args, value)
             return Tracer(self, var)
@@ -313,7 +314,7 @@ class Builder:
         self._next = var + 1
         values[var] = value
         self.shapes[var] = shape
-        self.equations.append(_new_equation(Equation, (var, prim, ids, params, self.pos)))
+        self.equations.append(_new_equation(Equation, (var, prim, ids, params or _NO_PARAMS, self.pos)))
         if self.check_finite and not (math.isfinite(value) if not shape and dtype is _F64
                                       else all_finite(value)):
             self._note_nonfinite(prim, args, value)
