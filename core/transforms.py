@@ -432,7 +432,9 @@ def _fold_neg(eq, env: dict, values: dict, bands: dict, batched: set, n: int) ->
 def _fold_add(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
     a, c = eq.args
     if a not in bands or c not in bands or eq.params:
-        return False  # eq.params: the operands broadcast; equal shapes have none
+        return False  # eq.params: operands of unequal rank broadcast
+    if len(next(iter(bands[a].values()))) != len(next(iter(bands[c].values()))):
+        return False  # equal rank, unequal length: a length-1 vector broadcasts, not a band
     out = dict(bands[a])
     for k, d in bands[c].items():
         out[k] = out[k] + d if k in out else d

@@ -589,7 +589,8 @@ def _same_values(a, b) -> bool:
 # fold runs (unit-step slices, scalings, negation, sums, products with a fixed matrix) mixed
 # with steps it leaves to the dense pass (step-2 slices, products of two tangents, sin, /).
 _VEC4_ATOMS = ["x[1:]", "x[:-1]", "x[:4]", "x[-4:]", "x[0:4]", "A @ x", "x @ B", "c", "x[::-1][1:]",
-               "concat(x[:2], x[3:])", "x[1:] * x[:-1]"]
+               "concat(x[:2], x[3:])", "x[1:] * x[:-1]", "(x[1:] + y)", "(y - x[:-1])", "(x[:4] - x[0:1])",
+               "(x[2:3] + c)", "(x[-4:] * y)"]  # y and x[0:1], x[2:3] have length 1: they broadcast
 
 
 def _vec4(children):
@@ -614,28 +615,29 @@ vec4_expressions = st.recursive(st.sampled_from(_VEC4_ATOMS), _vec4, max_leaves=
        seed=seeds, special=st.sampled_from(["none", "zero", "inf"]))
 def test_band_fold_agrees_with_the_dense_pass(e, form, seed, special):
     # Jacobians (both modes) and Hessians run with identity seeds as bands, and again with
-    # the fold turned off (every seed a dense identity block): the same numbers.
-    import gradcalc.api as api_module
+    # the fold turned off (no equation folds; every seed is a dense identity block): the same
+    # numbers.
+    import gradcalc.transforms as transforms_module
     rng = np.random.default_rng(seed)
-    text = "input x[5], c[4], A[4, 5], B[5, 4]\n" + form.format(e=e)
-    at = {"x": rng.standard_normal(5), "c": rng.standard_normal(4), "A": rng.standard_normal((4, 5)),
-          "B": rng.standard_normal((5, 4))}
+    text = "input x[5], c[4], y[1], A[4, 5], B[5, 4]\n" + form.format(e=e)
+    at = {"x": rng.standard_normal(5), "c": rng.standard_normal(4), "y": rng.standard_normal(1),
+          "A": rng.standard_normal((4, 5)), "B": rng.standard_normal((5, 4))}
     if special != "none":  # a zero or an infinity in a fixed factor: zero tangents must stay zero
         at["c"][rng.integers(4)] = 0.0 if special == "zero" else np.inf
-    real = api_module._identity_seed
-    calls = [("jacobian", lambda: gradcalc.jacobian(text, at, wrt=["x", "c"], mode="rev")),
-             ("jacobian", lambda: gradcalc.jacobian(text, at, wrt=["x", "c"], mode="fwd")),
+    real = transforms_module._FOLDS
+    calls = [("jacobian", lambda: gradcalc.jacobian(text, at, wrt=["x", "c", "y"], mode="rev")),
+             ("jacobian", lambda: gradcalc.jacobian(text, at, wrt=["x", "c", "y"], mode="fwd")),
              ("hessian", lambda: gradcalc.hessian(text, at))]
     for name, call in calls:
         results = []
-        for identity in (real, lambda seeds: {}):
-            api_module._identity_seed = identity
+        for folds in (real, {}):
+            transforms_module._FOLDS = folds
             try:
                 results.append(call())
             except GradcalcError as err:
                 results.append(type(err))
             finally:
-                api_module._identity_seed = real
+                transforms_module._FOLDS = real
         folded, dense = results
         if isinstance(folded, type) or isinstance(dense, type):
             assert folded == dense, (name, text)

@@ -1070,3 +1070,32 @@ def test_finite_product_certificate_bounds():
     assert not _finite_product(c, g, np.where(np.eye(30, 4) > 0, np.nan, o))
     assert not _finite_product(c, g, np.where(np.eye(30, 4) > 0, np.inf, o))
     assert not _finite_product(np.ones((4, 4)), np.ones((4, 30)), np.ones((30, 4)))  # c small: look at it
+
+
+@pytest.mark.parametrize("mode", ["rev", "fwd"])
+def test_a_length_one_vector_added_to_a_band_broadcasts(mode):
+    # x - x[:1]: row i is e_i - e_0, not a band: d(x_i - x_0)/dx = I with -1 down column 0.
+    want = np.eye(3)
+    want[:, 0] -= 1
+    got = gradcalc.jacobian("x - x[:1]", at={"x": [1.0, 2.0, 3.0]}, mode=mode)["_"]["x"]
+    np.testing.assert_array_equal(got, want)
+    got = gradcalc.jacobian("x[0:1] + x", at={"x": [1.0, 2.0, 3.0]}, mode=mode)["_"]["x"]
+    np.testing.assert_array_equal(got, np.eye(3) + np.eye(3)[[0, 0, 0]])
+
+
+def test_hessians_with_a_broadcast_length_one_vector():
+    # sum((x + y)^2), y of length 1: d2/dx_i dx_j = 2[i == j], d2/dx_i dy = 2, d2/dy2 = 2 len(x).
+    h = gradcalc.hessian("sum((x + y)^2)", at={"x": [1.0, 2.0], "y": [3.0]})
+    np.testing.assert_array_equal(h["x"]["x"], 2 * np.eye(2))
+    np.testing.assert_array_equal(h["x"]["y"], [[2.0], [2.0]])
+    np.testing.assert_array_equal(h["y"]["x"], [[2.0, 2.0]])
+    np.testing.assert_array_equal(h["y"]["y"], [[4.0]])
+    # sum((x - x_0)^2): 2(I - e_0 1^T)^T (I - e_0 1^T) restricted: the closed form below.
+    h = gradcalc.hessian("sum((x - x[0:1])^2)", at={"x": [1.0, 2.0, 3.0, 4.0]})["x"]["x"]
+    want = 2 * np.eye(4)
+    want[0, :] = want[:, 0] = -2.0
+    want[0, 0] = 6.0
+    np.testing.assert_array_equal(h, want)
+    h = gradcalc.hessian("sum(((x + y)[1:])^2)", at={"x": [1.0, 2.0, 3.0], "y": [1.0]})
+    np.testing.assert_array_equal(h["x"]["x"], np.diag([0.0, 2.0, 2.0]))
+    np.testing.assert_array_equal(h["y"]["y"], [[4.0]])
