@@ -199,6 +199,7 @@ class Builder:
         self._warned: set = set()
         self.pos: Pos | None = None
         self._next = 0
+        self._literals: dict = {}  # float -> its np.float64, for const()
 
     # -- variables ------------------------------------------------------------
     def _new(self, value) -> Tracer:
@@ -218,7 +219,13 @@ class Builder:
         if type(value) is float:
             # A number of the program: the np.float64 that _scalar_or_array would make,
             # recorded as _new would record it, without the 0-d array on the way.
-            value = _F64_SCALAR(value)
+            if value:  # equal nonzero literals share one np.float64 (zeros keep their sign)
+                shared = self._literals.get(value)
+                if shared is None:
+                    shared = self._literals[value] = _F64_SCALAR(value)
+                value = shared
+            else:
+                value = _F64_SCALAR(value)
             var = self._next
             self._next = var + 1
             self.values[var] = value
