@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError, ValueError_
-from .tape import _F64, _F64_SCALAR, Tracer, all_finite, broadcast_shapes
+from .tape import _F64_SCALAR, Tracer, all_finite, broadcast_shapes
 
 
 class Primitive:
@@ -355,8 +355,6 @@ def _zero_nans(r, g, d, zero_operand):
         return _ZERO if r != r and zero_operand(g, d) else r
     if r.dtype.kind != "f":
         return r
-    if r.ndim == 1 and r.size <= 4096 and r.dtype is _F64 and math.isfinite(r.dot(r)):
-        return r  # no nan (r @ r, a sum of squares, is finite only then): a traced vector
     small = g if g.size < d.size else d
     if small.size * 4 <= r.size and _finite_nonzero(small):
         return r

@@ -43,16 +43,21 @@ def all_finite(value) -> bool:
     looked at.  A large contiguous array is summed as a matrix-vector product
     with a vector of ones: BLAS runs it on every core, at 3-4 times the speed
     of np.add.reduce (which matters on the 4-million-element gradients of a
-    2000×2000 weight matrix).
+    2000×2000 weight matrix).  A smaller one is summed as its dot product with
+    itself (a sum of squares: nan and inf carry through it too), which costs
+    a third of np.add.reduce's call on a vector of a few hundred elements.
     """
     if value.dtype.kind == "f":
         if value.ndim == 0:
             return math.isfinite(value)
-        n = value.size
-        if n >= 16 * _ROW and value.dtype is _F64 and value.flags.c_contiguous:
+        if value.dtype is _F64 and value.flags.c_contiguous:
             flat = value.reshape(-1)
-            whole = n - n % _ROW
-            total = float(np.add.reduce(flat[whole:])) + float(np.add.reduce(flat[:whole].reshape(-1, _ROW) @ _ONES))
+            n = flat.size
+            if n >= 16 * _ROW:
+                whole = n - n % _ROW
+                total = float(np.add.reduce(flat[whole:])) + float(np.add.reduce(flat[:whole].reshape(-1, _ROW) @ _ONES))
+            else:
+                total = flat.dot(flat)
         else:
             total = np.add.reduce(value, axis=None)
         if math.isfinite(total):
@@ -298,31 +303,23 @@ class Builder:
         except (ValueError, IndexError) as err:
             raise ShapeError(f"'{prim.name}': {err}", self.pos) from None
         if type(value) is _F64_SCALAR:
-            # The usual case on a scalar program: float64 with no axes, nothing to convert or
-            # check; recorded as below.
-            var = self._next
-            self._next = var + 1
-            values[var] = value
-            self.shapes[var] = ()
-            self.equations.append(_new_equation(Equation, (var, prim, ids, params or _NO_PARAMS, self.pos)))
-            if self.check_finite and not math.isfinite(value):
-                self._note_nonfinite(prim, args, value)
-            return Tracer(self, var)
-        if value.__class__ is not np.ndarray:
-            value = _scalar_or_array(value)
-        dtype = value.dtype
-        if dtype is not _F64 and dtype != _F64 and dtype.kind != "c":
-            value = value.astype(np.float64)
-        shape = value.shape
-        if len(shape) > MAX_NDIM:
-            raise ShapeError(f"'{prim.name}' would make a value with {value.ndim} dimensions; "
-                             f"at most {MAX_NDIM} are supported", self.pos)
+            shape = ()  # the usual case on a scalar program: nothing to convert or check
+        else:
+            if value.__class__ is not np.ndarray:
+                value = _scalar_or_array(value)
+            dtype = value.dtype
+            if dtype is not _F64 and dtype != _F64 and dtype.kind != "c":
+                value = value.astype(np.float64)
+            shape = value.shape
+            if len(shape) > MAX_NDIM:
+                raise ShapeError(f"'{prim.name}' would make a value with {value.ndim} dimensions; "
+                                 f"at most {MAX_NDIM} are supported", self.pos)
         var = self._next
         self._next = var + 1
         values[var] = value
         self.shapes[var] = shape
         self.equations.append(_new_equation(Equation, (var, prim, ids, params or _NO_PARAMS, self.pos)))
-        if self.check_finite and not (math.isfinite(value) if not shape and dtype is _F64
+        if self.check_finite and not (math.isfinite(value) if type(value) is _F64_SCALAR
                                       else all_finite(value)):
             self._note_nonfinite(prim, args, value)
         return Tracer(self, var)

@@ -17,8 +17,7 @@ import numpy as np
 from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import GradcalcError
-from .tape import (_F64, _F64_SCALAR, LARGE_BATCH, Builder, Tracer, all_finite, broadcast_shapes,
-                   eval_equations)
+from .tape import _F64, LARGE_BATCH, Builder, Tracer, all_finite, broadcast_shapes, eval_equations
 
 
 def _fit(c, shape: tuple):
@@ -97,8 +96,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
             else:
                 head = (g, values[out], *map(values.__getitem__, ea))
         else:
-            ans, args = _operands(builder, eq, eager)
-            head = (g, ans, *args)
+            head = (g, *_operands(builder, eq, eager))
         first = len(builder.equations) if log is not None else 0
         rules = None if prim.variadic else prim.vjp  # rules[i] is prim.vjp_rule(i), without a call
         params = eq.params
@@ -159,7 +157,6 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     tan = dict(tangents)
     get = tan.get
     shapes = builder.shapes
-    values = builder.values
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
@@ -183,15 +180,7 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
             if all(t is None for t in ts):
                 continue
         builder.pos = eq.pos
-        # The rules' arguments after the tangent, (ans, *args), as one tuple.
-        if eager:
-            rest = (values[eq.out], *map(values.__getitem__, ea))
-        elif n == 2:
-            rest = (Tracer(builder, eq.out), Tracer(builder, ea[0]), Tracer(builder, ea[1]))
-        elif n == 1:
-            rest = (Tracer(builder, eq.out), Tracer(builder, ea[0]))
-        else:
-            rest = (Tracer(builder, eq.out), *[Tracer(builder, a) for a in ea])
+        rest = _operands(builder, eq, eager)  # the rules' arguments after the tangent
         rules = None if prim.variadic else prim.jvp  # rules[i] is prim.jvp_rule(i), without a call
         params = eq.params
         out = None
@@ -219,18 +208,19 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     return tan
 
 
-def _operands(builder: Builder, eq, eager: bool):
-    """An equation's result and arguments, as arrays (eager) or as tracers (traced)."""
+def _operands(builder: Builder, eq, eager: bool) -> tuple:
+    """(result, *arguments) of an equation, as arrays (eager) or as tracers (traced): the
+    arguments its rules take after the cotangent or tangent."""
     if eager:
         values = builder.values
-        return values[eq.out], [values[a] for a in eq.args]
+        return (values[eq.out], *map(values.__getitem__, eq.args))
     args = eq.args
     n = len(args)  # unrolled for one or two arguments (a comprehension costs more)
     if n == 2:
-        return Tracer(builder, eq.out), (Tracer(builder, args[0]), Tracer(builder, args[1]))
+        return Tracer(builder, eq.out), Tracer(builder, args[0]), Tracer(builder, args[1])
     if n == 1:
-        return Tracer(builder, eq.out), (Tracer(builder, args[0]),)
-    return Tracer(builder, eq.out), [Tracer(builder, a) for a in args]
+        return Tracer(builder, eq.out), Tracer(builder, args[0])
+    return (Tracer(builder, eq.out), *[Tracer(builder, a) for a in args])
 
 
 def value_of(x):
@@ -361,15 +351,9 @@ def _fold_identity(equations, env: dict, values: dict, seeds, identity: dict, ke
                 env[v] = np.eye(n)[:, k:k + len(band[k])]
             else:
                 env[v] = _band_dense(band, n)
-                if finite is not None and v in keep and all(map(_surely_finite, band.values())):
+                if finite is not None and v in keep and all(map(all_finite, band.values())):
                     finite.add(v)  # zeros, and the diagonals: no need to look at n × m values
     return rest
-
-
-def _surely_finite(r) -> bool:
-    """True only when the vector r holds no nan or inf: r @ r, a sum of squares, is finite
-    only then (nan and inf carry through it); False also on an overflow, or off float64."""
-    return r.dtype is _F64 and math.isfinite(r.dot(r))
 
 
 def _band_dense(band: dict, n: int):
@@ -397,23 +381,12 @@ def _fold_safe_mul(eq, env: dict, values: dict, bands: dict, batched: set, n: in
     if g not in bands or f in batched:
         return False
     band, c = bands[g], values[f]
-    if type(c) is _F64_SCALAR and c != 0 and math.isfinite(c):
-        # A finite nonzero factor makes no nan of a zero: each product is _safe_mul's as it is.
-        out = {}
-        for k, d in band.items():
-            out[k] = d * c
-        bands[eq.out] = out
-        return True
     m = len(next(iter(band.values())))
     if c.shape not in ((), (1,), (m,)):
         return False  # the factor would broadcast the vector to a larger shape
     out = {}
     for k, d in band.items():
-        r = d * c
-        # A product without nan is _safe_mul's as it is (see _surely_finite).
-        if r.dtype is not _F64 or not math.isfinite(r.dot(r)):
-            r = P._safe_mul(d, c)
-        out[k] = r
+        out[k] = P._safe_mul(d, c)
     bands[eq.out] = out
     return True
 
