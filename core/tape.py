@@ -208,22 +208,24 @@ class Builder:
 
     # -- variables ------------------------------------------------------------
     def _new(self, value) -> Tracer:
-        if value.ndim > MAX_NDIM:
-            raise ShapeError(f"a value with {value.ndim} dimensions; at most {MAX_NDIM} are supported",
-                             self.pos)
+        if type(value) is _F64_SCALAR:
+            shape = ()  # a scalar: no rank to check
+        else:
+            shape = value.shape
+            if len(shape) > MAX_NDIM:
+                raise ShapeError(f"a value with {value.ndim} dimensions; at most {MAX_NDIM} are supported",
+                                 self.pos)
         var = self._next
-        self._next += 1
+        self._next = var + 1
         self.values[var] = value
-        self.shapes[var] = value.shape
+        self.shapes[var] = shape
         return Tracer(self, var)
 
     def input(self, value) -> Tracer:
         return self._new(_scalar_or_array(value))
 
     def const(self, value) -> Tracer:
-        if type(value) is float:
-            # A number of the program: the np.float64 that _scalar_or_array would make,
-            # recorded as _new would record it, without the 0-d array on the way.
+        if type(value) is float:  # a number of the program: the np.float64 _scalar_or_array makes
             if value:  # equal nonzero literals share one np.float64 (zeros keep their sign)
                 shared = self._literals.get(value)
                 if shared is None:
@@ -231,14 +233,10 @@ class Builder:
                 value = shared
             else:
                 value = _F64_SCALAR(value)
-            var = self._next
-            self._next = var + 1
-            self.values[var] = value
-            self.shapes[var] = ()
-            self.consts[var] = value
-            return Tracer(self, var)
-        t = self._new(_scalar_or_array(value))
-        self.consts[t.var] = t.value
+        else:
+            value = _scalar_or_array(value)
+        t = self._new(value)
+        self.consts[t.var] = value
         return t
 
     def lift(self, x) -> Tracer:
