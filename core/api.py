@@ -18,7 +18,7 @@ from .lower import Traced, trace
 from .syntax import Program
 from .syntax import parse as _parse
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
-from .transforms import Recording, backward, basis, depends, forward, needed
+from .transforms import Recording, backward, basis, depends, forward, needed, rows_to_jacobian
 
 UNCONNECTED = ("zero", "none", "error")
 
@@ -361,8 +361,7 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
                 if c is None or names[o] not in reach[w]:  # no differentiable path: unconnected
                     blocks[o][w] = None
                 else:
-                    part = np.asarray(c[start:start + k]).reshape((k,) + yshape)
-                    blocks[o][w] = np.moveaxis(part, 0, -1).reshape(yshape + wshape)
+                    blocks[o][w] = rows_to_jacobian(c[start:start + k], yshape, wshape)
                 start += k
     return blocks
 
@@ -390,7 +389,7 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
     b.check_size((n, n), what="the Hessian")
     rec = Recording(b)
     log: list = []
-    one = b.const(1.0) if y.shape == () else b.const(np.ones(y.shape))  # the same np.float64 for ()
+    one = b.const(np.ones(y.shape))
     grads = backward(b, tr.tape.equations, {names[out]: one}, [names[w] for w in wrt], log=log)
     # Only what the gradient depends on (not the output's own sum, say) gets a tangent rule.
     grad_eqns = tuple(needed(b.equations, {g.var for g in grads.values() if g is not None}))
@@ -417,9 +416,7 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
             if c is None:
                 hess[wi][wj] = np.zeros(ishape + jshape)
             else:
-                part = np.asarray(c[start:start + k]).reshape((k,) + ishape)
-                # np.moveaxis(part, 0, -1), without its argument checks
-                hess[wi][wj] = part.transpose((*range(1, part.ndim), 0)).reshape(ishape + jshape)
+                hess[wi][wj] = rows_to_jacobian(c[start:start + k], ishape, jshape)
             start += k
     if any(not np.isfinite(v).all() for wi, row in hess.items() if wi not in checked for v in row.values()):
         # Name the culprit: the first rule whose derivative is not finite, forward over backward.

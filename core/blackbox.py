@@ -56,6 +56,7 @@ import numpy as np
 
 from .errors import ShapeError, UsageError, ValueError_
 from .numerics import EPS, TOLERANCES, CheckResult, compare, default_step
+from .transforms import rows_to_jacobian
 
 SCHEMA = 1
 DEFAULT_TIMEOUT = 60.0
@@ -448,15 +449,10 @@ class _Stencil:
                         r = np.abs(e - d2)
                 # the two steps can agree by chance: never claim less than the rounding error
                 r = r + EPS * np.abs(value) / np.abs(col[0])
-                est[w] = _rows_to_jacobian(e, value.shape, x.shape)
-                err[w] = _rows_to_jacobian(r, value.shape, x.shape)
+                est[w] = rows_to_jacobian(e, value.shape, x.shape)
+                err[w] = rows_to_jacobian(r, value.shape, x.shape)
                 steps[w] = np.array(h)
         return value, est, err, steps
-
-
-def _rows_to_jacobian(rows: np.ndarray, yshape: tuple, xshape: tuple) -> np.ndarray:
-    """Rows (x.size,) + y.shape, one per input element, as a Jacobian y.shape + x.shape."""
-    return np.moveaxis(rows, 0, -1).reshape(yshape + xshape)
 
 
 def fd_gradient(box: BlackBox, at: dict, method: str = "richardson", wrt=None):

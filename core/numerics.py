@@ -27,7 +27,7 @@ import numpy as np
 from .errors import GradcalcError, UsageError
 from .lower import Traced, trace
 from .tape import DEFAULT_MAX_ELEMENTS, all_finite, eval_equations
-from .transforms import largest_batched, seeded
+from .transforms import largest_batched, rows_to_jacobian, seeded
 
 EPS = np.finfo(np.float64).eps
 
@@ -99,7 +99,7 @@ def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", st
         batch[diag] += 1j * hflat
         ys = evaluate_batch(tr, names[wrt], batch.reshape((n,) + x.shape), outs)
         rows = [y.imag / _col(hflat, y) for y in ys]
-        return {o: _to_jacobian(r, tr.value(o).shape, x.shape) for o, r in zip(of, rows)}, h
+        return {o: rows_to_jacobian(r, tr.value(o).shape, x.shape) for o, r in zip(of, rows)}, h
     scales = _STENCILS[method]
     base = 1 if method == "forward" else 0  # forward differences also need f(x): one more row
     batch = np.tile(xf, (len(scales) * n + base, 1))
@@ -120,16 +120,11 @@ def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", st
             d1 = (part[0] - part[1]) / _col(taken[0] - taken[1], y)
             d2 = (part[2] - part[3]) / _col(taken[2] - taken[3], y)
             rows.append((4 * d2 - d1) / 3)
-    return {o: _to_jacobian(r, tr.value(o).shape, x.shape) for o, r in zip(of, rows)}, h
+    return {o: rows_to_jacobian(r, tr.value(o).shape, x.shape) for o, r in zip(of, rows)}, h
 
 
 def _col(h, y):
     return h.reshape((h.size,) + (1,) * (y.ndim - 1))
-
-
-def _to_jacobian(rows: np.ndarray, yshape: tuple, xshape: tuple) -> np.ndarray:
-    n = int(np.prod(xshape, dtype=np.int64))
-    return np.moveaxis(np.asarray(rows).reshape((n,) + yshape), 0, -1).reshape(yshape + xshape)
 
 
 def non_analytic(tr: Traced, wrt_var: int) -> list:

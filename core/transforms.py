@@ -517,6 +517,14 @@ def largest_batched(equations, seeds, shapes) -> int:
     return max(sizes, default=1)
 
 
+def rows_to_jacobian(rows, yshape: tuple, xshape: tuple) -> np.ndarray:
+    """Rows of a batched pass, one per element of x (x.size rows of y.shape), as the Jacobian
+    block of shape y.shape + x.shape (the layout :func:`basis` seeds)."""
+    n = math.prod(xshape)
+    rows = np.asarray(rows).reshape((n,) + tuple(yshape))
+    return rows.transpose((*range(1, rows.ndim), 0)).reshape(tuple(yshape) + tuple(xshape))
+
+
 def basis(shapes: list, dtype=np.float64) -> list:
     """Identity seeds for blocks of the given shapes: block i gets (n, *shape_i), n = total size."""
     sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
