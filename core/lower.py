@@ -18,7 +18,7 @@ from .errors import (GradcalcError, NameError_, Pos, ShapeError, SyntaxError_,
                      UsageError, ValueError_, did_you_mean)
 from .syntax import (ArrayLit, Assign, Binary, Bool, Call, ExprStmt, Index, Inputs, Name, Num,
                      Program, Slice, TupleLit, Unary, parse_expression)
-from .tape import DEFAULT_MAX_ELEMENTS, MAX_NDIM, Builder, Tape, Tracer
+from .tape import _NO_PARAMS, DEFAULT_MAX_ELEMENTS, MAX_NDIM, Builder, Tape, Tracer
 
 CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 
@@ -31,10 +31,11 @@ class Builtin:
     """A function of the language: a Python function over tracers, and which of its
     parameters take literals (axis, shape...) rather than arrays."""
 
-    __slots__ = ("name", "fn", "static", "numbers", "_signature", "arity")
+    __slots__ = ("name", "fn", "static", "numbers", "_signature", "arity", "prim")
 
-    def __init__(self, name, fn, static, numbers=()):
+    def __init__(self, name, fn, static, numbers=(), prim=None):
         self.name, self.fn, self.static, self._signature = name, fn, frozenset(static), None
+        self.prim = prim  # the primitive fn calls on its arguments as they are, if that is all it does
         self.numbers = frozenset(numbers)  # constant expressions taken as plain numbers
         # Fast path: a call with exactly the required arguments, all arrays (``sum(x)``, not
         # ``sum(x, axis=0)``), calls fn directly instead of binding a signature.
@@ -55,15 +56,15 @@ class Builtin:
 FUNCTIONS: dict[str, Builtin] = {}
 
 
-def _builtin(name, static=(), numbers=()):
+def _builtin(name, static=(), numbers=(), prim=None):
     def register(fn):
-        FUNCTIONS[name] = Builtin(name, fn, static, numbers)
+        FUNCTIONS[name] = Builtin(name, fn, static, numbers, prim)
         return fn
     return register
 
 
 def _register_primitive(name, prim):
-    _builtin(name)(lambda x: prim(x))
+    _builtin(name, prim=prim)(lambda x: prim(x))
 
 
 for _name, _prim in {
@@ -80,7 +81,7 @@ for _name, _prim in {
 for _name, _prim in {"atan2": P.atan2, "hypot": P.hypot, "maximum": P.maximum,
                      "minimum": P.minimum, "pow": P.pow_, "matmul": P.matmul,
                      "solve": P.solve}.items():
-    _builtin(_name)((lambda prim: lambda a, b: prim(a, b))(_prim))
+    _builtin(_name, prim=_prim)((lambda prim: lambda a, b: prim(a, b))(_prim))
 
 
 @_builtin("where")
@@ -411,6 +412,7 @@ class Traced:
 
 _BINARY = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div, "@": P.matmul, "^": P.pow_,
            "<": P.lt, "<=": P.le, ">": P.gt, ">=": P.ge, "==": P.eq, "!=": P.ne}
+_PRIMITIVE = P.Primitive  # (sub is a function: add(a, neg(b)))
 
 
 class _Lowering:
@@ -418,6 +420,15 @@ class _Lowering:
         self.b = builder
         self.env = env
         self.constants_only = constants_only
+        self.numbers: dict[float, Tracer] = {}  # the program's number literals, one constant each
+
+    def number(self, value: float) -> Tracer:
+        """The constant of a number literal: equal literals are one constant on the tape (as
+        JAX's literals are one value), which saves a variable for every `2` of a long program."""
+        t = self.numbers.get(value)
+        if t is None:
+            t = self.numbers[value] = self.b.const(value)
+        return t
 
     # -- statements -----------------------------------------------------------
     def statements(self, program: Program):
@@ -440,17 +451,18 @@ class _Lowering:
             v = self.env.get(node.id)
             return v if v is not None else self.name(node)
         if t is Num:
-            return self.b.const(node.value)
+            return self.number(node.value)
         if t is Binary:
             # Walk the left spine in a loop: a 20,000-term sum is 20,000 deep on the left.
             spine = []
             while type(node) is Binary:
                 spine.append(node)
                 node = node.left
-            b, env = self.b, self.env
+            b, env, number = self.b, self.env, self.number
+            bind = b.bind  # operands are tracers: record the primitive directly (what P.add(...) does)
             # Leaves (a number, an assigned name) are made here as expr would make them.
             t = type(node)
-            acc = b.const(node.value) if t is Num else env.get(node.id) if t is Name else None
+            acc = number(node.value) if t is Num else env.get(node.id) if t is Name else None
             if acc is None:
                 acc = self.expr(node)
             for op in reversed(spine):
@@ -462,11 +474,12 @@ class _Lowering:
                         continue
                 r = op.right
                 rt = type(r)
-                right = b.const(r.value) if rt is Num else env.get(r.id) if rt is Name else None
+                right = number(r.value) if rt is Num else env.get(r.id) if rt is Name else None
                 if right is None:
                     right = self.expr(r)
                 b.pos = op.pos
-                acc = _BINARY[op.op](acc, right)
+                prim = _BINARY[op.op]
+                acc = bind(prim, (acc, right), _NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
             return acc
         if t is Call:
             return self.call(node)
@@ -541,8 +554,11 @@ class _Lowering:
         if fn.arity == len(node.args) and not node.kwargs:
             # (one argument, the usual case, without a comprehension: it costs more)
             args = [self.expr(node.args[0])] if fn.arity == 1 else [self.expr(a) for a in node.args]
-            self.b.pos = node.pos
-            return self.invoke(node, fn.fn, args, {})
+            b = self.b
+            b.pos = node.pos
+            if fn.prim is not None:  # sin(x): record the primitive directly (what fn.fn does)
+                return self.invoke(node, b.bind, (fn.prim, tuple(args), _NO_PARAMS))
+            return self.invoke(node, fn.fn, args)
         is_constructor = node.func in _CONSTRUCTORS
         try:
             if is_constructor:
@@ -567,7 +583,7 @@ class _Lowering:
         return self.invoke(node, fn.fn, bound.args, bound.kwargs)
 
     @staticmethod
-    def invoke(node: Call, fn, args, kwargs) -> Tracer:
+    def invoke(node: Call, fn, args, kwargs=None) -> Tracer:
         try:
             return fn(*args, **kwargs) if kwargs else fn(*args)
         except GradcalcError as err:

@@ -228,6 +228,18 @@ def test_table_output_default():
     assert "dx" in r.stdout and "dy" in r.stdout
 
 
+def test_graph_json_equal_literals_are_one_constant():
+    # y = 2*x + 2*x^2 at x = 3: one const node (2), read by both products; y = 6 + 18 = 24.
+    doc = ok_json("graph", "y = 2*x + 2*x^2", "--at", "x=3")
+    nodes = doc["nodes"]
+    consts = [n for n in nodes if n["op"] == "const"]
+    assert [c["value"] for c in consts] == [2.0]
+    products = [n for n in nodes if n["op"] == "mul"]
+    assert len(products) == 2 and all(consts[0]["id"] in n["args"] for n in products)
+    assert [(n["value"], n["line"], n["column"]) for n in products] == [(6.0, 1, 6), (18.0, 1, 12)]
+    assert [n["value"] for n in nodes if n.get("name") == "y"] == [24.0]
+
+
 # ==========================================================================
 # --unconnected, --wrt intermediate values, --of, eval --all
 # ==========================================================================
