@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .errors import GradcalcError, ShapeError, Source, UsageError, ValueError_, did_you_mean
+from .errors import GradcalcError, ShapeError, Source, UsageError, ValueError_, did_you_mean, to_pos
 from .lower import Traced, trace
 from .syntax import Program
 from .syntax import parse as _parse
@@ -516,6 +516,7 @@ def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_
              "shape": list(b.shapes[var]), "phase": phase}
         if var in names_of and phase == "forward":
             d["name"] = names_of[var]
+        pos = to_pos(pos)  # (tape.positions holds locations)
         if pos is not None:
             d["line"], d["column"] = pos.line, pos.col
         if params:

@@ -1,7 +1,7 @@
 """The one error hierarchy of gradcalc.
 
 Every user-facing failure is a :class:`GradcalcError`.  It carries a message,
-an optional source position (1-based line and column), the source it refers
+an optional source position (1-based line and column, a :class:`Pos`), the source it refers
 to, and an optional hint.  The CLI turns it into ``error: SRC:L:C: message``,
 the source line, a caret and the hint, in exactly one place.
 """
@@ -31,18 +31,46 @@ class Pos(NamedTuple):
         return f"{self.line}:{self.col}"
 
 
+#: Inside the parser and on the tape a position travels as one int, its *location*
+#: ``line << LINE_SHIFT | col``: the lexer makes one for every token, and an int costs a
+#: third of a Pos to make and to free (a 3,000-line program has 40,000 tokens).  Syntax
+#: nodes and equations turn theirs into a Pos on demand (their ``pos``), errors on creation.
+LINE_SHIFT = 32
+_COL_MASK = (1 << LINE_SHIFT) - 1
+
+
+def to_loc(line: int, col: int) -> int:
+    """The location of line and col (1-based)."""
+    return line << LINE_SHIFT | col
+
+
+def to_pos(loc) -> Pos | None:
+    """The Pos of a location; a Pos or None is returned as it is."""
+    if loc is None or loc.__class__ is Pos:
+        return loc
+    return Pos(loc >> LINE_SHIFT, loc & _COL_MASK)
+
+
 class GradcalcError(Exception):
     """A user error: bad syntax, unknown name, wrong shape, bad value or usage."""
 
     kind = "error"
 
-    def __init__(self, message: str, pos: Pos | None = None, *,
+    def __init__(self, message: str, pos: Pos | int | None = None, *,
                  source: Source | None = None, hint: str | None = None):
         super().__init__(message)
         self.message = message
         self.pos = pos
         self.source = source
         self.hint = hint
+
+    @property
+    def pos(self) -> Pos | None:
+        return self._pos
+
+    @pos.setter
+    def pos(self, pos: Pos | int | None) -> None:  # a Pos, or a location (see to_loc)
+        self._pos = to_pos(pos)
 
     def located(self, source: Source) -> "GradcalcError":
         """Attach the source if none is attached yet; returns self."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import primitives as P
 from .errors import (GradcalcError, NameError_, Pos, ShapeError, SyntaxError_,
-                     UsageError, ValueError_, did_you_mean)
+                     UsageError, ValueError_, did_you_mean, to_loc, to_pos)
 from .syntax import (ArrayLit, Assign, Binary, Bool, Call, ExprStmt, Index, Inputs, Name, Num,
                      Program, Slice, TupleLit, Unary, parse_expression)
 from .tape import _NO_PARAMS, DEFAULT_MAX_ELEMENTS, MAX_NDIM, Builder, Tape, Tracer
@@ -358,7 +358,7 @@ def find_inputs(program: Program) -> list[InputInfo]:
                     raise NameError_(f"'{d.name}' is a literal and cannot be an input", d.pos)
                 declared[d.name] = InputInfo(d.name, d.pos, d.shape, d.default, True)
     free: dict[str, InputInfo] = {}
-    assigned: dict[str, Pos] = {}
+    assigned: dict[str, int] = {}  # name -> location of its assignment
     reads = program.reads if len(program.reads) == len(program.statements) else None
     for k, (st, name) in enumerate(_output_names(program)):
         if isinstance(st, Inputs):
@@ -378,13 +378,13 @@ def find_inputs(program: Program) -> list[InputInfo]:
                 raise NameError_(f"cannot assign to '{name}': it is an input (line {where.pos.line})",
                                  st.pos, hint="names are assigned once; pick a new name")
             if name in assigned:
-                raise NameError_(f"'{name}' is already assigned at line {assigned[name].line}",
+                raise NameError_(f"'{name}' is already assigned at line {to_pos(assigned[name]).line}",
                                  st.pos, hint="names are assigned once; pick a new name")
             if name in FUNCTIONS:
                 raise NameError_(f"cannot assign to '{name}': it is a built-in function", st.pos)
             if name in _BOOLEANS:
                 raise NameError_(f"cannot assign to '{name}': it is a literal", st.pos)
-            assigned[name] = st.pos
+            assigned[name] = st.loc
     return [*declared.values(), *free.values()]
 
 
@@ -440,7 +440,7 @@ class _Lowering:
             value = self.expr(st.value)
             self.env[name] = value
             names[name] = value.var
-            positions[name] = st.pos
+            positions[name] = st.loc
             last = name
         return names, positions, last
 
@@ -469,7 +469,7 @@ class _Lowering:
                 if op.op == "^":
                     p = _literal_exponent(op)
                     if p is not None:
-                        b.pos = op.pos
+                        b.pos = op.loc
                         acc = P.pow_const(acc, p=p)
                         continue
                 r = op.right
@@ -477,7 +477,7 @@ class _Lowering:
                 right = number(r.value) if rt is Num else env.get(r.id) if rt is Name else None
                 if right is None:
                     right = self.expr(r)
-                b.pos = op.pos
+                b.pos = op.loc
                 prim = _BINARY[op.op]
                 acc = bind(prim, (acc, right), _NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
             return acc
@@ -485,12 +485,12 @@ class _Lowering:
             return self.call(node)
         if t is Unary:
             x = self.expr(node.operand)
-            self.b.pos = node.pos
+            self.b.pos = node.loc
             return P.neg(x) if node.op == "-" else x
         if t is Index:
             x = self.expr(node.value)
             idx = tuple(self.index_item(i) for i in node.items)
-            self.b.pos = node.pos
+            self.b.pos = node.loc
             return P.index(x, idx=idx)
         if t is ArrayLit:
             return self.array(node)
@@ -522,7 +522,7 @@ class _Lowering:
             if it.shape != items[0].shape:
                 raise ShapeError(f"ragged array literal: element {k} has shape {it.shape}, "
                                  f"element 1 has shape {items[0].shape}", _pos(item))
-        self.b.pos = node.pos
+        self.b.pos = node.loc
         return _stack(*items, axis=0)
 
     def index_item(self, item):
@@ -555,7 +555,7 @@ class _Lowering:
             # (one argument, the usual case, without a comprehension: it costs more)
             args = [self.expr(node.args[0])] if fn.arity == 1 else [self.expr(a) for a in node.args]
             b = self.b
-            b.pos = node.pos
+            b.pos = node.loc
             if fn.prim is not None:  # sin(x): record the primitive directly (what fn.fn does)
                 return self.invoke(node, b.bind, (fn.prim, tuple(args), _NO_PARAMS))
             return self.invoke(node, fn.fn, args)
@@ -579,7 +579,7 @@ class _Lowering:
                 bound.arguments[pname] = tuple(self.expr(a) for a in arg)
             else:
                 bound.arguments[pname] = self.expr(arg)
-        self.b.pos = node.pos
+        self.b.pos = node.loc
         return self.invoke(node, fn.fn, bound.args, bound.kwargs)
 
     @staticmethod
@@ -712,7 +712,7 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
             input_vars = {i.name: env[i.name].var for i in inputs}
             names, positions, last = _Lowering(b, env).statements(program)
         names = {**input_vars, **names}
-        positions = {**{i.name: i.pos for i in inputs}, **positions}
+        positions = {**{i.name: to_loc(*i.pos) for i in inputs}, **positions}
         tape = b.tape(input_vars, names, last, positions)
         b.pos = None
         return Traced(program, tape, b, inputs)

@@ -12,7 +12,7 @@ import re
 from itertools import repeat
 from typing import NamedTuple
 
-from .errors import Pos, Source, SyntaxError_
+from .errors import LINE_SHIFT, Pos, Source, SyntaxError_, to_pos
 
 #: Deepest nesting of brackets, prefix operators and ``^`` the parser accepts.
 MAX_DEPTH = 100
@@ -46,7 +46,7 @@ _OPENERS = {"(": ")", "[": "]"}
 _KINDS = {"name": "name", "num": "num", "newline": "newline", "eof": "eof"}  # other kinds are "op"
 
 
-_new = tuple.__new__  # Token(...), Pos(...) and the nodes without their Python-level __new__: hot paths
+_new = tuple.__new__  # Token(...) and the nodes without their Python-level __new__: hot paths
 
 
 def _scan(text: str) -> tuple[list, list, list]:
@@ -54,53 +54,56 @@ def _scan(text: str) -> tuple[list, list, list]:
 
     kinds[i] is "name", "num", "newline", "eof" or, for an operator, its text
     (so the parser tests ``kinds[i] == "("`` in one compare); texts[i] is the
-    text; lcs[i] its Pos, which the node made from the token shares.  Three
+    text; lcs[i] its location (line and column as one int, see
+    :func:`errors.to_loc`), which the node made from the token takes.  Three
     lists rather than Token NamedTuples: fewer objects per token.
     """
     kinds: list[str] = []
     texts: list[str] = []
-    lcs: list[Pos] = []
+    lcs: list[int] = []
     kind, txt, lc = kinds.append, texts.append, lcs.append
-    brackets: list[tuple[str, Pos]] = []  # the open brackets: (text, position)
+    brackets: list[tuple[str, int]] = []  # the open brackets: (text, location)
     line, before = 1, -1  # `before`: offset of the newline that ends the previous line, col = offset - before
+    base = (line << LINE_SHIFT) - before  # the location of offset k on this line is base + k
     m = None
     for m in iter(_TOKEN.scanner(text).match, None):  # stops at the first place no token starts
         k = m.lastindex
         if k == _NAME:
             kind("name")
             txt(m[k])
-            lc(_new(Pos, (line, m.start(k) - before)))
+            lc(base + m.start(k))
         elif k == _OP:
             op = m[k]
             kind(op)
             txt(op)
-            lc(_new(Pos, (line, m.start(k) - before)))
+            lc(base + m.start(k))
         elif k == _NUM:
             kind("num")
             txt(m[k])
-            lc(_new(Pos, (line, m.start(k) - before)))
+            lc(base + m.start(k))
         elif k == _NEWLINE:
             start = m.start(k)
             if not brackets:
                 kind("newline")
                 txt("\n")
-                lc(_new(Pos, (line, start - before)))
+                lc(base + start)
             line, before = line + 1, start
+            base = (line << LINE_SHIFT) - before
         elif k == _OPEN:
             op = m[k]
-            where = _new(Pos, (line, m.start(k) - before))
+            where = base + m.start(k)
             brackets.append((op, where))
             kind(op)
             txt(op)
             lc(where)
         elif k == _CLOSE:
             op = m[k]
-            where = _new(Pos, (line, m.start(k) - before))
+            where = base + m.start(k)
             if not brackets:
                 raise SyntaxError_(f"unmatched '{op}'", where)
             opener, opened = brackets.pop()
             if _OPENERS[opener] != op:
-                raise SyntaxError_(f"'{op}' does not match '{opener}' at {opened}", where)
+                raise SyntaxError_(f"'{op}' does not match '{opener}' at {to_pos(opened)}", where)
             kind(op)
             txt(op)
             lc(where)
@@ -116,7 +119,7 @@ def _scan(text: str) -> tuple[list, list, list]:
         raise SyntaxError_(f"'{opener}' is never closed", opened, hint=f"add '{_OPENERS[opener]}'")
     kind("eof")
     txt("")
-    lc(_new(Pos, (line, len(text) - before)))
+    lc(base + len(text))
     return kinds, texts, lcs
 
 
@@ -125,7 +128,7 @@ def tokenize(text: str) -> list[Token]:
     kinds, texts, lcs = _scan(text)
     # Token(kind, text, pos) for every token, in C-level loops (map/zip, no Python frame per token)
     kinds = map(_KINDS.get, kinds, repeat("op"))
-    return list(map(_new, repeat(Token), zip(kinds, texts, lcs)))
+    return list(map(_new, repeat(Token), zip(kinds, texts, map(to_pos, lcs))))
 
 
 def _bad_character(c: str, pos: Pos):
@@ -145,11 +148,16 @@ def _bad_character(c: str, pos: Pos):
 # Syntax tree
 # --------------------------------------------------------------------------
 
+#: Every node's last field is its location (see errors.to_loc): an int, which the
+#: lexer makes cheaply for every token; ``node.pos`` is its Pos.
+_POS = property(lambda node: to_pos(node[-1]), doc="the node's position, a Pos")
+
 
 class Num(NamedTuple):
     value: float
     text: str
-    pos: Pos
+    loc: int
+    pos = _POS
 
     @property
     def is_int(self) -> bool:
@@ -158,84 +166,98 @@ class Num(NamedTuple):
 
 class Name(NamedTuple):
     id: str
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class Bool(NamedTuple):
     value: bool
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class Unary(NamedTuple):
     op: str  # "-" or "+"
     operand: object
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class Binary(NamedTuple):
     op: str  # + - * / @ ^ and comparisons
     left: object
     right: object
-    pos: Pos  # the operator's position
+    loc: int  # the operator's location
+    pos = _POS
 
 
 class Keyword(NamedTuple):
     name: str
     value: object
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class Call(NamedTuple):
     func: str
     args: tuple
     kwargs: tuple  # of Keyword
-    pos: Pos  # the function name's position
+    loc: int  # the function name's location
+    pos = _POS
 
 
 class Slice(NamedTuple):
     start: object  # expression or None
     stop: object
     step: object
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class Index(NamedTuple):
     value: object
     items: tuple  # expressions and Slices
-    pos: Pos  # the '[' position
+    loc: int  # the '[' location
+    pos = _POS
 
 
 class ArrayLit(NamedTuple):
     items: tuple
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class TupleLit(NamedTuple):
     items: tuple
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class InputDecl(NamedTuple):
     name: str
     shape: tuple | None  # declared shape, or None
     default: object  # expression or None
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class Inputs(NamedTuple):
     decls: tuple
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class Assign(NamedTuple):
     name: str
     value: object
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class ExprStmt(NamedTuple):
     value: object
-    pos: Pos
+    loc: int
+    pos = _POS
 
 
 class Program(NamedTuple):

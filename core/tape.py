@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .alloc import keep_freed_memory
-from .errors import GradcalcError, LimitError, Pos, ShapeError, ValueError_
+from .errors import GradcalcError, LimitError, Pos, ShapeError, ValueError_, to_pos
 
 DEFAULT_MAX_ELEMENTS = 10**8
 MAX_NDIM = 32  # NumPy's own limit for several of its operations
@@ -80,7 +80,11 @@ class Equation(NamedTuple):
     prim: Any  # primitives.Primitive
     args: tuple  # of var ids
     params: dict
-    pos: Pos | None
+    loc: int | Pos | None  # where in the source: a location (see errors.to_loc)
+
+    @property
+    def pos(self) -> Pos | None:
+        return to_pos(self.loc)
 
 
 class Tape(NamedTuple):
@@ -96,7 +100,7 @@ class Tape(NamedTuple):
     names: dict  # every named value -> var, in definition order
     shapes: dict  # var -> shape
     output: str | None
-    positions: dict  # name -> Pos of its definition
+    positions: dict  # name -> location of its definition (errors.to_pos makes it a Pos)
 
 
 _new_equation = tuple.__new__  # Equation(...) without the Python-level __new__
@@ -189,8 +193,9 @@ class Builder:
     """Records equations while computing their values on concrete inputs.
 
     A builder is an explicit object handed to whoever traces; there is no
-    global "current tape".  ``pos`` is the source position the next equations
-    belong to, for error messages and non-finite warnings.
+    global "current tape".  ``pos`` is where in the source the next equations
+    belong, for error messages and non-finite warnings: a location (an int, see
+    :func:`errors.to_loc`; what the lowering sets), a Pos, or None.
     """
 
     def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS, check_finite: bool = True):
@@ -202,7 +207,7 @@ class Builder:
         self.check_finite = check_finite
         self.warnings: list[Warning_] = []
         self._warned: set = set()
-        self.pos: Pos | None = None
+        self.pos: int | Pos | None = None
         self._next = 0
         self._literals: dict = {}  # float -> its np.float64, for const()
 
@@ -329,12 +334,13 @@ class Builder:
     def note_nonfinite(self, op: str, value) -> None:
         """Record a warning that op, at the current position, produced nan or inf."""
         what = "nan" if np.isnan(value).any() else ("inf" if (value == np.inf).any() else "-inf")
-        key = (op, self.pos, what)
+        pos = to_pos(self.pos)
+        key = (op, pos, what)
         if key in self._warned:
             return
         self._warned.add(key)
-        where = f" at line {self.pos.line}, column {self.pos.col}" if self.pos else ""
-        self.warnings.append(Warning_(f"{op}{where} produced {what}", self.pos))
+        where = f" at line {pos.line}, column {pos.col}" if pos else ""
+        self.warnings.append(Warning_(f"{op}{where} produced {what}", pos))
 
     def tape(self, inputs: dict, names: dict, output: str | None, positions=None) -> Tape:
         return Tape(tuple(self.equations), dict(self.consts), dict(inputs), dict(names),

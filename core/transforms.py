@@ -84,7 +84,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
         if not prim.differentiable:
             continue
         if traced:
-            builder.pos = eq.pos  # for the equations the rules record, and for warnings
+            builder.pos = eq.loc  # for the equations the rules record, and for warnings
         # The rules' positional arguments (g, ans, *args) as one tuple, passed on as it is.
         if eager:  # _operands, inlined, and unrolled for one or two arguments
             ea = eq.args
@@ -179,7 +179,7 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
             ts = [get(a) for a in ea]
             if all(t is None for t in ts):
                 continue
-        builder.pos = eq.pos
+        builder.pos = eq.loc
         rest = _operands(builder, eq, eager)  # the rules' arguments after the tangent
         rules = None if prim.variadic else prim.jvp  # rules[i] is prim.jvp_rule(i), without a call
         params = eq.params

@@ -520,13 +520,14 @@ def test_tuple_as_a_value_is_an_error():
 
 
 def test_lowering_names_inputs_and_output():
+    from gradcalc.errors import to_pos
     from gradcalc.lower import trace
     tr = trace(parse("h = x*y; z = h^2"), {"x": 2.0, "y": 3.0})
     assert list(tr.tape.inputs) == ["x", "y"]
     assert list(tr.tape.names) == ["x", "y", "h", "z"]
     assert tr.tape.output == "z"
     assert tr.value("h") == 6.0 and tr.value("z") == 36.0
-    pos = tr.tape.positions
+    pos = {n: to_pos(loc) for n, loc in tr.tape.positions.items()}  # (the tape keeps locations)
     assert [(pos[n].line, pos[n].col) for n in ("x", "y", "h", "z")] == [(1, 5), (1, 7), (1, 1), (1, 10)]
 
 

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from gradcalc.errors import Pos, Source, SyntaxError_
+from gradcalc.errors import to_loc as At  # nodes keep their positions as locations
 from gradcalc.syntax import (ArrayLit, Assign, Binary, Bool, Call, ExprStmt, Index, InputDecl, Inputs, Keyword,
                              Name, Num, Slice, TupleLit, Unary, parse, parse_expression, tokenize)
 
@@ -152,13 +153,13 @@ def test_parse_expression_errors():
     assert str(_error("1 2", parse_expression)) == "prog.grad:1:3: expected end of value, found '2'"
     assert str(_error("\n\n", parse_expression)) == "prog.grad:3:1: expected an expression, found end of input"
     assert str(_error("x; y", parse_expression)) == "prog.grad:1:2: expected end of value, found ';'"
-    assert parse_expression("\n [1, 2]\n") == ArrayLit((Num(1.0, "1", Pos(2, 3)), Num(2.0, "2", Pos(2, 6))), Pos(2, 2))
+    assert parse_expression("\n [1, 2]\n") == ArrayLit((Num(1.0, "1", At(2, 3)), Num(2.0, "2", At(2, 6))), At(2, 2))
 
 
 def test_comments_blanks_and_the_end_of_the_text():
-    x = Name("x", Pos(1, 1))
+    x = Name("x", At(1, 1))
     for text in ["x", "x # a comment", "x   ", "x\t# c  ", "x # c\n", "x #"]:
-        assert parse(text).statements == (ExprStmt(x, Pos(1, 1)),), text
+        assert parse(text).statements == (ExprStmt(x, At(1, 1)),), text
     assert tokenize("x # abc")[-1] == ("eof", "", Pos(1, 8))
     assert tokenize("")[-1] == ("eof", "", Pos(1, 1))
     assert tokenize(" # c\n\t")[-1] == ("eof", "", Pos(2, 2))
@@ -168,34 +169,34 @@ def test_comments_blanks_and_the_end_of_the_text():
 def test_a_recurrence_parses_to_its_tree():
     text = "input x0 = 0.5\n" + "\n".join(f"x{i + 1} = sin(x{i})*1.01 + 0.1*x{i}" for i in range(3))
     program = parse(text)
-    assert program.statements[0] == Inputs((InputDecl("x0", None, Num(0.5, "0.5", Pos(1, 12)), Pos(1, 7)),), Pos(1, 1))
+    assert program.statements[0] == Inputs((InputDecl("x0", None, Num(0.5, "0.5", At(1, 12)), At(1, 7)),), At(1, 1))
     for i, stmt in enumerate(program.statements[1:]):
         line, w = i + 2, len(str(i))  # "x{i+1} = sin(x{i})*1.01 + 0.1*x{i}"
         c = len(f"x{i + 1} = ") + 1  # column of "sin"
-        sin = Call("sin", (Name(f"x{i}", Pos(line, c + 4)),), (), Pos(line, c))
-        times = Binary("*", sin, Num(1.01, "1.01", Pos(line, c + 7 + w)), Pos(line, c + 6 + w))
-        right = Binary("*", Num(0.1, "0.1", Pos(line, c + 14 + w)), Name(f"x{i}", Pos(line, c + 18 + w)),
-                       Pos(line, c + 17 + w))
-        assert stmt == Assign(f"x{i + 1}", Binary("+", times, right, Pos(line, c + 12 + w)), Pos(line, 1))
+        sin = Call("sin", (Name(f"x{i}", At(line, c + 4)),), (), At(line, c))
+        times = Binary("*", sin, Num(1.01, "1.01", At(line, c + 7 + w)), At(line, c + 6 + w))
+        right = Binary("*", Num(0.1, "0.1", At(line, c + 14 + w)), Name(f"x{i}", At(line, c + 18 + w)),
+                       At(line, c + 17 + w))
+        assert stmt == Assign(f"x{i + 1}", Binary("+", times, right, At(line, c + 12 + w)), At(line, 1))
 
 
 def test_every_construct_with_its_positions():
     text = "input a, W[2, 3] = ones((2, 3)), t = true\ny = W[0, ::-1] @ -a^2\nf(y, axis=0, keepdims=False) <= (1, 2,)"
     (inputs, assign, expr) = parse(text).statements
     assert inputs == Inputs((
-        InputDecl("a", None, None, Pos(1, 7)),
-        InputDecl("W", (2, 3), Call("ones", (TupleLit((Num(2.0, "2", Pos(1, 26)), Num(3.0, "3", Pos(1, 29))), Pos(1, 25)),),
-                                    (), Pos(1, 20)), Pos(1, 10)),
-        InputDecl("t", None, Bool(True, Pos(1, 38)), Pos(1, 34))), Pos(1, 1))
-    index = Index(Name("W", Pos(2, 5)), (Num(0.0, "0", Pos(2, 7)),
-                                         Slice(None, None, Unary("-", Num(1.0, "1", Pos(2, 13)), Pos(2, 12)), Pos(2, 10))),
-                  Pos(2, 6))
-    power = Unary("-", Binary("^", Name("a", Pos(2, 19)), Num(2.0, "2", Pos(2, 21)), Pos(2, 20)), Pos(2, 18))
-    assert assign == Assign("y", Binary("@", index, power, Pos(2, 16)), Pos(2, 1))
-    call = Call("f", (Name("y", Pos(3, 3)),), (Keyword("axis", Num(0.0, "0", Pos(3, 11)), Pos(3, 6)),
-                                               Keyword("keepdims", Bool(False, Pos(3, 23)), Pos(3, 14))), Pos(3, 1))
-    pair = TupleLit((Num(1.0, "1", Pos(3, 34)), Num(2.0, "2", Pos(3, 37))), Pos(3, 33))
-    assert expr == ExprStmt(Binary("<=", call, pair, Pos(3, 30)), Pos(3, 1))
+        InputDecl("a", None, None, At(1, 7)),
+        InputDecl("W", (2, 3), Call("ones", (TupleLit((Num(2.0, "2", At(1, 26)), Num(3.0, "3", At(1, 29))), At(1, 25)),),
+                                    (), At(1, 20)), At(1, 10)),
+        InputDecl("t", None, Bool(True, At(1, 38)), At(1, 34))), At(1, 1))
+    index = Index(Name("W", At(2, 5)), (Num(0.0, "0", At(2, 7)),
+                                         Slice(None, None, Unary("-", Num(1.0, "1", At(2, 13)), At(2, 12)), At(2, 10))),
+                  At(2, 6))
+    power = Unary("-", Binary("^", Name("a", At(2, 19)), Num(2.0, "2", At(2, 21)), At(2, 20)), At(2, 18))
+    assert assign == Assign("y", Binary("@", index, power, At(2, 16)), At(2, 1))
+    call = Call("f", (Name("y", At(3, 3)),), (Keyword("axis", Num(0.0, "0", At(3, 11)), At(3, 6)),
+                                               Keyword("keepdims", Bool(False, At(3, 23)), At(3, 14))), At(3, 1))
+    pair = TupleLit((Num(1.0, "1", At(3, 34)), Num(2.0, "2", At(3, 37))), At(3, 33))
+    assert expr == ExprStmt(Binary("<=", call, pair, At(3, 30)), At(3, 1))
 
 
 # -- random programs: every node's position points at its own text -----------------------------------
