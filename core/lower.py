@@ -328,24 +328,29 @@ def _walk_names(node):
             stack.extend(reversed(n.items))
 
 
-def _output_names(program: Program):
-    """The name each statement defines: assignments, and _, _2, ... for bare expressions."""
-    k = 0
+def _output_names(program: Program) -> list:
+    """The name each statement defines: assignments, and _, _2, ... for bare expressions
+    (None for input declarations)."""
+    names, k = [], 0
+    add = names.append
     for st in program.statements:
-        if isinstance(st, ExprStmt):
+        t = type(st)
+        if t is Assign:
+            add(st.name)
+        elif t is ExprStmt:
             k += 1
-            yield st, ("_" if k == 1 else f"_{k}")
-        elif isinstance(st, Assign):
-            yield st, st.name
+            add("_" if k == 1 else f"_{k}")
         else:
-            yield st, None
+            add(None)
+    return names
 
 
-_BOOLEANS = ("true", "false", "True", "False")
+_BOOLEANS = frozenset(("true", "false", "True", "False"))
 
 
-def find_inputs(program: Program) -> list[InputInfo]:
-    """Inputs in order: declared ones, then names read before they are assigned."""
+def find_inputs(program: Program, defines: list | None = None) -> list[InputInfo]:
+    """Inputs in order: declared ones, then names read before they are assigned.
+    ``defines``: the program's _output_names, if the caller has them."""
     declared: dict[str, InputInfo] = {}
     for st in program.statements:
         if isinstance(st, Inputs):
@@ -358,33 +363,36 @@ def find_inputs(program: Program) -> list[InputInfo]:
                     raise NameError_(f"'{d.name}' is a literal and cannot be an input", d.pos)
                 declared[d.name] = InputInfo(d.name, d.pos, d.shape, d.default, True)
     free: dict[str, InputInfo] = {}
-    assigned: dict[str, int] = {}  # name -> location of its assignment
-    reads = program.reads if len(program.reads) == len(program.statements) else None
-    for k, (st, name) in enumerate(_output_names(program)):
-        if isinstance(st, Inputs):
+    # Every name met so far: an input (its InputInfo) or an assigned name (its location).
+    seen: dict = dict(declared)
+    statements = program.statements
+    reads = program.reads if len(program.reads) == len(statements) else None
+    if defines is None:
+        defines = _output_names(program)
+    for k, name in enumerate(defines):
+        st = statements[k]
+        if type(st) is Inputs:
             continue
         for n in (reads[k] if reads is not None else _walk_names(st.value)):  # the same names
             nid = n.id
-            if nid in declared or nid in assigned or nid in free:
-                continue
-            if nid in CONSTANTS:
+            if nid in seen or nid in CONSTANTS:
                 continue
             if nid in FUNCTIONS:
                 raise NameError_(f"'{nid}' is a function; call it as {nid}(...)", n.pos)
-            free[nid] = InputInfo(nid, n.pos, None, None, False)
+            seen[nid] = free[nid] = InputInfo(nid, n.pos, None, None, False)
         if name is not None:
-            where = declared.get(name) or free.get(name)
-            if where is not None:
+            where = seen.get(name)
+            if where.__class__ is InputInfo:
                 raise NameError_(f"cannot assign to '{name}': it is an input (line {where.pos.line})",
                                  st.pos, hint="names are assigned once; pick a new name")
-            if name in assigned:
-                raise NameError_(f"'{name}' is already assigned at line {to_pos(assigned[name]).line}",
+            if where is not None:
+                raise NameError_(f"'{name}' is already assigned at line {to_pos(where).line}",
                                  st.pos, hint="names are assigned once; pick a new name")
             if name in FUNCTIONS:
                 raise NameError_(f"cannot assign to '{name}': it is a built-in function", st.pos)
             if name in _BOOLEANS:
                 raise NameError_(f"cannot assign to '{name}': it is a literal", st.pos)
-            assigned[name] = st.loc
+            seen[name] = st.loc
     return [*declared.values(), *free.values()]
 
 
@@ -431,14 +439,16 @@ class _Lowering:
         return t
 
     # -- statements -----------------------------------------------------------
-    def statements(self, program: Program):
+    def statements(self, program: Program, defines: list):
+        """Trace every statement; ``defines`` are the names they define (_output_names)."""
         names, positions, last = {}, {}, None
-        for st, name in _output_names(program):
-            if isinstance(st, Inputs):
+        env, expr = self.env, self.expr
+        for st, name in zip(program.statements, defines):
+            if name is None:  # input declarations
                 last = st.decls[-1].name
                 continue
-            value = self.expr(st.value)
-            self.env[name] = value
+            value = expr(st.value)
+            env[name] = value
             names[name] = value.var
             positions[name] = st.loc
             last = name
@@ -695,7 +705,8 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
     try:
         if not program.statements:
             raise SyntaxError_("empty program", Pos(1, 1), hint="write an expression, e.g. sin(x)*y")
-        inputs = find_inputs(program)
+        defines = _output_names(program)
+        inputs = find_inputs(program, defines)
         known = {i.name: i for i in inputs}
         for name in at:
             if name not in known:
@@ -710,7 +721,7 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
                 value = _input_value(info, at, sample, max_elements, known)
                 env[info.name] = b.input(value)
             input_vars = {i.name: env[i.name].var for i in inputs}
-            names, positions, last = _Lowering(b, env).statements(program)
+            names, positions, last = _Lowering(b, env).statements(program, defines)
         names = {**input_vars, **names}
         positions = {**{i.name: to_loc(*i.pos) for i in inputs}, **positions}
         tape = b.tape(input_vars, names, last, positions)
