@@ -856,6 +856,26 @@ def test_safe_mul_div_follow_the_element_rule(op, big_shape, small_shape):
             np.testing.assert_array_equal(np.signbit(got), np.signbit(_safe_reference(op, a, b)))
 
 
+@pytest.mark.parametrize("op", ["mul", "div"])
+@pytest.mark.parametrize("shape,spread", [((40, 8), ()), ((40, 8), (8,)), ((40, 8), (40, 1)), ((8,), ())])
+def test_safe_mul_div_on_broadcast_operands(op, shape, spread):
+    # A broadcast operand (after a sum, the cotangent is one number spread over the summed
+    # shape) counts by its distinct values: one finite nonzero number spread over the other
+    # operand takes the shortcut; zeros, infinities and nans in it must not.
+    impl = {"mul": P._safe_mul, "div": P._safe_div}[op]
+    rng = np.random.default_rng(zlib.crc32(repr((op, shape, spread)).encode()))
+    for trial in range(40):
+        small = rng.choice(_SPECIAL, size=spread) if trial % 2 else rng.uniform(0.5, 2, spread)
+        spread_out = np.broadcast_to(small, shape)
+        other = rng.choice(_SPECIAL, size=shape) if trial % 4 >= 2 else rng.uniform(-3, 3, shape)
+        for a, b in ((spread_out, other), (other, spread_out)):
+            with np.errstate(all="ignore"):
+                got = impl(a, b)
+            want = _safe_reference(op, a, b)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
 def test_batched_pass_runs_only_what_its_outputs_need():
     # The tangent of a Hessian's forward output is recorded but read by nobody.
     from gradcalc.transforms import needed
