@@ -286,8 +286,8 @@ class Builder:
             if n == 2 and prim.plain is not None and not params:
                 # A broadcasting primitive (add, mul...): the general branch below, unrolled.
                 x, y = values[ids[0]], values[ids[1]]
-                if x.shape == y.shape:
-                    value = prim.plain(x, y)  # equal shapes: nothing to align
+                if x.__class__ is y.__class__ is _F64_SCALAR or x.shape == y.shape:
+                    value = prim.plain(x, y)  # equal shapes (two scalars): nothing to align
                 else:
                     params = prim.normalize([x.shape, y.shape], self, **params)
                     value = prim.impl(x, y, **params)
@@ -305,7 +305,8 @@ class Builder:
             raise ValueError_(f"'{prim.name}': {str(err).lower()}", self.pos) from None
         except (ValueError, IndexError) as err:
             raise ShapeError(f"'{prim.name}': {err}", self.pos) from None
-        if type(value) is _F64_SCALAR:
+        scalar = value.__class__ is _F64_SCALAR
+        if scalar:
             shape = ()  # the usual case on a scalar program: nothing to convert or check
         else:
             if value.__class__ is not np.ndarray:
@@ -322,8 +323,7 @@ class Builder:
         values[var] = value
         self.shapes[var] = shape
         self.equations.append(_new_equation(Equation, (var, prim, ids, params or _NO_PARAMS, self.pos)))
-        if self.check_finite and not (math.isfinite(value) if type(value) is _F64_SCALAR
-                                      else all_finite(value)):
+        if self.check_finite and not (math.isfinite(value) if scalar else all_finite(value)):
             self._note_nonfinite(prim, args, value)
         return Tracer(self, var)
 
