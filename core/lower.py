@@ -429,13 +429,17 @@ class _Lowering:
         self.env = env
         self.constants_only = constants_only
         self.numbers: dict[float, Tracer] = {}  # the program's number literals, one constant each
+        self.literal_vars: set[int] = set()  # their variables
 
     def number(self, value: float) -> Tracer:
         """The constant of a number literal: equal literals are one constant on the tape (as
-        JAX's literals are one value), which saves a variable for every `2` of a long program."""
+        JAX's literals are one value), which saves a variable for every `2` of a long program.
+        A statement whose value is a literal (`a = 2`) gets a constant of its own: derivatives
+        with respect to `a` must not collect every other 2 of the program."""
         t = self.numbers.get(value)
         if t is None:
             t = self.numbers[value] = self.b.const(value)
+            self.literal_vars.add(t.var)
         return t
 
     # -- statements -----------------------------------------------------------
@@ -448,6 +452,8 @@ class _Lowering:
                 last = st.decls[-1].name
                 continue
             value = expr(st.value)
+            if value.var in self.literal_vars:  # `a = 2`: a name of its own, not every 2's constant
+                value = self.b.const(self.b.values[value.var])
             env[name] = value
             names[name] = value.var
             positions[name] = st.loc

@@ -240,6 +240,17 @@ def test_graph_json_equal_literals_are_one_constant():
     assert [n["value"] for n in nodes if n.get("name") == "y"] == [24.0]
 
 
+def test_a_name_bound_to_a_literal_is_its_own_value():
+    # Equal literals share a constant, but `a = 2` names a value of its own: dy/da = x = 3 and
+    # dy/db = 1 for y = a*x + b, not the sum over every 2 of the program.
+    doc = ok_json("grad", "a = 2; b = 2; y = a*x + b", "--at", "x=3", "--wrt", "a", "--wrt", "b")
+    assert doc["gradient"] == {"a": 3.0, "b": 1.0}
+    doc = ok_json("grad", "a = 2; y = 2*x + 2", "--at", "x=3", "--wrt", "a", "--wrt", "x")
+    assert doc["gradient"] == {"a": 0.0, "x": 2.0} and doc["unconnected"] == ["a"]
+    doc = ok_json("jacobian", "a = +2\n2\ny = a*x", "--at", "x=3", "--of", "y", "--wrt", "a", "--wrt", "_")
+    assert doc["jacobian"] == {"y": {"a": 3.0, "_": 0.0}}
+
+
 # ==========================================================================
 # --unconnected, --wrt intermediate values, --of, eval --all
 # ==========================================================================
