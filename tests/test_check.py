@@ -95,6 +95,15 @@ def test_directions_on_a_large_input():
     assert r.results[0].extra["dot_product_abs_err"] < 1e-12
 
 
+@pytest.mark.parametrize("method", ["central", "complex"])
+def test_directions_on_an_empty_input(method):
+    # No direction to take: nothing can be wrong (as the full check of an empty Jacobian),
+    # where it used to be an internal error (the step of an empty input had no maximum).
+    r = gradcalc.check("input x[0]\ny = sum(x)", points=1, directions=2, method=method)
+    assert r.ok and [(x.point, x.max_abs_err, x.worst_index) for x in r.results] == [(1, 0.0, [])]
+    assert r.results[0].extra == {"dot_product_abs_err": 0.0}
+
+
 def test_taylor_order_is_two():
     r = gradcalc.check(SMOOTH, at=POINT, taylor=True)
     for x in r.results:
