@@ -546,9 +546,8 @@ def _clean(d, sp):
 
 
 def _number(e, point: dict, sp) -> float:
-    v = e.xreplace(point)
-    try:
-        v = v.evalf()
+    try:  # (substituting evaluates too: Max(0, sqrt(-1)) fails as soon as it is built)
+        v = e.xreplace(point).evalf()
     except (TypeError, ValueError, ZeroDivisionError):
         return math.nan
     if v is sp.zoo or v is sp.oo:

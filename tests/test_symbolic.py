@@ -43,6 +43,15 @@ def test_scalar_product_texts_and_values():
     assert g["x"]["simplified"] and g["x"]["note"] is None
 
 
+@pytest.mark.parametrize("src", ["maximum(sqrt(x), 0)", "s0 = clip(sqrt(x), 0.0, 0.5); s1 = log(s0)"])
+def test_closed_form_outside_the_real_domain_is_nan(src):
+    # At x = -1, sqrt(x) is imaginary in sympy and nan in NumPy; Max of an imaginary number
+    # cannot even be built, which used to escape as an internal error.
+    tr = traced(src, x=-1.0)
+    g = S.symbolic_gradient(tr, tr.tape.output, ["x"])
+    assert "sqrt(x)" in g["x"]["text"] and math.isnan(g["x"]["value"])
+
+
 def test_vector_sum_of_squares():
     g = S.symbolic_gradient(traced("input x[2]; sum(x^2)", x=[1.5, -2.0]), "_", ["x"])["x"]
     assert g["text"] == "[2*x[0], 2*x[1]]"
