@@ -279,7 +279,7 @@ def _reduce(x, axes, keepdims, combine):
     nd, k = x.ndim, len(axes)
     pos = [a + nd for a in axes]
     moved = np.moveaxis(x, pos, list(range(nd - k, nd)))
-    flat = moved.reshape(moved.shape[:nd - k] + (-1,))
+    flat = moved.reshape(moved.shape[:nd - k] + (math.prod(moved.shape[nd - k:]),))  # (not -1: size 0)
     out = np.empty(flat.shape[:-1], dtype=object)
     for idx in np.ndindex(*out.shape):
         out[idx] = combine(list(flat[idx]))

@@ -52,6 +52,13 @@ def test_closed_form_outside_the_real_domain_is_nan(src):
     assert "sqrt(x)" in g["x"]["text"] and math.isnan(g["x"]["value"])
 
 
+def test_reduction_of_an_empty_matrix():
+    # mean over axis 0 of a 2×0 matrix: an empty vector (its reshape used to fail on size 0).
+    g = S.symbolic_gradient(traced("y = sum(mean(x, axis=0)) + z", x=np.zeros((2, 0)), z=1.0), "y", ["x", "z"])
+    assert g["x"]["value"].shape == (2, 0) and g["x"]["text"] == "[[], []]"
+    assert g["z"]["text"] == "1" and g["z"]["value"] == 1.0
+
+
 def test_vector_sum_of_squares():
     g = S.symbolic_gradient(traced("input x[2]; sum(x^2)", x=[1.5, -2.0]), "_", ["x"])["x"]
     assert g["text"] == "[2*x[0], 2*x[1]]"
