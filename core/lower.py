@@ -432,10 +432,10 @@ class _Lowering:
         self.literal_vars: set[int] = set()  # their variables
 
     def number(self, value: float) -> Tracer:
-        """The constant of a number literal: equal literals are one constant on the tape (as
-        JAX's literals are one value), which saves a variable for every `2` of a long program.
-        A statement whose value is a literal (`a = 2`) gets a constant of its own: derivatives
-        with respect to `a` must not collect every other 2 of the program."""
+        """The constant of a number literal: equal literals are one constant on the tape, which
+        saves a variable for every `2` of a long program.  A statement whose value is a literal
+        (`a = 2`) gets a constant of its own: derivatives with respect to `a` must not collect
+        every other 2 of the program."""
         t = self.numbers.get(value)
         if t is None:
             t = self.numbers[value] = self.b.const(value)
