@@ -209,7 +209,6 @@ class Builder:
         self._warned: set = set()
         self.pos: int | Pos | None = None
         self._next = 0
-        self._literals: dict = {}  # float -> its np.float64, for const()
 
     # -- variables ------------------------------------------------------------
     def _new(self, value) -> Tracer:
@@ -230,16 +229,8 @@ class Builder:
         return self._new(_scalar_or_array(value))
 
     def const(self, value) -> Tracer:
-        if type(value) is float:  # a number of the program: the np.float64 _scalar_or_array makes
-            if value:  # equal nonzero literals share one np.float64 (zeros keep their sign)
-                shared = self._literals.get(value)
-                if shared is None:
-                    shared = self._literals[value] = _F64_SCALAR(value)
-                value = shared
-            else:
-                value = _F64_SCALAR(value)
-        else:
-            value = _scalar_or_array(value)
+        # (a float, as a rule's constant: the np.float64 _scalar_or_array would make, directly)
+        value = _F64_SCALAR(value) if type(value) is float else _scalar_or_array(value)
         t = self._new(value)
         self.consts[t.var] = value
         return t
