@@ -12,7 +12,10 @@ Each :class:`Primitive` has
   stop_gradient), ``zero_derivative``, ``linear``, ``analytic`` (evaluates on
   complex input, for complex-step differences), ``kink(ans, *args, **params)``
   (the signed distance of the arguments from where the function is not
-  differentiable, so that ``check`` can flag points near a kink).
+  differentiable, so that ``check`` can flag points near a kink),
+  ``keeps_finite`` (real finite arguments always give a finite value: tanh, sin;
+  the tracer then skips its look for nan and inf, which could only find what
+  an operand already had).
 
 Rules are traced like any program: they call primitives on tracers, so a
 derivative pass is itself a tape and can be differentiated again.  The engine
@@ -41,11 +44,11 @@ class Primitive:
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "zero_derivative",
                  "linear", "analytic", "kink", "variadic", "internal", "doc", "trivial_params",
-                 "plain")
+                 "plain", "keeps_finite")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
                  zero_derivative=False, linear=False, analytic=True, kink=None, variadic=False,
-                 internal=False, doc=""):
+                 internal=False, keeps_finite=False, doc=""):
         self.name = name
         self.impl = impl
         self.vjp = vjp
@@ -60,6 +63,7 @@ class Primitive:
         self.kink = kink
         self.variadic = variadic
         self.internal = internal
+        self.keeps_finite = keeps_finite
         self.doc = doc
 
     def vjp_rule(self, i: int) -> Callable | None:
@@ -253,7 +257,7 @@ def _zero_rule(g, ans, *args, **_):
 
 def _zero_derivative(name, fn, kink, doc=""):
     return _def(name, fn, (_zero_rule,), (_zero_rule,), zero_derivative=True, analytic=False,
-                kink=kink, doc=doc)
+                kink=kink, keeps_finite=True, doc=doc)
 
 
 def _sigmoid(x):
@@ -267,13 +271,14 @@ def _softplus(x):
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
-neg = _def("neg", np.negative, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),), linear=True)
+neg = _def("neg", np.negative, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),), linear=True,
+           keeps_finite=True)
 stop_gradient = _def("stop_gradient", lambda x: x.real.copy() if np.iscomplexobj(x) else x,
                      differentiable=False,
                      doc="the value of x with zero derivative")
 zeros_like = _def("zeros_like", np.zeros_like, differentiable=False, internal=True)
 
-abs_ = _unary("abs", np.abs, lambda ans, x: sign(x), analytic=False, kink=_at_zero)
+abs_ = _unary("abs", np.abs, lambda ans, x: sign(x), analytic=False, kink=_at_zero, keeps_finite=True)
 sqrt = _unary("sqrt", np.sqrt, lambda ans, x: 0.5 / ans)
 cbrt = _unary("cbrt", np.cbrt, lambda ans, x: 1 / (3 * ans * ans), analytic=False)
 exp = _unary("exp", np.exp, lambda ans, x: ans)
@@ -283,21 +288,21 @@ log = _unary("log", np.log, lambda ans, x: 1 / x)
 log1p = _unary("log1p", np.log1p, lambda ans, x: 1 / (1 + x))
 log2 = _unary("log2", np.log2, lambda ans, x: 1 / (x * _LN2))
 log10 = _unary("log10", np.log10, lambda ans, x: 1 / (x * _LN10))
-sin = _unary("sin", np.sin, lambda ans, x: cos(x))
-cos = _unary("cos", np.cos, lambda ans, x: -sin(x))
+sin = _unary("sin", np.sin, lambda ans, x: cos(x), keeps_finite=True)
+cos = _unary("cos", np.cos, lambda ans, x: -sin(x), keeps_finite=True)
 tan = _unary("tan", np.tan, lambda ans, x: 1 + ans * ans)
 asin = _unary("asin", np.arcsin, lambda ans, x: 1 / sqrt(1 - x * x))
 acos = _unary("acos", np.arccos, lambda ans, x: -1 / sqrt(1 - x * x))
-atan = _unary("atan", np.arctan, lambda ans, x: 1 / (1 + x * x))
+atan = _unary("atan", np.arctan, lambda ans, x: 1 / (1 + x * x), keeps_finite=True)
 sinh = _unary("sinh", np.sinh, lambda ans, x: cosh(x))
 cosh = _unary("cosh", np.cosh, lambda ans, x: sinh(x))
-tanh = _unary("tanh", np.tanh, lambda ans, x: 1 - ans * ans)
+tanh = _unary("tanh", np.tanh, lambda ans, x: 1 - ans * ans, keeps_finite=True)
 asinh = _unary("asinh", np.arcsinh, lambda ans, x: 1 / sqrt(x * x + 1))
 acosh = _unary("acosh", np.arccosh, lambda ans, x: 1 / (sqrt(x - 1) * sqrt(x + 1)))
 atanh = _unary("atanh", np.arctanh, lambda ans, x: 1 / (1 - x * x))
-sigmoid = _unary("sigmoid", _sigmoid, lambda ans, x: ans * (1 - ans), analytic=False)
+sigmoid = _unary("sigmoid", _sigmoid, lambda ans, x: ans * (1 - ans), analytic=False, keeps_finite=True)
 relu = _unary("relu", lambda x: np.maximum(x, 0.0), lambda ans, x: gt(x, 0.0), analytic=False,
-              kink=_at_zero)
+              kink=_at_zero, keeps_finite=True)
 softplus = _unary("softplus", _softplus, lambda ans, x: sigmoid(x), analytic=False)
 
 sign = _zero_derivative("sign", np.sign, kink=_at_zero)
@@ -347,15 +352,16 @@ def _zero_nans(r, g, d, zero_operand):
     """r with 0 for each nan that a zero operand met (``zero_operand(g, d)``); the rest as is.
 
     Such a nan needs a zero, inf or nan on the other side (0 * inf, 0 / 0, 0 / nan).  In a
-    batched pass one operand is often a small unbatched factor: when it is finite and has no
-    zeros, no operand is zero where the other is, so r needs no look (a pass over the small
-    operand, not over r).
+    batched pass one operand is often a small unbatched factor, and a broadcast view repeats
+    few values: when those are finite and have no zeros, no operand is zero where the other
+    is, so r needs no look (a pass over the few values, not over r).
     """
     if r.__class__ is np.float64:  # scalars
         return _ZERO if r != r and zero_operand(g, d) else r
     if r.dtype.kind != "f":
         return r
-    small = g if g.size < d.size else d
+    gv, dv = _repeated(g), _repeated(d)
+    small = gv if gv.size < dv.size else dv
     if small.size * 4 <= r.size and _finite_nonzero(small):
         return r
     if not all_finite(r):
@@ -364,6 +370,16 @@ def _zero_nans(r, g, d, zero_operand):
 
 
 _ZERO = np.float64(0.0)
+
+
+def _repeated(x):
+    """The values a broadcast view repeats (its axes of stride 0 cut to length 1), or x.
+    The cotangent of a sum is its seed broadcast to the summed shape: one value to look
+    at, not a million."""
+    strides = x.strides
+    if 0 in strides and x.size:
+        return x[tuple([slice(0, 1) if s == 0 else slice(None) for s in strides])]
+    return x
 
 
 def _finite_nonzero(x) -> bool:

@@ -314,7 +314,10 @@ class Builder:
         values[var] = value
         self.shapes[var] = shape
         self.equations.append(_new_equation(Equation, (var, prim, ids, params or _NO_PARAMS, self.pos)))
-        if self.check_finite and not (math.isfinite(value) if scalar else all_finite(value)):
+        # A look for nan and inf, unless prim keeps finite real values finite: then any it
+        # could find came with an operand, and only the first to produce one is noted.
+        if self.check_finite and not (
+                math.isfinite(value) if scalar else (prim.keeps_finite and dtype is _F64) or all_finite(value)):
             self._note_nonfinite(prim, args, value)
         return Tracer(self, var)
 

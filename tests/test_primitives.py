@@ -876,6 +876,32 @@ def test_safe_mul_div_on_broadcast_operands(op, shape, spread):
             np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
+def test_primitives_that_keep_finite_values_finite_do():
+    # The tracer skips its nan/inf look after these, so the fact must hold on every finite
+    # float64, the extremes of the range included.
+    kept = sorted(name for name, prim in REGISTRY.items() if prim.keeps_finite)
+    assert {"tanh", "sin", "cos", "sigmoid", "neg", "abs"} <= set(kept)
+    tiny = np.finfo(np.float64).tiny
+    big = np.finfo(np.float64).max
+    edges = np.array([0.0, -0.0, tiny, -tiny, 5e-324, 1.0, -1.0, 710.0, -745.0, 1e300, big, -big])
+    x = np.concatenate([edges, np.random.default_rng(7).standard_normal(1000) * 10.0 ** np.arange(-5, 5).repeat(100)])
+    for name in kept:
+        prim = REGISTRY[name]
+        with np.errstate(all="ignore"):
+            assert np.isfinite(prim.impl(x)).all(), name
+
+
+@pytest.mark.parametrize("src, at, warned", [
+    ("tanh(log(x))", {"x": -1.0}, "'log'"),
+    ("sum(sin(exp(x)))", {"x": np.array([1.0, 1000.0])}, "'exp'"),
+    ("y = sigmoid(0 * exp(x))", {"x": np.array([1.0, 1000.0])}, "'exp'"),
+])
+def test_only_the_first_operation_to_produce_nan_or_inf_is_warned(src, at, warned):
+    tr = lower.trace(gradcalc.parse(src), at)
+    assert [w.message.split(" at ")[0] for w in tr.warnings][:1] == [warned]
+    assert all(not w.message.startswith(("'tanh'", "'sin'", "'sigmoid'")) for w in tr.warnings)
+
+
 def test_batched_pass_runs_only_what_its_outputs_need():
     # The tangent of a Hessian's forward output is recorded but read by nobody.
     from gradcalc.transforms import needed
