@@ -334,6 +334,10 @@ def _rules():
     def pow_const(x, p, **_):
         return _elementwise(lambda a: a ** _const(p), 1)(x)
 
+    def extremum(fn):
+        # NumPy's maximum and max propagate nan; SymPy's Max refuses to compare with it
+        return lambda *items: sp.nan if any(e is sp.nan for e in items) else fn(*items)
+
     def reduction(combine):
         return lambda x, axes, keepdims, xshape, **_: _reduce(x, axes, keepdims, combine)
 
@@ -376,8 +380,8 @@ def _rules():
         "neg": _elementwise(lambda a: -a, 1),
         "pow": _elementwise(lambda a, b: a ** b, 2),
         "pow_const": pow_const,
-        "maximum": _elementwise(sp.Max, 2),
-        "minimum": _elementwise(sp.Min, 2),
+        "maximum": _elementwise(extremum(sp.Max), 2),
+        "minimum": _elementwise(extremum(sp.Min), 2),
         "atan2": _elementwise(sp.atan2, 2),
         "hypot": _elementwise(lambda a, b: sp.sqrt(a ** 2 + b ** 2), 2),
         "where": _elementwise(lambda c, a, b: sp.Piecewise((a, _truth(c)), (b, True)), 3),
@@ -390,8 +394,8 @@ def _rules():
         "zeros_like": lambda x, **_: np.full(x.shape, sp.S.Zero, dtype=object),
         "sum": reduction(lambda items: sp.Add(*items)),
         "prod": reduction(lambda items: sp.Mul(*items)),
-        "max": reduction(lambda items: sp.Max(*items)),
-        "min": reduction(lambda items: sp.Min(*items)),
+        "max": reduction(lambda items: extremum(sp.Max)(*items)),
+        "min": reduction(lambda items: extremum(sp.Min)(*items)),
         "logsumexp": reduction(logsumexp),
         "norm": reduction(norm),
         "softmax": softmax,
