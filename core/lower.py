@@ -156,8 +156,10 @@ def _trace(x):
 
 @_builtin("diag", static=("k",))
 def _diag(x, k=0):
+    if isinstance(k, bool) or not isinstance(k, int):  # as NumPy: no float diagonal offsets
+        raise ShapeError(f"k must be an integer, not {k!r}")
     if x.ndim == 1:
-        n = x.shape[0] + abs(int(k))
+        n = x.shape[0] + abs(k)
         return P.diag_embed(x, k=k, shape=(n, n))
     if x.ndim != 2:
         raise ShapeError(f"diag needs a vector or a matrix, got shape {x.shape}")
@@ -256,12 +258,15 @@ def _eye(builder, n, m=None):
 def _arange(builder, start, stop=None, step=1):
     if stop is None:
         start, stop = 0, start
-    for v in (start, stop, step):
-        _number_arg(v)
+    for what, v in (("start", start), ("stop", stop), ("step", step)):
+        if not math.isfinite(_number_arg(v)):  # (NumPy fails on them when it sizes the result)
+            raise ValueError_(f"arange: {what} must be finite, not {v}")
     if step == 0:
         raise ValueError_("arange: step must not be zero")
     size = max(0, math.ceil((stop - start) / step))
     builder.check_size((size,))
+    if size == 0:  # (NumPy refuses even an empty range between numbers as large as 1e300)
+        return builder.const(np.zeros(0))
     return builder.const(np.arange(start, stop, step, dtype=np.float64))
 
 
@@ -617,7 +622,9 @@ class _Lowering:
             raise ShapeError(f"{func}(): '{pname}' must be a number, got an array of shape {v.shape}",
                              _pos(node))
         v = float(v)
-        return int(v) if v.is_integer() else v
+        # an int where it is exact (counts), else the float: 1e300 as a 301-digit int would
+        # reach NumPy as an object
+        return int(v) if v.is_integer() and abs(v) <= 2 ** 53 else v
 
     def static_arg(self, func, pname, node):
         try:

@@ -862,7 +862,10 @@ concat = _def("concat", _concat, _concat_vjp, _concat_jvp, _concat_params, varia
 
 def _transpose_params(shapes, builder, axes=None):
     nd = len(shapes[0])
-    perm = tuple(range(nd))[::-1] if axes is None else tuple(axes)
+    if axes is None:
+        perm = tuple(range(nd))[::-1]
+    else:
+        perm = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)  # one axis, as NumPy takes it
     if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not -nd <= p < nd
            for p in perm) or sorted(p % nd for p in perm) != list(range(nd)):
         raise ShapeError(f"axes {perm} are not a permutation of the {nd} axes")

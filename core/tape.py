@@ -253,13 +253,13 @@ class Builder:
         for d in shape:
             size *= max(int(d), 1)
         if size > self.max_elements:
-            dims = tuple(int(d) for d in shape)
+            dims = "(" + ", ".join(map(_count, shape)) + ("," if len(shape) == 1 else "") + ")"
             if what:
-                message = f"{what} would have {size} elements"
-            elif 0 in dims:  # empty, but its nested-list form alone would be that large
-                message = f"array of shape {dims} spans {size} elements"
+                message = f"{what} would have {_count(size)} elements"
+            elif 0 in shape:  # empty, but its nested-list form alone would be that large
+                message = f"array of shape {dims} spans {_count(size)} elements"
             else:
-                message = f"array of shape {dims} has {size} elements"
+                message = f"array of shape {dims} has {_count(size)} elements"
             raise LimitError(f"{message}, more than --max-elements={self.max_elements}", self.pos)
 
     # -- recording ------------------------------------------------------------
@@ -339,6 +339,12 @@ class Builder:
     def tape(self, inputs: dict, names: dict, output: str | None, positions=None) -> Tape:
         return Tape(tuple(self.equations), dict(self.consts), dict(inputs), dict(names),
                     dict(self.shapes), output, dict(positions or {}))
+
+
+def _count(n) -> str:
+    """A size or dimension for a message: exact, or to 3 digits past 15 of them (arange(-1e300, 1))."""
+    n = int(n)
+    return str(n) if n < 10 ** 15 else f"{float(n):.3g}"
 
 
 #: Elements of a batched value from which a pass keeps freed memory (see :mod:`.alloc`).

@@ -400,12 +400,46 @@ INDEX_AXIS = [
     (["ones((2, -3))"], "error: <expr>:1:1: ones(): negative dimension in shape (2, -3)"),
     (["ones(2.5)"], "error: <expr>:1:1: ones(): a shape holds integers, got 2.5"),
     (["zeros(1e12)"], "error: <expr>:1:1: zeros(): a shape holds integers, got 1000000000000.0"),
+    # nan and inf where NumPy needs a count (these were internal errors)
+    (["arange(nan, 3)"], "error: <expr>:1:1: arange: start must be finite, not nan"),
+    (["arange(inf)"], "error: <expr>:1:1: arange: stop must be finite, not inf"),
+    (["arange(0, 3, -inf)"], "error: <expr>:1:1: arange: step must be finite, not -inf"),
+    (["diag(v, inf)", "--at", "v=[1,2]"], "error: <expr>:1:1: diag(): k must be an integer, not inf"),
+    (["diag(M, nan)", "--at", "M=ones((2,2))"], "error: <expr>:1:1: diag(): k must be an integer, not nan"),
+    (["diag(M, k=1.5)", "--at", "M=ones((2,2))"], "error: <expr>:1:1: diag(): k must be an integer, not 1.5"),
+    (["diag(M, (0, 1))", "--at", "M=ones((2,2))"], "error: <expr>:1:1: diag(): k must be an integer, not (0, 1)"),
+    # a size past 15 digits is written to 3 (it was every one of 301 digits)
+    (["arange(-1e300, 1)"],
+     "error: <expr>:1:1: arange(): array of shape (1e+300,) has 1e+300 elements, more than --max-elements=100000000"),
+    # one axis for transpose, as NumPy takes it (a scalar was an internal error)
+    (["transpose(x, 0)", "--at", "x=ones((2,3))"],
+     "error: <expr>:1:1: transpose(): axes (0,) are not a permutation of the 2 axes"),
+    (["transpose(x, nan)", "--at", "x=ones((2,3))"],
+     "error: <expr>:1:1: transpose(): axes (nan,) are not a permutation of the 2 axes"),
 ]
 
 
 @pytest.mark.parametrize("args, first", INDEX_AXIS, ids=[a[0][0][:30] for a in INDEX_AXIS])
 def test_index_axis_reshape_ragged_reassignment(args, first):
     expect_error(["eval", *args], first)
+
+
+@pytest.mark.parametrize("src, want", [
+    ("arange(1e300, 1)", []),  # NumPy itself refuses this empty range ("Maximum allowed size exceeded")
+    ("arange(0, -1e300)", []),
+    ("linspace(0, 1e300, 3)", [0.0, 5e299, 1e300]),  # 1e300 used to reach NumPy as a 301-digit int
+    ("linspace(-1e300, 1e300, 3)", [-1e300, 0.0, 1e300]),
+    ("arange(0, 1e300, 2.5e299)", [0.0, 2.5e299, 5e299, 7.5e299]),
+])
+def test_constructors_with_huge_bounds(src, want):
+    assert gradcalc.evaluate(src)["_"].tolist() == want
+
+
+def test_transpose_of_a_vector_takes_one_axis():
+    # NumPy: np.transpose(v, 0) and np.transpose(v, -1) are v itself
+    for axes in ("0", "-1", "axes=0"):
+        r = run("eval", f"transpose(v, {axes})", "--at", "v=[1,2,3]", "-f", "plain")
+        assert r.exit_code == 0 and r.stdout.split() == ["1", "2", "3"], r.stderr
 
 
 @pytest.mark.parametrize("axes", ["(0, 5)", "(5, 0)", "(0, -3)"])
@@ -421,6 +455,42 @@ def test_non_literal_index_is_a_user_error(src):
     assert re.fullmatch(r"error: <expr>:1:\d+: (index|slice bound) must be an integer literal", first_line(r))
     with pytest.raises(GradcalcError):
         gradcalc.evaluate(src, at={"x": [1.0, 2.0], "y": 0.0} if "y" in src else {"x": [1.0, 2.0]})
+
+
+def test_no_builtin_fails_internally_on_special_arguments():
+    # Every builtin, with one or two arguments drawn from special values (nan, inf and 1e300 where
+    # a count, an axis or a shape is expected; empty tuples and lists; a scalar, a vector and
+    # a matrix input), and with a nan axis: a result or a GradcalcError, never another
+    # exception.  Sweeps like this found arange(nan, x), transpose(x, 0) and --symbolic's
+    # maximum(x, nan) escaping as internal errors.
+    import itertools
+
+    from gradcalc.lower import FUNCTIONS
+    pool = ["nan", "inf", "1e300", "0", "0.5", "x", "v", "M", "()", "[]"]
+    at = {"x": 1.0, "v": np.array([1.0, -2.0, 0.0]), "M": np.array([[1.0, 2.0], [3.0, 4.0]])}
+    escaped = []
+    for name in sorted(FUNCTIONS):
+        for k in (1, 2):
+            for args in itertools.product(pool, repeat=k):
+                for extra in ((), ("axis=nan",)):
+                    src = f"{name}({', '.join(args + extra)})"
+                    point = {a: at[a] for a in args if a in at}  # (a name not in the program is an error)
+                    if not point:
+                        continue
+                    try:
+                        gradcalc.grad(src, at=point, sum=True)
+                    except GradcalcError:
+                        pass
+                    except Exception as err:  # noqa: BLE001 - any other exception is the failure
+                        escaped.append(f"{src}: {type(err).__name__}: {err}")
+    assert not escaped, escaped[:10]
+
+
+@pytest.mark.parametrize("src", ["maximum(x, nan)", "min([x, nan])", "clip(x, nan, inf)"])
+def test_symbolic_forms_with_nan_constants_are_not_internal_errors(src):
+    r = run("grad", src, "--at", "x=1", "--symbolic", "-f", "json")
+    assert r.exit_code == 0, (r.stderr, r.exception)
+    clean(r)
 
 
 # ==========================================================================
