@@ -140,7 +140,7 @@ def _sympy():
 
     unary = {
         "abs": Abs, "sign": sign, "sqrt": sp.sqrt, "cbrt": cbrt, "exp": sp.exp,
-        "expm1": lambda a: sp.exp(a) - 1, "exp2": lambda a: sp.Integer(2) ** a,
+        "expm1": lambda a: sp.exp(a) - 1, "exp2": lambda a: _power(sp.Integer(2), a),
         "log": sp.log, "log1p": lambda a: sp.log(1 + a), "log2": lambda a: sp.log(a, 2),
         "log10": lambda a: sp.log(a, 10),
         "sin": sp.sin, "cos": sp.cos, "tan": sp.tan, "asin": sp.asin, "acos": sp.acos,
@@ -242,6 +242,20 @@ def _obj(value):
     return out
 
 
+#: Bits beyond which a power of two exact numbers is taken in floating point.
+EXACT_POWER_BITS = 4096
+
+
+def _power(a, b):
+    """a ** b; of two exact numbers whose exact power would pass EXACT_POWER_BITS, the
+    floating-point power (SymPy computes 2**(10**15) digit by digit: 10**15 bits)."""
+    sp, _ = _sympy()
+    if isinstance(a, sp.Rational) and isinstance(b, sp.Rational) and not b.is_zero:
+        if abs(b) * max(a.p.bit_length(), a.q.bit_length()) > EXACT_POWER_BITS:
+            return sp.Float(a) ** sp.Float(b)
+    return a ** b
+
+
 def _const(v: float):
     """A float constant as an exact sympy number where it plainly is one."""
     sp, _ = _sympy()
@@ -257,7 +271,7 @@ def _const(v: float):
         return sp.E
     text = repr(v)
     digits = text.lower().split("e")[0].replace("-", "").replace(".", "").strip("0")
-    if len(digits) <= 6:
+    if len(digits) <= 6 and abs(v) < 2 ** 53:  # (1e300 exactly is a 301-digit integer: 2^1e300 would not end)
         return sp.Rational(text)
     return sp.Float(v)
 
@@ -332,7 +346,7 @@ def _rules():
     rules = {name: _elementwise(fn, 1) for name, fn in unary.items()}
 
     def pow_const(x, p, **_):
-        return _elementwise(lambda a: a ** _const(p), 1)(x)
+        return _elementwise(lambda a: _power(a, _const(p)), 1)(x)
 
     def extremum(fn):
         # NumPy's maximum and max propagate nan; SymPy's Max refuses to compare with it
@@ -378,7 +392,7 @@ def _rules():
         "div": _elementwise(lambda a, b: a / b, 2),
         "safe_div": _elementwise(lambda a, b: a / b, 2),
         "neg": _elementwise(lambda a: -a, 1),
-        "pow": _elementwise(lambda a, b: a ** b, 2),
+        "pow": _elementwise(_power, 2),
         "pow_const": pow_const,
         "maximum": _elementwise(extremum(sp.Max), 2),
         "minimum": _elementwise(extremum(sp.Min), 2),

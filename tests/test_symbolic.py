@@ -279,6 +279,23 @@ def test_sympy_is_imported_lazily():
     assert out.stdout.strip() == "False"
 
 
+def test_powers_of_huge_constants_end():
+    # Exact, 2^(10^15) has 10^15 bits, and SymPy would compute every one (these did not end).
+    # Past EXACT_POWER_BITS a power of two numbers is taken in floating point.  In a
+    # subprocess, so that a regression fails instead of hanging the suite.
+    code = ("import gradcalc\n"
+            "for src in ['exp2(1e15)*x', '2^1000000000*x', '(1000^100000)^100000*x', 'x^1e15', '1e300^2*x']:\n"
+            "    r = gradcalc.grad(src, at={'x': 2.0}, symbolic=True)\n"
+            "    print(r.symbolic['x']['text'][:40])\n"
+            "print(gradcalc.grad('2^10*x + (1/2)^3*x', at={'x': 2.0}, symbolic=True).symbolic['x']['text'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("1.5675223395448") and lines[0].endswith("e+301029995663981")
+    assert lines[3] == "1000000000000000*x**999999999999999"
+    assert lines[-1] == "8193/8"  # small powers stay exact: 2^10 + 1/8
+
+
 def test_slow_simplification_is_cut_short(monkeypatch):
     from sympy.core.cache import clear_cache
     clear_cache()  # an earlier test may have simplified the same expression: no cached answers
