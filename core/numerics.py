@@ -75,6 +75,11 @@ def evaluate_batch(tr: Traced, var: int, batch: np.ndarray, outs: list[int]) -> 
     return [np.broadcast_to(env[o], batch.shape[:1] + tr.builder.shapes[o]) for o in outs]
 
 
+def _check_batch(tr: Traced, rows: int, n: int) -> None:
+    """Refuse, before it is made, a batch of rows perturbed copies of an n-element input."""
+    tr.builder.check_size((rows, n), what=f"a batch of {rows} perturbed copies of a {n}-element input")
+
+
 # The perturbed points of each method: (multiple of h, group) per block of n rows.
 _STENCILS = {"forward": (1.0,), "central": (1.0, -1.0),
              "richardson": (1.0, -1.0, 0.5, -0.5)}
@@ -94,15 +99,16 @@ def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", st
     hflat, xf = h.ravel(), x.ravel()
     outs = [names[o] for o in of]
     diag = (np.arange(n), np.arange(n))
+    scales = _STENCILS.get(method, (1.0,))
+    rows = len(scales) * n + (method == "forward")  # forward differences also need f(x)
+    _check_batch(tr, rows, n)  # before the batch is made (evaluate_batch checks what flows from it)
     if method == "complex":
         batch = np.tile(xf.astype(complex), (n, 1))
         batch[diag] += 1j * hflat
         ys = evaluate_batch(tr, names[wrt], batch.reshape((n,) + x.shape), outs)
         rows = [y.imag / _col(hflat, y) for y in ys]
         return {o: rows_to_jacobian(r, tr.value(o).shape, x.shape) for o, r in zip(of, rows)}, h
-    scales = _STENCILS[method]
-    base = 1 if method == "forward" else 0  # forward differences also need f(x): one more row
-    batch = np.tile(xf, (len(scales) * n + base, 1))
+    batch = np.tile(xf, (rows, 1))
     taken = []  # the step actually taken along each element: x + h may round
     for k, c in enumerate(scales):
         block = batch[k * n:(k + 1) * n]
@@ -321,8 +327,11 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
         for p, tr in traced:
             outs = [_output(tr, None)] if of is None else _names(tr, of, "--of", ())
             wrts = _names(tr, wrt, "--wrt", tr.tape.inputs)
-            results += _check_point(tr, name, p, outs, wrts, method, tol, directions, taylor, rng,
-                                    symbolic)
+            try:
+                results += _check_point(tr, name, p, outs, wrts, method, tol, directions, taylor, rng,
+                                        symbolic)
+            except GradcalcError as err:  # (a batch over --max-elements, say): name the program
+                raise err.located(program.source)
             if expect is not None and p == 0:
                 results += _check_expect(tr, name, outs, wrts, expect, tol)
         return Result({}, ok=all(r.ok for r in results), results=results, rtol=tol[0], atol=tol[1])
@@ -457,6 +466,7 @@ def _check_directions(tr: Traced, name, p, outs, w, method, tol, k, rng):
     if x.size == 0:  # no direction to take: as the full check of an empty Jacobian, nothing is wrong
         return [CheckResult(name, p, o, w, 0.0, 0.0, [], f"{method} ({k} directions)", 0.0, True, [],
                             {"dot_product_abs_err": 0.0}) for o in outs]
+    _check_batch(tr, k if method == "complex" else 2 * k, x.size)
     v = rng.standard_normal((k,) + x.shape)
     v /= np.sqrt(np.sum(v * v, axis=tuple(range(1, v.ndim)), keepdims=True))
     rec = Recording(b)

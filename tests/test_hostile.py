@@ -772,6 +772,17 @@ REFUSED = [
     (["hessian", "sum(x^2)", "--at", "x=ones(20000)"], None),
     (["eval", "ones(11)", "--max-elements", "10"],
      "error: <expr>:1:1: ones(): array of shape (11,) has 11 elements, more than --max-elements=10"),
+    # check's finite differences: the batch of perturbed copies is refused before it is made
+    # (these were MemoryErrors, exit 3)
+    (["check", "sum(x^2)", "--at", "x=ones(20000)"],
+     "error: <expr>: a batch of 40000 perturbed copies of a 20000-element input would have 800000000 "
+     "elements, " + LIMIT),
+    (["check", "sum(x^2)", "--at", "x=ones(20000)", "--method", "forward"],
+     "error: <expr>: a batch of 20001 perturbed copies of a 20000-element input would have 400020000 "
+     "elements, " + LIMIT),
+    (["check", "x^2", "--at", "x=1", "--directions", "1000000000"],
+     "error: <expr>: a batch of 2000000000 perturbed copies of a 1-element input would have 2000000000 "
+     "elements, " + LIMIT),
 ]
 
 
