@@ -12,7 +12,7 @@ from typing import Annotated, Callable, List, Optional
 
 import typer
 
-from gradcalc.errors import GradcalcError
+from gradcalc.errors import GradcalcError, LimitError
 from gradcalc.tape import DEFAULT_MAX_ELEMENTS
 
 from . import render
@@ -113,7 +113,12 @@ class Options:
 def _run(opts: Options, body: Callable[[], Optional[int]]) -> None:
     """Run a command body; turn errors into messages and exit codes."""
     try:
-        code = body() or 0
+        try:
+            code = body() or 0
+        except MemoryError:  # the machine's limit, not a bug: sizes within the element limit add up
+            raise LimitError("out of memory: the arrays this command needs do not fit in this machine's "
+                             "memory", hint="use smaller inputs: the element limit bounds each array, "
+                             "not all of them together") from None
     except GradcalcError as err:
         if opts.debug:
             import traceback

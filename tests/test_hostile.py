@@ -820,6 +820,16 @@ def test_hidden_allocations_are_refused(name):
     assert res["stderr"].splitlines()[0].endswith(LIMIT) or "--max-elements" in res["stderr"], res
 
 
+def test_running_out_of_memory_is_a_user_error_not_a_bug():
+    # Within --max-elements (10^4 rows of a 100x100 inverse: 10^8 elements, 763 MB), but over
+    # the child's 1 GiB: an error that says so, exit 2, not "internal error: a bug".
+    (res,) = measure([["jacobian", "inv(M)", "--at", "M=eye(100)"]])
+    assert res["exit"] == 2, res
+    assert res["stderr"].splitlines()[0] == ("error: out of memory: the arrays this command needs do not "
+                                             "fit in this machine's memory"), res
+    assert "internal error" not in res["stderr"]
+
+
 @pytest.mark.parametrize("cmd, src", [("jacobian", "x * 2"), ("hessian", "sum(x^2)")])
 def test_derivative_size_refusal_names_the_derivative(cmd, src):
     r = user_error(cmd, src, "--at", "x=ones(20000)")
