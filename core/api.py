@@ -420,7 +420,8 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
             start += k
     if any(not np.isfinite(v).all() for wi, row in hess.items() if wi not in checked for v in row.values()):
         # Name the culprit: the first rule whose derivative is not finite, forward over backward.
-        origin = {b.equations[k].out: eq.prim.name for eq, first, end in log for k in range(first, end)}
+        origin = {b.equations[k].out: b.op_name(eq.prim, eq.loc) for eq, first, end in log
+                  for k in range(first, end)}
         before = len(b.warnings)
         forward(b, grad_eqns, {names[w]: np.ones(tr.value(w).shape) for w in wrt}, eager=True,
                 check=True, describe=lambda e: f"the second derivative of '{origin.get(e.out, e.prim.name)}'")

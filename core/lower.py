@@ -579,6 +579,7 @@ class _Lowering:
             b.pos = node.loc
             if fn.prim is not None:  # sin(x): record the primitive directly (what fn.fn does)
                 return self.invoke(node, b.bind, (fn.prim, tuple(args), _NO_PARAMS))
+            b.labels[node.loc] = node.func
             return self.invoke(node, fn.fn, args)
         is_constructor = node.func in _CONSTRUCTORS
         try:
@@ -601,6 +602,7 @@ class _Lowering:
             else:
                 bound.arguments[pname] = self.expr(arg)
         self.b.pos = node.loc
+        self.b.labels[node.loc] = node.func
         return self.invoke(node, fn.fn, bound.args, bound.kwargs)
 
     @staticmethod

@@ -367,7 +367,8 @@ def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylo
             if bad:
                 eq = bad[0]
                 where = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
-                raise UsageError(f"--method complex needs analytic operations, but '{eq.prim.name}'"
+                raise UsageError(f"--method complex needs analytic operations, but "
+                                 f"'{tr.builder.op_name(eq.prim, eq.loc)}'"
                                  f"{where} is not", eq.pos,
                                  hint="use --method central or richardson").located(tr.program.source)
         if directions:

@@ -173,7 +173,7 @@ def _where(tr, var, names, eq=None) -> str:
         return f"'{names[var]}'"
     if eq is not None:
         at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
-        return f"the result of '{eq.prim.name}'{at}"
+        return f"the result of '{tr.builder.op_name(eq.prim, eq.loc)}'{at}"
     return "a constant"
 
 

@@ -208,6 +208,9 @@ class Builder:
         self.warnings: list[Warning_] = []
         self._warned: set = set()
         self.pos: int | Pos | None = None
+        # location of a call -> the builtin called there, where it records several primitives
+        # (mean: sum and div), so that warnings name what the program wrote
+        self.labels: dict[int, str] = {}
         self._next = 0
 
     # -- variables ------------------------------------------------------------
@@ -293,9 +296,9 @@ class Builder:
                 err.pos = self.pos
             raise
         except np.linalg.LinAlgError as err:
-            raise ValueError_(f"'{prim.name}': {str(err).lower()}", self.pos) from None
+            raise ValueError_(f"'{self.op_name(prim, self.pos)}': {str(err).lower()}", self.pos) from None
         except (ValueError, IndexError) as err:
-            raise ShapeError(f"'{prim.name}': {err}", self.pos) from None
+            raise ShapeError(f"'{self.op_name(prim, self.pos)}': {err}", self.pos) from None
         scalar = value.__class__ is _F64_SCALAR
         if scalar:
             shape = ()  # the usual case on a scalar program: nothing to convert or check
@@ -321,9 +324,14 @@ class Builder:
             self._note_nonfinite(prim, args, value)
         return Tracer(self, var)
 
+    def op_name(self, prim, loc) -> str:
+        """An operation as messages name it: the builtin the program called at loc (mean), or
+        the primitive (div)."""
+        return self.labels.get(loc, prim.name)
+
     def _note_nonfinite(self, prim, args, value):
         if all(all_finite(self.values[a.var]) for a in args):  # the first to produce it
-            self.note_nonfinite(f"'{prim.name}'", value)
+            self.note_nonfinite(f"'{self.op_name(prim, self.pos)}'", value)
 
     def note_nonfinite(self, op: str, value) -> None:
         """Record a warning that op, at the current position, produced nan or inf."""

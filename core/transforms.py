@@ -232,7 +232,7 @@ def _note_nonfinite(builder: Builder, eq, g, c, describe=None):
     """Warn when a rule turns finite input into a non-finite derivative."""
     if all_finite(value_of(c)) or (g is not None and not all_finite(value_of(g))):
         return
-    what = describe(eq) if describe else f"the derivative of '{eq.prim.name}'"
+    what = describe(eq) if describe else f"the derivative of '{builder.op_name(eq.prim, eq.loc)}'"
     builder.note_nonfinite(what, value_of(c))
 
 

@@ -965,6 +965,11 @@ NUMERIC = [
      ["'div' at line 1, column 7 produced inf", "the derivative of 'div' at line 1, column 7 produced -inf"]),
     ("a = x * 2\nb = sqrt(a)", "x=0", [], ["the derivative of 'sqrt' at line 2, column 5 produced inf"]),
     ("input x = [1, 0, 4]\ns = sum(sqrt(x))", None, [], ["the derivative of 'sqrt' at line 2, column 9 produced inf"]),
+    # a builtin made of several primitives is named as the program wrote it (mean: sum, div)
+    ("input x = [1, 2]\ny = sum(x) + sum(mean(x[0:0]))", None, ["'mean' at line 2, column 18 produced nan"],
+     ["'mean' at line 2, column 18 produced nan"]),
+    ("input x = [1, 2]\ny = var(x, ddof=2)", None, ["'var' at line 2, column 5 produced inf"],
+     ["'var' at line 2, column 5 produced inf", "the derivative of 'var' at line 2, column 5 produced inf"]),
 ]
 
 
