@@ -636,6 +636,7 @@ def _check_table(results, ok, precision, tol=None):
     """One table per source, one row per result; the verdict first, so that it survives a
     narrow terminal."""
     from rich.table import Table
+    from rich.text import Text
     methods = sorted({x.method for x in results})
     one_method = len(methods) == 1
     taylor = any("taylor_order" in x.extra for x in results)
@@ -662,7 +663,7 @@ def _check_table(results, ok, precision, tol=None):
         for x in results:
             if x.source != source:
                 continue
-            cells = ["[green]✓[/green]" if x.ok else "[red]✗[/red]", str(x.point), _result_label(x),
+            cells = [Text("✓", style="green") if x.ok else Text("✗", style="red"), str(x.point), _result_label(x),
                      render.fmt(x.max_abs_err, precision), render.fmt(x.max_rel_err, precision),
                      "[" + ", ".join(map(str, x.worst_index)) + "]"]
             if not one_method:

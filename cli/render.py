@@ -142,7 +142,8 @@ def console(stderr: bool = False):
     stream = sys.stderr if stderr else sys.stdout
     # Piped output (CI logs, files) has no terminal width to fit: allow wide tables.
     width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
-    return _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+    # markup off: values are printed as text, and "[nan  1]" would read as a style tag
+    return _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, markup=False)
 
 
 def print_table(title: str, rows: list[tuple], columns=("name", "shape", "value"),

@@ -738,3 +738,13 @@ def test_subprocess_json_exact_floats():
     p = gradcalc_proc("grad", "sin(x)*y", "--at", "x=1,y=2", "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["gradient"] == {"x": 2 * math.cos(1), "y": math.sin(1)}
+
+
+def test_table_cells_show_nan_and_inf_arrays():
+    # rich read "[nan  1]" as a style tag and printed an empty cell (and "at x=" with nothing)
+    r = run("eval", "x", "--at", "x=[nan, 1]")
+    assert r.exit_code == 0 and "[nan  1]" in r.stdout
+    r = run("grad", "sum(x)", "--at", "x=[inf, 1]")
+    assert r.exit_code == 0 and "at x=[inf  1]" in r.stdout
+    r = run("check", "x*[nan, 1]", "--at", "x=[1, 1]")
+    assert r.exit_code == 1 and "✗" in r.stdout and "[green]" not in r.stdout
