@@ -498,6 +498,9 @@ def _check_directions(tr: Traced, name, p, outs, w, method, tol, k, rng):
         rhs = np.sum((jtu * v).reshape(k, -1), axis=1)
         ok2, dabs, _, _ = compare(lhs, rhs, *AD_TOLERANCE)
         notes = [] if ok2 else ["<u, J v> != <J^T u, v>"]
+        if not (np.isfinite(j).all() and np.isfinite(jtu).all()):  # as the full check: a failure
+            ok2 = False
+            notes.append("non-finite derivative")
         results.append(CheckResult(name, p, o, w, mabs, mrel, worst, f"{method} ({k} directions)",
                                    hs, ok and ok2, notes, {"dot_product_abs_err": dabs}))
     return results
@@ -519,7 +522,8 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6) -> float
     hs = h0 / 2.0 ** np.arange(halvings)
     (ys,) = evaluate_batch(tr, names[wrt], x + hs.reshape((-1,) + (1,) * x.ndim) * v, [names[of]])
     y0 = tr.value(of)
-    rem = np.array([np.sqrt(np.sum((ys[i] - y0 - hs[i] * jv) ** 2)) for i in range(halvings)])
+    # the largest remainder, not the Euclidean norm: squares of values past 1e154 overflow
+    rem = np.array([np.max(np.abs(ys[i] - y0 - hs[i] * jv), initial=0.0) for i in range(halvings)])
     if np.all(rem <= 1e-13 * max(1.0, float(np.max(np.abs(y0))) if y0.size else 1.0)):
         return math.inf  # f is linear along v: the remainder is rounding alone
     orders = np.log2(rem[:-1] / rem[1:])

@@ -201,3 +201,18 @@ def test_compare_fast_path_agrees_with_the_general_one(rtol, atol):
             b2, r2 = _errors_general(ad, ref, diff.copy(), rtol, atol)
         np.testing.assert_array_equal(b1, b2)
         np.testing.assert_array_equal(r1, r2)
+
+
+def test_directional_check_fails_a_non_finite_derivative():
+    # As the full check does ("check counts a non-finite derivative as a failure"); nan against
+    # nan used to agree along every direction.
+    r = gradcalc.check("sum(x*[nan, 1])", at={"x": [1.0, 1.0]}, directions=3)
+    assert not r.ok and "non-finite derivative" in r.results[0].notes
+    assert gradcalc.check("sum(x*[2, 1])", at={"x": [1.0, 1.0]}, directions=3).ok
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e160, 1e200, 1e300])
+def test_taylor_order_of_a_correct_gradient_at_large_values(scale):
+    # The remainder was a Euclidean norm, whose squares overflow past 1e154: order nan, a failure.
+    r = gradcalc.check(f"x^2*{scale!r}", at={"x": 1.5}, taylor=True)
+    assert r.ok and abs(r.results[0].extra["taylor_order"] - 2.0) < 0.01
