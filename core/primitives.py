@@ -397,8 +397,10 @@ div = _binary("div", np.divide, (lambda g, ans, x, y, **_: safe_div(g, y),
 safe_mul = _binary("safe_mul", _safe_mul, (lambda gg, ans, g, d, **_: safe_mul(gg, d),
                                            lambda gg, ans, g, d, **_: safe_mul(gg, g)),
                    internal=True, doc="g * d, and exactly 0 where g or d is 0 and the product is nan")
+# d/dd (g / d) = -(g / d) / d = -ans / d, and exactly 0 where g is 0 (ans is then 0, and 0/0
+# must not make nan of it: the Hessian of where(x > 0, y/x, 0) at x = 0 is 0)
 safe_div = _binary("safe_div", _safe_div, (lambda gg, ans, g, d, **_: safe_div(gg, d),
-                                           lambda gg, ans, g, d, **_: -safe_mul(gg, ans / d)),
+                                           lambda gg, ans, g, d, **_: -safe_mul(gg, safe_div(ans, d))),
                    internal=True, doc="g / d, and exactly 0 where g is 0 and the quotient is nan")
 
 
@@ -553,6 +555,8 @@ reduce_min = _extreme_reduction("min", np.min)
 
 def _prod_others(x, axes, xshape):
     """For each element, the product of all the others along axes (exact with zeros)."""
+    if x.size == 0:  # nothing to multiply (and no length to lay the products along)
+        return np.zeros_like(x)
     k = len(axes)
     moved = np.moveaxis(x, axes, tuple(range(-k, 0)))
     flat = moved.reshape(moved.shape[:moved.ndim - k] + (-1,))
@@ -572,6 +576,8 @@ def _prod_others_jvp(x, t, axes, xshape):
     """(J t)_j = sum_{i != j} t_i prod_{k != i, j} x_k, exact with zeros: forward mode through
     the exclusive cumulative products, one step per element along the reduced axes."""
     x, t = np.broadcast_arrays(x, t)
+    if x.size == 0:
+        return np.zeros(x.shape)
     moved, X = _move_flat(x, axes)
     _, T = _move_flat(t, axes)
     n = X.shape[-1]

@@ -1146,3 +1146,23 @@ def test_hessians_with_a_broadcast_length_one_vector():
     h = gradcalc.hessian("sum(((x + y)[1:])^2)", at={"x": [1.0, 2.0, 3.0], "y": [1.0]})
     np.testing.assert_array_equal(h["x"]["x"], np.diag([0.0, 2.0, 2.0]))
     np.testing.assert_array_equal(h["y"]["y"], [[4.0]])
+
+
+@pytest.mark.parametrize("src, shape", [("prod(x)", (0,)), ("sum(prod(x, axis=1))", (3, 0)),
+                                        ("sum(prod(x, axis=0))", (0, 3))])
+def test_prod_of_an_empty_array(src, shape):
+    # prod of nothing is 1; its derivatives are empty or zero (the rules used to fail reshaping)
+    x = np.zeros(shape)
+    assert gradcalc.grad(src, at={"x": x})["x"].shape == shape
+    assert gradcalc.hessian(src, at={"x": x})["x"]["x"].shape == shape + shape
+    assert gradcalc.check(src, at={"x": x}).ok
+
+
+def test_hessian_of_the_unselected_branch_is_zero():
+    # where(x > 0, y/x, 0) at x = 0: the branch is not taken, so every second derivative is 0
+    # (d/dx of the rule's y/x used 0/0 = nan, in one of the two mixed entries only)
+    h = gradcalc.hessian("where(x > 0, y/x, 0)", at={"x": 0.0, "y": 1.0})
+    assert [float(h[a][b]) for a in "xy" for b in "xy"] == [0.0] * 4
+    # and where it is taken: d2(y/x) = [[2y/x^3, -1/x^2], [-1/x^2, 0]]
+    h = gradcalc.hessian("where(x > 0, y/x, 0)", at={"x": 2.0, "y": 1.0})
+    assert [float(h[a][b]) for a in "xy" for b in "xy"] == [0.25, -0.25, -0.25, 0.0]
