@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import GradcalcError, UsageError
+from .errors import GradcalcError, UsageError, ValueError_
 from .lower import Traced, trace
 from .tape import DEFAULT_MAX_ELEMENTS, all_finite, eval_equations
 from .transforms import largest_batched, rows_to_jacobian, seeded
@@ -544,13 +544,22 @@ def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
     else:
         raise UsageError("--expect: the file holds neither a 'gradient' nor a 'jacobian'",
                          hint="store the output of gradcalc grad or jacobian with -f json")
+    kind = "gradient" if "gradient" in expect else "jacobian"
+    if not isinstance(stored, dict) or not all(isinstance(row, dict) for row in stored.values()):
+        command = "grad" if kind == "gradient" else "jacobian"
+        raise UsageError(f"--expect: '{kind}' must map names to values, as gradcalc {command} -f json "
+                         "writes it", hint="store the output of gradcalc grad or jacobian with -f json")
     for o, row in stored.items():
         if o not in tr.tape.names:
             raise UsageError(f"--expect: '{o}' is not a name in the program")
         ws = [w for w in row if w in tr.tape.names]
         blocks = jacobian_blocks(tr, [o], ws, "rev")[o]
         for w in ws:
-            want = _from_json(row[w])
+            try:
+                want = _from_json(row[w])
+            except (TypeError, ValueError, OverflowError):
+                raise ValueError_(f"--expect: the stored {kind} of '{w}' is not a number or a nested list "
+                                  "of numbers") from None
             got = blocks[w]
             shape = tr.value(o).shape + tr.value(w).shape
             got = np.zeros(shape) if got is None else got
@@ -578,5 +587,7 @@ def _from_json(v) -> np.ndarray:
             return [conv(i) for i in x]
         if x is None:
             return math.nan
-        return float(x)  # "nan", "inf", "-inf" parse too
+        if isinstance(x, bool) or not isinstance(x, (int, float, str)):
+            raise TypeError(x)
+        return float(x)  # "nan", "inf", "-inf" parse too (and other text fails)
     return np.asarray(conv(v), dtype=np.float64)

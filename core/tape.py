@@ -351,8 +351,10 @@ class Builder:
 
 def _count(n) -> str:
     """A size or dimension for a message: exact, or to 3 digits past 15 of them (arange(-1e300, 1))."""
-    n = int(n)
-    return str(n) if n < 10 ** 15 else f"{float(n):.3g}"
+    digits = str(int(n))
+    if len(digits) <= 15:
+        return digits
+    return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}".replace(".00e", "e")  # (past float's range too)
 
 
 #: Elements of a batched value from which a pass keeps freed memory (see :mod:`.alloc`).

@@ -133,6 +133,8 @@ def _json_array(data, path, label) -> np.ndarray:
         return np.array(data, dtype=np.float64)
     except ValueError:
         raise ValueError_(f"{label}: '{path}' holds a ragged list") from None
+    except OverflowError:  # an integer of 309 digits or more
+        raise ValueError_(f"{label}: '{path}' holds an integer too large for a float") from None
 
 
 def _as_float(a, path, label) -> np.ndarray:

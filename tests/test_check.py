@@ -216,3 +216,35 @@ def test_taylor_order_of_a_correct_gradient_at_large_values(scale):
     # The remainder was a Euclidean norm, whose squares overflow past 1e154: order nan, a failure.
     r = gradcalc.check(f"x^2*{scale!r}", at={"x": 1.5}, taylor=True)
     assert r.ok and abs(r.results[0].extra["taylor_order"] - 2.0) < 0.01
+
+
+BIG_INT = "1" + "0" * 400  # no float holds it
+
+
+@pytest.mark.parametrize("stored, message", [
+    ('{"gradient": {"x": "abc"}}', "--expect: the stored gradient of 'x' is not a number or a nested list of numbers"),
+    ('{"gradient": {"x": [1, [2]]}}', "--expect: the stored gradient of 'x' is not a number or a nested list of numbers"),
+    ('{"gradient": {"x": {"a": 1}}}', "--expect: the stored gradient of 'x' is not a number or a nested list of numbers"),
+    ('{"gradient": {"x": true}}', "--expect: the stored gradient of 'x' is not a number or a nested list of numbers"),
+    ('{"gradient": {"x": %s}}' % BIG_INT, "--expect: the stored gradient of 'x' is not a number or a nested list of numbers"),
+    ('{"gradient": [1]}', "--expect: 'gradient' must map names to values, as gradcalc grad -f json writes it"),
+    ('{"jacobian": {"_": [1]}}', "--expect: 'jacobian' must map names to values, as gradcalc jacobian -f json writes it"),
+])
+def test_cli_expect_refuses_malformed_files(tmp_path, stored, message):
+    # These were internal errors (exit 3), or ignored: {"gradient": [1]} passed as if checked.
+    path = tmp_path / "expect.json"
+    path.write_text(stored)
+    res = runner.invoke(app, ["check", "x*x", "--at", "x=1", "--expect", str(path)])
+    assert res.exit_code == 2, (res.exit_code, res.output)
+    assert res.stderr.splitlines()[0] == f"error: {message}"
+
+
+def test_integers_beyond_float_range_are_user_errors(tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text(BIG_INT)
+    res = runner.invoke(app, ["vjp", "x*2", "--at", "x=1", "--cotangent", f"@{path}"])
+    assert res.exit_code == 2 and "holds an integer too large for a float" in res.stderr
+    res = runner.invoke(app, ["eval", f"zeros({BIG_INT})"])
+    assert res.exit_code == 2
+    assert res.stderr.splitlines()[0] == ("error: <expr>:1:1: zeros(): array of shape (1e+400,) has 1e+400 elements, "
+                                          "more than --max-elements=100000000")
