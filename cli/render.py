@@ -110,12 +110,16 @@ def value_text(a, precision: int) -> str:
     if a.size == 0:
         return "[] (empty)"
     if a.size > MAX_SHOWN:
-        finite = a[np.isfinite(a)]
         head = " ".join(fmt(float(v), precision) for v in a.ravel()[:4])
-        lo = fmt(float(finite.min()), precision) if finite.size else "nan"
-        hi = fmt(float(finite.max()), precision) if finite.size else "nan"
-        nrm = fmt(float(np.sqrt(np.sum(finite * finite))), precision)
-        return f"min {lo}  max {hi}  norm {nrm}\n[{head} …]"
+        known = a[~np.isnan(a)]  # infinities count: a summary must not hide them
+        lo = hi = nrm = "nan"
+        if known.size:
+            big = float(np.max(np.abs(known)))
+            # scaled, so that values past 1e154 do not overflow the sum of squares
+            norm = big if big == 0 or math.isinf(big) else big * math.sqrt(float(np.sum((known / big) ** 2)))
+            lo, hi, nrm = (fmt(float(v), precision) for v in (known.min(), known.max(), norm))
+        nans = a.size - known.size
+        return f"min {lo}  max {hi}  norm {nrm}{f'  ({nans} nan)' if nans else ''}\n[{head} …]"
     if a.ndim == 1:
         return "[" + "  ".join(fmt(float(v), precision) for v in a) + "]"
     rows = a.reshape(-1, a.shape[-1])

@@ -748,3 +748,13 @@ def test_table_cells_show_nan_and_inf_arrays():
     assert r.exit_code == 0 and "at x=[inf  1]" in r.stdout
     r = run("check", "x*[nan, 1]", "--at", "x=[1, 1]")
     assert r.exit_code == 1 and "✗" in r.stdout and "[green]" not in r.stdout
+
+
+def test_summaries_of_large_arrays_show_infinities_and_count_nans():
+    # The summary used to take min, max and norm over the finite values only: "min 0  max 999"
+    r = run("eval", "x", "--at", "x=concat(arange(1000), [inf, -inf, nan])")
+    assert "min -inf  max inf  norm inf  (1 nan)" in r.stdout
+    r = run("eval", "x", "--at", "x=arange(1000)")  # norm: sqrt(sum of k^2) = sqrt(332833500)
+    assert "min 0  max 999  norm 18243.7" in r.stdout
+    r = run("eval", "x", "--at", "x=arange(1000) * 1e300")  # the sum of squares would overflow
+    assert "norm 1.82437e+304" in r.stdout
