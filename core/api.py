@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from . import primitives as P
 from .errors import GradcalcError, ShapeError, Source, UsageError, ValueError_, did_you_mean, to_pos
 from .lower import Traced, trace
 from .syntax import Program
@@ -114,12 +115,14 @@ def _inputs_only(tr: Traced, names, command: str):
 
 def _eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
     """One eager backward pass -> {wrt name: array or None}.  Only when a result is not
-    finite does a second pass look for the rule that made it so, to name it in a warning."""
+    finite does a second pass look for the rule that made it so, to name it in a warning,
+    with safe matrix products (see primitives.plain_products); its results are returned."""
     args = (tr.builder, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
     finite: set = set()  # results certified finite by backward: no need to look at them
-    found = backward(*args, eager=True, check=False, finite=finite)
+    with P.plain_products():
+        found = backward(*args, eager=True, check=False, finite=finite)
     if any(v is not None and var not in finite and not all_finite(np.asarray(v)) for var, v in found.items()):
-        backward(*args, eager=True, check=True)
+        found = backward(*args, eager=True, check=True)  # with safe matrix products, and warnings
     return {n: found[tr.tape.names[n]] for n in wrt}
 
 
