@@ -982,10 +982,10 @@ def _product(a, b, nda, ndb):
         return np.matmul(a, b)
     if nda == 1 and ndb == 1:
         return np.sum(a * b, axis=-1) if (a.ndim > 1 or b.ndim > 1) else np.dot(a, b)
-    if nda == 1:
-        return np.matmul(a[..., None, :], b)[..., 0, :]
+    if nda == 1:  # (a batched vector is aligned with a stack of matrices: its batch axes lead)
+        return np.matmul(_align(a[..., None, :], 2, ndb), b)[..., 0, :]
     if ndb == 1:
-        return np.matmul(a, b[..., None])[..., 0]
+        return np.matmul(a, _align(b[..., None], 2, nda))[..., 0]
     if nda != ndb:
         n = max(nda, ndb)
         a, b = _align(a, nda, n), _align(b, ndb, n)
@@ -997,13 +997,25 @@ def _product(a, b, nda, ndb):
 def _matmul_vjp_a(g, ans, a, b, nda, ndb, safe=False):
     if ndb == 1:
         return safe_mul(g, b) if nda == 1 else safe_mul(reshape(g, shape=g.shape + (1,)), b)
-    return matmul(b, g, safe=True) if nda == 1 else matmul(g, mT(b), safe=True)
+    if nda == 1:  # g has b's stack axes; the engine sums them away
+        return _drop_last(matmul(b, reshape(g, shape=g.shape + (1,)), safe=True))
+    return matmul(g, mT(b), safe=True)
 
 
 def _matmul_vjp_b(g, ans, a, b, nda, ndb, safe=False):
     if nda == 1:
-        return safe_mul(g, a) if ndb == 1 else safe_mul(reshape(a, shape=a.shape + (1,)), g)
+        if ndb == 1:
+            return safe_mul(g, a)
+        # the outer product of a with each row of the stack g: shape (..., k, n), b's own
+        return safe_mul(reshape(a, shape=a.shape + (1,)), reshape(g, shape=g.shape[:-1] + (1,) + g.shape[-1:]))
+    if ndb == 1 and nda > 2:  # as for a above: a column per stack entry, summed by the engine
+        return _drop_last(matmul(mT(a), reshape(g, shape=g.shape + (1,)), safe=True))
     return matmul(mT(a), g, safe=True)
+
+
+def _drop_last(x):
+    """x without its last axis, of length 1."""
+    return reshape(x, shape=x.shape[:-1])
 
 
 matmul = _def("matmul", _matmul, (_matmul_vjp_a, _matmul_vjp_b),

@@ -382,7 +382,10 @@ def _build_table() -> dict[str, list[Case]]:
                         ref=lambda a, to=to: _np_sum_to(a, to), bug=bug))
 
     # -- linear algebra ---------------------------------------------------------------
-    for sx, sy in [((3,), (3,)), ((3,), (3, 2)), ((2, 3), (3,)), ((2, 3), (3, 2)), ((1, 3), (3, 1))]:
+    # (stacks against a vector, (2, 2, 3) @ (3,) and (3,) @ (2, 3, 2): NumPy's semantics; their
+    # derivatives used to fail or exit 3)
+    for sx, sy in [((3,), (3,)), ((3,), (3, 2)), ((2, 3), (3,)), ((2, 3), (3, 2)), ((1, 3), (3, 1)),
+                   ((2, 2, 3), (3,)), ((3,), (2, 3, 2)), ((2, 2, 3), (3, 2)), ((3, 2), (2, 2, 3))]:
         add("matmul", E("x @ y", np.matmul, x=(sx, "real"), y=(sy, "real")))
     add("matmul",
         E("matmul(x, y)", np.matmul, x=((2, 2), "real"), y=((2, 3), "real")),
