@@ -456,9 +456,13 @@ class _Lowering:
             if name is None:  # input declarations
                 last = st.decls[-1].name
                 continue
+            before = self.b._next
             value = expr(st.value)
             if value.var in self.literal_vars:  # `a = 2`: a name of its own, not every 2's constant
                 value = self.b.const(self.b.values[value.var])
+            elif value.var < before:  # `a = x` made nothing new: a's own copy, so that --wrt a is
+                self.b.pos = st.loc    # the derivative through a alone, x held fixed
+                value = P.copy(value)
             env[name] = value
             names[name] = value.var
             positions[name] = st.loc

@@ -278,6 +278,9 @@ stop_gradient = _def("stop_gradient", lambda x: x.real.copy() if np.iscomplexobj
                      differentiable=False,
                      doc="the value of x with zero derivative")
 zeros_like = _def("zeros_like", np.zeros_like, differentiable=False, internal=True)
+copy = _def("copy", lambda x: x, (lambda g, ans, x: g,), (lambda t, ans, x: t,), linear=True,
+            keeps_finite=True, internal=True,
+            doc="x, as a value of its own: `a = x` names a copy, so that --wrt a holds x fixed")
 
 abs_ = _unary("abs", np.abs, lambda ans, x: sign(x), analytic=False, kink=_at_zero, keeps_finite=True)
 sqrt = _unary("sqrt", np.sqrt, lambda ans, x: 0.5 / ans)

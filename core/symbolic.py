@@ -421,7 +421,7 @@ def _rules():
 
 # Primitives whose NumPy forward function works as it is on object arrays: pure data movement
 # and linear maps (indexing, reshapes, matmul by dot products, zero-filled embeddings).
-_STRUCTURAL = frozenset({"reshape", "transpose", "index", "index_put", "concat", "broadcast_to",
+_STRUCTURAL = frozenset({"copy", "reshape", "transpose", "index", "index_put", "concat", "broadcast_to",
                          "sum_to", "diag", "diag_embed", "matmul"})
 
 

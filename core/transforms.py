@@ -466,7 +466,15 @@ def _fold_matmul(eq, env: dict, values: dict, bands: dict, batched: set, n: int)
     return True
 
 
-_FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add,
+def _fold_copy(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
+    band = bands.get(eq.args[0])
+    if band is None:
+        return False
+    bands[eq.out] = band
+    return True
+
+
+_FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add, P.copy: _fold_copy,
           P.index: _fold_index, P.index_put: _fold_index_put, P.matmul: _fold_matmul}
 
 

@@ -259,6 +259,9 @@ def _build_table() -> dict[str, list[Case]]:
     add("stop_gradient",
         E("stop_gradient(x) * y", lambda x, y: x * y, zero=("x",), unconnected=("x",),
           x=((3,), "real"), y=((2, 3), "real")))
+    add("copy",  # `a = x` names a copy of x
+        D("copy(a) * sin(a)", lambda a: P.copy(a) * P.sin(a), ((), "real"), ref=lambda a: a * np.sin(a)),
+        D("copy(a) * a + a", lambda a: P.copy(a) * a + a, ((2, 3), "real"), ref=lambda a: a * a + a))
     add("zeros_like", D("zeros_like(a) + b", lambda a, b: P.zeros_like(a) + b,
                         ((3,), "real"), ((2, 3), "real"), ref=lambda a, b: 0 * a + b))
 
@@ -1227,3 +1230,15 @@ def test_matrix_products_of_rules_keep_zero_contributions_zero(cmd, extra, want)
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     assert " ".join(r.stdout.split()) == want
+
+
+@pytest.mark.parametrize("src, at, wrt, want", [
+    ("a = x\nz = a*x", {"x": 5.0}, ["a", "x"], [5.0, 10.0]),  # dz/da holds x fixed: x; dz/dx is total
+    ("h = x*y\ng = h\nz = g*h", {"x": 5.0, "y": 1.0}, ["g", "h"], [5.0, 10.0]),
+    ("a = (x)\nb = +a\nz = a*b*x", {"x": 2.0}, ["a", "b", "x"], [8.0, 4.0, 12.0]),  # z = a*a*x via b
+])
+def test_a_name_bound_to_another_name_is_a_value_of_its_own(src, at, wrt, want):
+    # As `a = 2` is (README): --wrt a is the derivative through a alone, upstream held fixed.
+    # An alias used to share x's variable, so --wrt a gave the total derivative.
+    g = gradcalc.grad(src, at=at, wrt=wrt)
+    assert [float(g[w]) for w in wrt] == want
