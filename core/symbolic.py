@@ -66,6 +66,8 @@ EXPR_LIMIT = 20_000
 """Most nodes in the expression tree of one element of one value."""
 SIMPLIFY_LIMIT = 400
 """Derivatives with more nodes than this are not simplified."""
+SIMPLIFY_MAX_EXPONENT = 100
+"""Derivatives holding a power with a larger constant exponent are not simplified."""
 SIMPLIFY_SECONDS = 5.0
 """Time budget for sympy.simplify in one symbolic_gradient / symbolic_jacobian call."""
 SIMPLIFY_EACH_SECONDS = 1.0
@@ -544,6 +546,9 @@ class _Simplifier:
             return e, None
         if _tree_size(e, self.memo) > SIMPLIFY_LIMIT:
             return e, f"larger than {SIMPLIFY_LIMIT} nodes"
+        if any(p.exp.is_Number and abs(p.exp) > SIMPLIFY_MAX_EXPONENT for p in e.atoms(self.sp.Pow)):
+            # sympy's trigonometric rules expand sin(x)^n into n terms, in memory and time
+            return e, f"a power past {SIMPLIFY_MAX_EXPONENT} is not simplified"
         left = self.deadline - time.monotonic()
         if left <= 0:
             return e, f"the {SIMPLIFY_SECONDS:g} s simplification budget was spent"
@@ -554,6 +559,8 @@ class _Simplifier:
                 return (s if self.sp.count_ops(s) <= self.sp.count_ops(e) else e), None
         except _Timeout:
             return e, f"simplifying took more than {SIMPLIFY_EACH_SECONDS:g} s"
+        except MemoryError:  # (some of sympy's rules expand before they look at sizes)
+            return e, "simplifying ran out of memory"
 
 
 def _clean(d, sp):

@@ -296,6 +296,22 @@ def test_powers_of_huge_constants_end():
     assert lines[-1] == "8193/8"  # small powers stay exact: 2^10 + 1/8
 
 
+def test_huge_powers_are_shown_unsimplified():
+    # sympy's trigonometric simplification expands sin(x)^n into n terms: sin(x)^1e10 ran out of
+    # memory at once (reported as "out of memory: use smaller inputs"), cos(x)^300000000 took
+    # 12 s and 4.7 GB.  In a subprocess, so that a regression fails instead of hanging.
+    code = ("import gradcalc\n"
+            "for src in ['sin(x)^1e10', 'sin(x)*cos(x)^300000000']:\n"
+            "    g = gradcalc.grad(src, at={'x': 1.0}, symbolic=True).symbolic['x']\n"
+            "    print(g['note'])\n"
+            "print(gradcalc.grad('sin(x)^1e10', at={'x': 1.0}, symbolic=True).symbolic['x']['text'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["1 of 1 entries shown unsimplified (a power past 100 is not simplified)"] * 2
+    assert lines[2] == "10000000000*sin(x)**9999999999*cos(x)"
+
+
 def test_slow_simplification_is_cut_short(monkeypatch):
     from sympy.core.cache import clear_cache
     clear_cache()  # an earlier test may have simplified the same expression: no cached answers
