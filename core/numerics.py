@@ -385,6 +385,8 @@ def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylo
             shape = tr.value(o).shape + tr.value(w).shape
             ad = np.zeros(shape) if ad is None else ad
             ok, mabs, mrel, worst = compare(ad, fd[o], *tol)
+            if not ok:
+                notes += _rounding_note(tr.value(o), h, method, mabs)
             extra = {}
             if fwd is not None and w in fwd:
                 v, jv = fwd[w]
@@ -419,6 +421,28 @@ def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylo
                 _taylor(tr, result, rng)
             results.append(result)
     return results
+
+
+#: Rounding error of a difference quotient, in units of eps |f| / h, by method.
+_ROUNDING = {"forward": 2.0, "central": 1.0, "richardson": 3.0}
+
+
+def _rounding_note(y, h, method: str, mismatch: float) -> list:
+    """A note when a mismatch is no larger than the rounding error of the finite differences
+    themselves (about eps |f| / h: sum(x) + 1e17 leaves differences of 16 over a step of 1e-5):
+    then they cannot tell a right derivative from a wrong one."""
+    if method not in _ROUNDING or not np.size(y) or not np.size(h):
+        return []
+    size = float(np.max(np.abs(y)))
+    step = float(np.min(h))
+    if not (math.isfinite(size) and step > 0 and math.isfinite(mismatch)):
+        return []
+    noise = _ROUNDING[method] * np.finfo(np.float64).eps * size / step
+    if mismatch > 4 * noise:
+        return []
+    return [f"finite differences are at their rounding limit here: |f| up to {size:.3g} over a step of "
+            f"{step:.3g} leaves about {noise:.2g} of rounding error in each difference quotient, as much "
+            "as the mismatch (try --method complex for analytic programs)"]
 
 
 #: Random directions along which forward mode is compared with the reverse-mode Jacobian.

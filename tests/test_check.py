@@ -248,3 +248,17 @@ def test_integers_beyond_float_range_are_user_errors(tmp_path):
     assert res.exit_code == 2
     assert res.stderr.splitlines()[0] == ("error: <expr>:1:1: zeros(): array of shape (1e+400,) has 1e+400 elements, "
                                           "more than --max-elements=100000000")
+
+
+def test_a_mismatch_within_the_rounding_of_finite_differences_is_explained(monkeypatch):
+    # sum(x) + 1e17: each difference of f is a multiple of 16 (the spacing of floats near 1e17)
+    # over a step of about 1e-5, so the difference quotients are off by ~1e6 while the gradient
+    # [1, 1] is exact.  The check still fails (tolerances are the user's), and says why.
+    r = gradcalc.check("sum(x) + 1e17", at={"x": [1.5, 2.0]})
+    assert not r.ok and r.results[0].notes[-1].startswith("finite differences are at their rounding limit")
+    assert gradcalc.check("sum(x) + 1e17", at={"x": [1.5, 2.0]}, method="complex").ok
+    # a wrong rule is not explained away
+    import gradcalc.primitives as P
+    monkeypatch.setattr(P.sin, "vjp", (lambda g, ans, x, **_: P.safe_mul(g, P.cos(x) * 1.01),))
+    r = gradcalc.check("sum(sin(x))", at={"x": [1.5, 2.0]})
+    assert not r.ok and not any("rounding limit" in n for x in r.results for n in x.notes)
