@@ -455,7 +455,7 @@ def _nonfinite(blocks: dict, what: str, tr: Traced, of: str | None = None):
 # graph
 # ==========================================================================
 
-def _guess_shape(program: Program):
+def _guess_shape(program: Program) -> dict:
     """Shapes for inputs that have no value when only the tape's structure is wanted:
     2×2 for matrix operands, 2 for vectors, 4 for indexed names, else scalars."""
     from .lower import _walk_names
@@ -488,31 +488,62 @@ def _guess_shape(program: Program):
             stack.append(node.value)
         else:
             stack += [n for n in _walk_names(node) if n is not node]
-    return lambda name, shape: np.zeros(shape or guesses.get(name, ()))
+    return guesses
+
+
+def _stand_in(shape: tuple) -> np.ndarray:
+    """A value for an input that has none, when only the structure is wanted: 0.5 everywhere,
+    and 0.25 + 0.5 I for square matrices, so that log, sqrt, 1/x, asin and inv are defined
+    (zeros made log -inf and inv singular)."""
+    value = np.full(shape, 0.5)
+    if len(shape) >= 2 and shape[-1] == shape[-2]:
+        value = value * 0.5 + 0.5 * np.eye(shape[-1])
+    return value
 
 
 @_quiet
 def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
     """The tape as a list of nodes (and, with backward_pass, the backward tape grad runs).
 
-    Inputs without a value get zeros of their declared shape, or a guessed
-    small shape (the output says which) so that the structure can be shown.
+    Inputs without a value get stand-in values (see _stand_in) of their declared shape, or
+    of a guessed small shape (the output says which) so that the structure can be shown.  If
+    the guessed shapes do not fit together, every guessed axis is made 4 long and the trace is
+    tried again.
     """
     program = parse(source)
     values = _values(at)
-    guessed = []
-    guess = _guess_shape(program)
+    guesses = _guess_shape(program)
+    filled: list = []
+    guessed: list = []
 
-    def sample(name, shape):
-        guessed.append(name)
-        return guess(name, shape)
+    def attempt(uniform: bool) -> Traced:
+        filled.clear()
+        guessed.clear()
 
-    tr = trace(program, values, max_elements=max_elements, sample=sample)
+        def sample(name, shape):
+            filled.append(name)
+            if not shape:  # no declared shape: a guess
+                guessed.append(name)
+                shape = guesses.get(name, ())
+                if uniform:
+                    shape = (4,) * len(shape)
+            return _stand_in(shape)
+        return trace(program, values, max_elements=max_elements, sample=sample)
+
+    try:
+        tr = attempt(False)
+    except (ShapeError, ValueError_) as err:
+        if not guessed:
+            raise
+        try:
+            tr = attempt(True)
+        except GradcalcError:
+            raise err from None
     b, tape = tr.builder, tr.tape
     names_of = {}
     for n, v in tape.names.items():
         names_of.setdefault(v, n)
-    show_values = bool(at) or not guessed
+    show_values = bool(at) or not filled
     nodes = []
 
     def node(var, op, args=(), params=None, pos=None, phase="forward", extra=None):

@@ -758,3 +758,20 @@ def test_summaries_of_large_arrays_show_infinities_and_count_nans():
     assert "min 0  max 999  norm 18243.7" in r.stdout
     r = run("eval", "x", "--at", "x=arange(1000) * 1e300")  # the sum of squares would overflow
     assert "norm 1.82437e+304" in r.stdout
+
+
+@pytest.mark.parametrize("src, first, guessed", [
+    # zeros made inv singular: stand-ins are 0.25 + 0.5 I for square matrices, 0.5 elsewhere
+    ("input A[2,2]; inv(A)", "v0 = input A                              # A, 1:7, 2×2", False),
+    # x[::-1] (an indexed name: 4) against W (a vector operand of @: 2) did not fit: every
+    # guessed axis is then 4 long
+    ("x[::-1] @ W", "# shapes guessed for x, W (no values given; use --at)", True),
+    # a declared shape is not a guess
+    ("input x[2,3]; y = sum(x)", "v0 = input x                              # x, 1:7, 2×3", False),
+])
+def test_graph_without_values_shows_the_structure(src, first, guessed):
+    r = run("graph", src, "-f", "plain")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[0] == first
+    assert ("shapes guessed" in r.stdout) == guessed
+    assert "warning" not in r.stderr
