@@ -37,9 +37,13 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
 
 def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX_ELEMENTS,
                       allow_files: bool = True) -> dict[str, np.ndarray]:
-    """Parse repeated NAME=VALUE[,NAME=VALUE...] (or @FILE) options into name -> array."""
+    """Parse repeated NAME=VALUE[,NAME=VALUE...] (or @FILE) options into name -> array.
+
+    A later option overrides an earlier one (--at @defaults.json --at lr=0.1); a name given
+    twice in one option is a mistake, and an error."""
     out: dict[str, np.ndarray] = {}
     for item in items or ():
+        seen = set()
         if item.strip().startswith("@") and allow_files:
             for k, v in load_mapping(item.strip()[1:], what).items():
                 out[k] = v
@@ -52,6 +56,10 @@ def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX
             if not eq or not _NAME.match(name):
                 raise UsageError(f"{what} expects NAME=VALUE, got '{part}'",
                                  hint=f"for example: {what} x=1.5,y=[1, 2]")
+            if name in seen:
+                raise UsageError(f"{what} gives '{name}' twice in '{item}'",
+                                 hint=f"give each name once (a later {what} option overrides an earlier one)")
+            seen.add(name)
             out[name] = parse_value(value, f"{what} {name}", max_elements)
     return out
 

@@ -537,6 +537,8 @@ MALFORMED_AT = [
     ("x=1]", "error: --at x:1:2: unmatched ']'", None),
     ("x=)(", "error: --at x:1:1: unmatched ')'", None),
     ("x=1=2", "error: --at x:1:2: expected end of value, found '='", None),
+    ("x=1,x=2", "error: --at gives 'x' twice in 'x=1,x=2'",
+     "give each name once (a later --at option overrides an earlier one)"),
     ("x=1,y", "error: --at expects NAME=VALUE, got 'y'", AT_EXAMPLE),
     ("x[0]=1", "error: --at expects NAME=VALUE, got 'x[0]=1'", AT_EXAMPLE),
     ("x=x", "error: --at x:1:1: unknown name 'x'", "values are constant expressions: numbers, lists, pi, ones(3)..."),
