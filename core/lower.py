@@ -548,6 +548,7 @@ class _Lowering:
                 raise ShapeError(f"ragged array literal: element {k} has shape {it.shape}, "
                                  f"element 1 has shape {items[0].shape}", _pos(item))
         self.b.pos = node.loc
+        self.b.labels[node.loc] = "array literal"  # (what messages call its stacking primitives)
         return _stack(*items, axis=0)
 
     def index_item(self, item):

@@ -310,8 +310,8 @@ class Builder:
                 value = value.astype(np.float64)
             shape = value.shape
             if len(shape) > MAX_NDIM:
-                raise ShapeError(f"'{prim.name}' would make a value with {value.ndim} dimensions; "
-                                 f"at most {MAX_NDIM} are supported", self.pos)
+                raise ShapeError(f"'{self.op_name(prim, self.pos)}' would make a value with {value.ndim} "
+                                 f"dimensions; at most {MAX_NDIM} are supported", self.pos)
         var = self._next
         self._next = var + 1
         values[var] = value

@@ -1337,3 +1337,12 @@ def test_program_text_naming_a_file_is_not_read_as_data(tmp_path, monkeypatch):
     (tmp_path / "secret").write_text("42")
     r = user_error("eval", "secret + 1")
     assert first_line(r) == "error: <expr>:1:1: input 'secret' has no value"
+
+
+def test_an_array_literal_nested_past_the_dimension_limit_is_named():
+    # 33 brackets around an input: the stacking is the literal's, not a 'reshape' the user
+    # never wrote
+    src = "[" * 33 + "x" + "]" * 33
+    r = user_error("eval", src, "--at", "x=1")
+    assert first_line(r) == ("error: <expr>:1:1: 'array literal' would make a value with 33 dimensions; "
+                             "at most 32 are supported")
