@@ -238,8 +238,11 @@ def _of_label(name: str) -> str:
 def _point_caption(at: dict, precision: int) -> str | None:
     if not at:
         return None
-    return "at " + ", ".join(f"{k}={render.value_text(v, precision)}" for k, v in at.items()
-                             if getattr(v, "size", 1) <= 8)
+    def shown(v):  # a value of more than 8 numbers by its shape alone
+        if getattr(v, "size", 1) <= 8:
+            return render.value_text(v, precision)
+        return f"({render.shape_text(v)} values)"
+    return "at " + ", ".join(f"{k}={shown(v)}" for k, v in at.items())
 
 
 # ==========================================================================
@@ -682,21 +685,35 @@ def _result_label(x) -> str:
     return f"{of} (value)" if not x.wrt else f"d{of}/d{x.wrt}"
 
 
+_NOT_XML = None
+
+
+def _xml_text(text: str) -> str:
+    """text without the characters XML 1.0 cannot hold (control characters, say in a file
+    name or an --exec command): each becomes its escape, \\x01."""
+    import re
+    global _NOT_XML
+    if _NOT_XML is None:
+        _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+    return _NOT_XML.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def _write_junit(path: str, results) -> None:
     import xml.etree.ElementTree as ET
     failures = sum(not x.ok for x in results)
     suite = ET.Element("testsuite", name="gradcalc.check", tests=str(len(results)),
                        failures=str(failures), errors="0")
     for x in results:
-        case = ET.SubElement(suite, "testcase", classname=f"gradcalc.check.{x.source}",
-                             name=f"point {x.point}: {_result_label(x)} ({x.method})")
+        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gradcalc.check.{x.source}"),
+                             name=_xml_text(f"point {x.point}: {_result_label(x)} ({x.method})"))
         detail = (f"max_abs_err={x.max_abs_err!r} max_rel_err={x.max_rel_err!r} "
                   f"worst_index={x.worst_index} step={x.step!r}")
+        notes = [_xml_text(n) for n in x.notes]
         if not x.ok:
-            fail = ET.SubElement(case, "failure", message="; ".join(x.notes) or "derivative mismatch")
-            fail.text = detail + ("\n" + "\n".join(x.notes) if x.notes else "")
+            fail = ET.SubElement(case, "failure", message="; ".join(notes) or "derivative mismatch")
+            fail.text = detail + ("\n" + "\n".join(notes) if notes else "")
         else:
-            ET.SubElement(case, "system-out").text = detail + (("\n" + "; ".join(x.notes)) if x.notes else "")
+            ET.SubElement(case, "system-out").text = detail + (("\n" + "; ".join(notes)) if notes else "")
     try:
         ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
     except OSError as err:

@@ -95,9 +95,11 @@ def dot(nodes, output, guessed=()) -> str:
     lines = ["digraph gradcalc {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=10];']
     if guessed:
         lines.append(f"  // shapes guessed for {', '.join(guessed)} (no values given; use --at)")
+    gradients = 0
     for n in nodes:
-        if n["op"] == "gradient":
-            gid = f"grad_{n['args'][0]}"
+        if n["op"] == "gradient":  # one node each: two inputs may share a gradient variable (x + y)
+            gradients += 1
+            gid = f"grad{gradients}_{n['args'][0]}"
             lines.append(f"  {gid} [label={_quote(n['name'])}, shape=note, style=dashed];")
             lines.append(f"  {n['args'][0]} -> {gid} [style=dashed];")
             continue

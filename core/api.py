@@ -109,8 +109,10 @@ def _output(tr: Traced, of) -> str:
 def _inputs_only(tr: Traced, names, command: str):
     for n in names:
         if n not in tr.tape.inputs:
+            hint = ("use --mode rev for intermediate values" if command.startswith("jacobian")
+                    else "use grad, jacobian or vjp for intermediate values")
             raise UsageError(f"{command} differentiates with respect to inputs only; '{n}' is "
-                             "an intermediate value", hint="use grad, jacobian or vjp for intermediate values")
+                             "an intermediate value", hint=hint)
 
 
 def _eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:

@@ -539,6 +539,8 @@ class _Lowering:
     def array(self, node: ArrayLit) -> Tracer:
         folded = _fold_literal(node, self.env)
         if folded is not None:
+            self.b.pos = node.loc
+            self.b.check_size(folded.shape)  # (small in memory: it is as long as its text)
             return self.b.const(folded)
         if not node.items:
             return self.b.const(np.zeros((0,)))

@@ -298,7 +298,7 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
             raise UsageError(f"--seed must be a non-negative integer, not {seed}")
         for opt, v in (("--rtol", rtol), ("--atol", atol)):
             if v is not None and not (v >= 0 and math.isfinite(v)):
-                raise UsageError(f"{opt} must be a non-negative number, not {v}")
+                raise UsageError(f"{opt} must be a finite non-negative number, not {v}")
         rt, at_ = TOLERANCES[method]
         tol = (rt if rtol is None else rtol, at_ if atol is None else atol)
         program = parse(source)

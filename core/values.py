@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from .errors import Source, UsageError, ValueError_
+from .errors import LimitError, Source, UsageError, ValueError_
 from .lower import constant_value
 from .tape import DEFAULT_MAX_ELEMENTS
 
@@ -46,7 +46,7 @@ def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX
         seen = set()
         if item.strip().startswith("@") and allow_files:
             for k, v in load_mapping(item.strip()[1:], what).items():
-                out[k] = v
+                out[k] = _within(v, f"{what} {k}", max_elements)
             continue
         for part in split_top_level(item):
             if not part:
@@ -70,8 +70,16 @@ def parse_value(text: str, label: str, max_elements: int = DEFAULT_MAX_ELEMENTS)
     if not text:
         raise UsageError(f"{label}: empty value")
     if text.startswith("@"):
-        return load_array(text[1:], label)
+        return _within(load_array(text[1:], label), label, max_elements)
     return constant_value(text, label, max_elements)
+
+
+def _within(value: np.ndarray, label: str, max_elements: int) -> np.ndarray:
+    """value, unless it has more than max_elements elements (a file's values count too)."""
+    if value.size > max_elements:
+        raise LimitError(f"{label}: a value of shape {value.shape} has {value.size} elements, "
+                         f"more than --max-elements={max_elements}")
+    return value
 
 
 def _read_error(path, label, err):
@@ -120,8 +128,13 @@ def load_mapping(path: str, label: str = "--at") -> dict[str, np.ndarray]:
                 raise ValueError_(f"{label}: '{path}' must hold a JSON object of name: value")
             return {str(k): _json_array(v, path, label) for k, v in data.items()}
         if ext == ".npz":
-            with np.load(path, allow_pickle=False) as z:
-                return {k: _as_float(z[k], path, label) for k in z.files}
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    return {k: _as_float(z[k], path, label) for k in z.files}
+            except ValueError as err:  # (NumPy calls any file it cannot read "pickled data")
+                if "pickle" in str(err):
+                    raise ValueError("not a .npz file of numbers") from None
+                raise
     except RecursionError:
         raise ValueError_(f"{label}: '{path}' is nested too deeply") from None
     except (OSError, ValueError, EOFError, UnicodeDecodeError) as err:

@@ -775,3 +775,54 @@ def test_graph_without_values_shows_the_structure(src, first, guessed):
     assert r.stdout.splitlines()[0] == first
     assert ("shapes guessed" in r.stdout) == guessed
     assert "warning" not in r.stderr
+
+
+def test_junit_report_of_a_file_name_with_a_control_character_parses(tmp_path):
+    import xml.etree.ElementTree as ET
+    (tmp_path / "a\x01b.grad").write_text("x^2\n")
+    xml = tmp_path / "r.xml"
+    r = run("check", str(tmp_path), "--at", "x=1", "--junit-xml", str(xml))
+    assert r.exit_code == 0, r.output
+    (case,) = ET.parse(xml).getroot()  # raw \x01 made it "not well-formed"
+    assert case.get("classname").endswith("a\\x01b.grad")
+
+
+def test_dot_gives_each_gradient_its_own_node():
+    # x + y: both gradients are the seed's variable; one node id would merge d_/dx into d_/dy
+    r = run("graph", "x + y", "--at", "x=1,y=2", "-f", "dot", "--backward")
+    assert r.exit_code == 0
+    ids = [line.split()[0] for line in r.stdout.splitlines() if "shape=note" in line]
+    assert len(ids) == 2 and len(set(ids)) == 2
+
+
+def test_the_at_line_shows_large_values_by_shape():
+    r = run("grad", "sum(x)*y", "--at", "x=ones(20),y=2")
+    assert r.stdout.splitlines()[-1].rstrip() == "at x=(20 values), y=2"
+
+
+@pytest.mark.parametrize("args, first", [
+    (["eval", "[1,2,3,4,5,6]", "--max-elements", "5"],
+     "error: <expr>:1:1: array of shape (6,) has 6 elements, more than --max-elements=5"),
+    (["eval", "x", "--at", "x=[1,2,3,4,5,6]", "--max-elements", "5"],
+     "error: --at x:1:1: array of shape (6,) has 6 elements, more than --max-elements=5"),
+    (["eval", "x", "--at", "x=@{dir}/v.json", "--max-elements", "5"],
+     "error: --at x: a value of shape (6,) has 6 elements, more than --max-elements=5"),
+    (["eval", "x", "--at", "@{dir}/m.json", "--max-elements", "5"],
+     "error: --at x: a value of shape (6,) has 6 elements, more than --max-elements=5"),
+    (["eval", "x", "--at", "@{dir}/bad.npz"], "error: --at: cannot read '{dir}/bad.npz': not a .npz file of numbers"),
+    (["check", "sin(x)", "--at", "x=1", "--rtol", "inf"], "error: --rtol must be a finite non-negative number, not inf"),
+])
+def test_limits_and_messages_of_values(tmp_path, args, first):
+    # literals and files were not held to --max-elements; a text file named .npz was said to
+    # hold "pickled data" that could be loaded "unsafely"; inf is non-negative
+    (tmp_path / "v.json").write_text("[1,2,3,4,5,6]")
+    (tmp_path / "m.json").write_text('{"x": [1,2,3,4,5,6]}')
+    (tmp_path / "bad.npz").write_text("garbage")
+    r = run(*[a.replace("{dir}", str(tmp_path)) for a in args])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.splitlines()[0] == first.replace("{dir}", str(tmp_path))
+
+
+def test_forward_mode_jacobian_points_at_reverse_mode_for_intermediates():
+    r = run("jacobian", "h = x*y; z = [h^2, h*x]", "--at", "x=2,y=3", "--wrt", "h", "--mode", "fwd")
+    assert r.exit_code == 2 and "hint: use --mode rev for intermediate values" in r.stderr
