@@ -41,7 +41,7 @@ def listing(nodes, precision: int, guessed=()) -> str:
             phase = n["phase"]
             lines.append("# backward: one VJP rule per forward equation, newest first")
         if n["op"] == "gradient":
-            lines.append(f"# {n['name']} = {n['args'][0]}")
+            lines.append(f"# {n['name']} = {_gradient_of(n)}")
             continue
         notes = [x for x in (n.get("name"), f"{n['line']}:{n['column']}" if "line" in n else None,
                              _shape(n), f"vjp of {n['vjp_of']}" if "vjp_of" in n else None) if x]
@@ -82,7 +82,11 @@ def tables(nodes, output, guessed, precision: int) -> None:
         out.print(f"backward tape: {len([n for n in backward if n['op'] != 'const'])} equations, "
                   f"one VJP rule per forward equation; no Jacobian is ever formed", style="bold")
         out.print(table(backward, "vjp of"))
-        out.print("gradients: " + ", ".join(f"{g['name']} = {g['args'][0]}" for g in grads))
+        out.print("gradients: " + ", ".join(f"{g['name']} = {_gradient_of(g)}" for g in grads))
+
+
+def _gradient_of(n) -> str:
+    return n["args"][0] if n["args"] else "unconnected (no differentiable path)"
 
 
 def _quote(s: str) -> str:
@@ -99,6 +103,10 @@ def dot(nodes, output, guessed=()) -> str:
     for n in nodes:
         if n["op"] == "gradient":  # one node each: two inputs may share a gradient variable (x + y)
             gradients += 1
+            if not n["args"]:
+                lines.append(f"  grad{gradients} [label={_quote(n['name'] + chr(10) + '(unconnected)')}, "
+                             "shape=note, style=dashed];")
+                continue
             gid = f"grad{gradients}_{n['args'][0]}"
             lines.append(f"  {gid} [label={_quote(n['name'])}, shape=note, style=dashed];")
             lines.append(f"  {n['args'][0]} -> {gid} [style=dashed];")

@@ -591,10 +591,12 @@ def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_
                      extra={"vjp_of": f"v{eq.out}"})
         for name, var in tape.inputs.items():
             g = found.get(var)
-            if g is not None:
-                nodes.append({"id": f"d{output}/d{name}", "op": "gradient", "args": [f"v{g.var}"],
-                              "shape": list(b.shapes[g.var]), "phase": "backward",
-                              "name": f"d{output}/d{name}"})
+            grad_node = {"id": f"d{output}/d{name}", "op": "gradient", "args": [f"v{g.var}"] if g else [],
+                         "shape": list(b.shapes[g.var if g else var]), "phase": "backward",
+                         "name": f"d{output}/d{name}"}
+            if g is None:  # no differentiable path: no variable to point at
+                grad_node["unconnected"] = True
+            nodes.append(grad_node)
     return Result({}, nodes=nodes, output=output, guessed=guessed, warnings=_warnings(tr))
 
 

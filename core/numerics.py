@@ -263,6 +263,8 @@ def _errors_general(ad, ref, diff, rtol, atol):
 
 def expand_sources(sources) -> list:
     """Directories become every *.grad file inside them (sorted)."""
+    if list(sources).count("-") > 1:  # the second read would find standard input empty
+        raise UsageError("'-' (standard input) is given more than once", hint="give '-' once")
     out = []
     for s in sources:
         if isinstance(s, str) and "\n" not in s and os.path.isdir(s):

@@ -184,7 +184,9 @@ def read_source(arg: str) -> Source:
 
 def _decode(data: bytes, label: str) -> str:
     try:
-        return data.decode("utf-8-sig")  # a byte-order mark, if any, is not part of the program
+        text = data.decode("utf-8-sig")  # a byte-order mark, if any, is not part of the program
     except UnicodeDecodeError as err:
         raise ValueError_(f"{label} is not UTF-8 text (byte {err.start})",
                           hint="programs are plain text") from None
+    # a lone carriage return (classic Mac line endings) ends a line, as \r\n and \n do
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text

@@ -826,3 +826,24 @@ def test_limits_and_messages_of_values(tmp_path, args, first):
 def test_forward_mode_jacobian_points_at_reverse_mode_for_intermediates():
     r = run("jacobian", "h = x*y; z = [h^2, h*x]", "--at", "x=2,y=3", "--wrt", "h", "--mode", "fwd")
     assert r.exit_code == 2 and "hint: use --mode rev for intermediate values" in r.stderr
+
+
+def test_graph_backward_has_a_gradient_node_for_every_input():
+    # README: one gradient node per input; an unconnected input (x reaches the output only
+    # through a comparison) had none
+    r = run("graph", "x*x > 1 + y", "--at", "x=[1,2],y=1", "--backward", "-f", "json")
+    grads = [n for n in json.loads(r.stdout)["nodes"] if n["op"] == "gradient"]
+    assert [(g["name"], g["args"], g.get("unconnected")) for g in grads] == [
+        ("d_/dx", [], True), ("d_/dy", [], True)]
+    r = run("graph", "x*y", "--at", "x=1,y=2", "--backward", "-f", "json")
+    grads = [n for n in json.loads(r.stdout)["nodes"] if n["op"] == "gradient"]
+    assert all(len(g["args"]) == 1 and "unconnected" not in g for g in grads) and len(grads) == 2
+
+
+def test_sources_with_classic_mac_line_endings_and_stdin_given_twice(tmp_path):
+    p = tmp_path / "cr.grad"
+    p.write_bytes(b"a = x*2\rb = sine(a)\r")  # a lone CR ended no line: one long statement
+    r = run("grad", str(p), "--at", "x=1")
+    assert r.exit_code == 2 and r.stderr.splitlines()[0] == f"error: {p}:2:5: unknown function 'sine'"
+    r = run("check", "-", "-", "--at", "x=1", input="x^2\n")
+    assert r.exit_code == 2 and r.stderr.splitlines()[0] == "error: '-' (standard input) is given more than once"
