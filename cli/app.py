@@ -563,9 +563,11 @@ def check_cmd(
                                                ("--symbolic", symbolic)) if given]
             if unused or (sources and method is not None):
                 from gradcalc.errors import UsageError
-                raise UsageError(f"{(unused or ['--method'])[0]} does not apply to check --exec",
-                                 hint="check --exec compares at the --at point; check SOURCE --exec "
-                                      "compares values, so it takes no --method")
+                flag = (unused or ["--method"])[0]
+                hint = ("check SOURCE --exec compares values, so it takes no --method" if flag == "--method"
+                        else "check --exec compares the black box's gradient with its own finite "
+                             "differences at the --at point")
+                raise UsageError(f"{flag} does not apply to check --exec", hint=hint)
             results, tol = _check_exec(exec_, exec_timeout, sources or [], point, of, wrt,
                                        method.value if method else "richardson", rtol, atol, max_elements)
         elif not sources:

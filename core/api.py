@@ -82,15 +82,18 @@ def _values(at) -> dict:
     return out
 
 
-def _names(tr: Traced, names, what: str, default) -> list[str]:
+def _names(tr: Traced, names, what: str, default, among=None) -> list[str]:
+    """names, each checked against the program's names (or among them: jvp's inputs)."""
     if names is None:
         return list(default)
     if isinstance(names, str):
         names = [names]
     out = []
+    known = tr.tape.names if among is None else among
+    kind = "named values" if among is None else "inputs"
     for n in names:
         if n not in tr.tape.names:
-            hint = did_you_mean(n, tr.tape.names) or f"the named values are: {', '.join(tr.tape.names)}"
+            hint = did_you_mean(n, known) or f"the {kind} are: {', '.join(known)}"
             raise UsageError(f"{what} '{n}' is not a name in the program", hint=hint).located(tr.program.source)
         if n not in out:
             out.append(n)
@@ -248,7 +251,7 @@ def jvp(source, tangent: dict, at=None, of=None, *, max_elements=DEFAULT_MAX_ELE
     """J v: forward mode along tangent {input name: array}; missing inputs have zero tangent."""
     tr = _trace(source, at, max_elements)
     out = _output(tr, of)
-    names = _names(tr, list(tangent), "--tangent", ())
+    names = _names(tr, list(tangent), "--tangent", (), among=tr.tape.inputs)  # (jvp: inputs only)
     _inputs_only(tr, names, "jvp")
     b = tr.builder
     tangents = {}

@@ -467,3 +467,20 @@ def test_cli_exec_failure_is_a_user_error_quoting_stderr(tmp_path):
     res = _cli("grad", "--exec", f"{sys.executable} {script}", "--at", "x=1")
     assert res.exit_code == 2
     assert "exited with status 4" in res.stderr and "model exploded" in res.stderr
+
+
+@pytest.mark.parametrize("flag, hint", [
+    (["--points", "2"], "check --exec compares the black box's gradient with its own finite differences "
+                        "at the --at point"),
+    (["--method", "central", str(MODEL_GRAD)], "check SOURCE --exec compares values, so it takes no --method"),
+])
+def test_check_exec_refuses_flags_that_do_not_apply_with_the_right_hint(flag, hint):
+    # the hint for --points used to talk about --method
+    from typer.testing import CliRunner
+
+    from gradcalc.cli.app import app
+    args = ["check", *flag[2:], "--exec", shlex.join([sys.executable, str(MODEL)]),
+            "--at", "x=[0.5,-1,2],y=1.5", *flag[:2]]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert f"hint: {hint}" in r.stderr

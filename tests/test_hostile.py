@@ -512,7 +512,7 @@ NAMES = [
      "error: <expr>: --of 'lose' is not a name in the program", "did you mean 'loss'?"),
     (["check", "loss = x^2", "--at", "x=1", "--of", "lo"], "error: <expr>: --of 'lo' is not a name in the program", ...),
     (["jvp", "x*x", "--at", "x=[1,2]", "--tangent", "y=[1,2]"],
-     "error: <expr>: --tangent 'y' is not a name in the program", "the named values are: x, _"),
+     "error: <expr>: --tangent 'y' is not a name in the program", "the inputs are: x"),  # (jvp takes tangents of inputs only)
     (["vjp", "a = x*x; b = sum(x)", "--at", "x=[1,2]", "--cotangent", "c=[1,2]"],
      "error: <expr>: --of 'c' is not a name in the program", "the named values are: x, a, b"),
 ]
