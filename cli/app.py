@@ -574,11 +574,15 @@ def check_cmd(
             from gradcalc.errors import UsageError
             raise UsageError("missing SOURCE", hint="gradcalc check samples/ (or --exec CMD)")
         for s in expand_sources(sources or []) if exec_ is None else ():
-            r = check(_source(s), point, of=of, wrt=wrt, points=points, seed=seed,
+            program = _source(s)
+            r = check(program, point, of=of, wrt=wrt, points=points, seed=seed,
                       method=method.value if method else "central", rtol=rtol, atol=atol, directions=directions,
                       taylor=taylor, expect=stored, symbolic=symbolic, max_elements=max_elements)
             results += r.results
             tol = (r.rtol, r.atol)
+            if not r.results:  # (passing, but a CI job should hear that nothing was compared)
+                sys.stderr.write(f"warning: {program.source.label}: nothing to check: the program has no "
+                                 "inputs\n")
         ok = all(x.ok for x in results)
         if junit_xml:
             _write_junit(junit_xml, results)

@@ -262,3 +262,13 @@ def test_a_mismatch_within_the_rounding_of_finite_differences_is_explained(monke
     monkeypatch.setattr(P.sin, "vjp", (lambda g, ans, x, **_: P.safe_mul(g, P.cos(x) * 1.01),))
     r = gradcalc.check("sum(sin(x))", at={"x": [1.5, 2.0]})
     assert not r.ok and not any("rounding limit" in n for x in r.results for n in x.notes)
+
+
+def test_a_program_with_nothing_to_check_passes_with_a_warning(tmp_path):
+    # check '3' passed in silence, with no results: a CI job should hear that nothing was compared
+    p = tmp_path / "noinputs.grad"
+    p.write_text("y = 2\n")
+    res = runner.invoke(app, ["check", str(p), "samples/rosenbrock.grad", "-f", "plain"])
+    assert res.exit_code == 0
+    assert res.stderr == f"warning: {p}: nothing to check: the program has no inputs\n"
+    assert res.stdout.count("ok samples/rosenbrock.grad") == 2
