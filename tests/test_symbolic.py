@@ -279,6 +279,14 @@ def test_sympy_is_imported_lazily():
     assert out.stdout.strip() == "False"
 
 
+def _lines_in_subprocess(code: str, timeout: float) -> list[str]:
+    """What code prints, run in a child Python: a regression that never ends fails the test at
+    timeout instead of hanging the suite."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
 def test_powers_of_huge_constants_end():
     # Exact, 2^(10^15) has 10^15 bits, and SymPy would compute every one (these did not end).
     # Past EXACT_POWER_BITS a power of two numbers is taken in floating point.  In a
@@ -288,9 +296,7 @@ def test_powers_of_huge_constants_end():
             "    r = gradcalc.grad(src, at={'x': 2.0}, symbolic=True)\n"
             "    print(r.symbolic['x']['text'][:40])\n"
             "print(gradcalc.grad('2^10*x + (1/2)^3*x', at={'x': 2.0}, symbolic=True).symbolic['x']['text'])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    lines = _lines_in_subprocess(code, timeout=120)
     assert lines[0].startswith("1.5675223395448") and lines[0].endswith("e+301029995663981")
     assert lines[3] == "1000000000000000*x**999999999999999"
     assert lines[-1] == "8193/8"  # small powers stay exact: 2^10 + 1/8
@@ -305,9 +311,7 @@ def test_huge_powers_are_shown_unsimplified():
             "    g = gradcalc.grad(src, at={'x': 1.0}, symbolic=True).symbolic['x']\n"
             "    print(g['note'])\n"
             "print(gradcalc.grad('sin(x)^1e10', at={'x': 1.0}, symbolic=True).symbolic['x']['text'])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    lines = _lines_in_subprocess(code, timeout=60)
     assert lines[:2] == ["1 of 1 entries shown unsimplified (a power past 100 is not simplified)"] * 2
     assert lines[2] == "10000000000*sin(x)**9999999999*cos(x)"
 
