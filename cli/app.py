@@ -691,17 +691,14 @@ def _result_label(x) -> str:
     return f"{of} (value)" if not x.wrt else f"d{of}/d{x.wrt}"
 
 
-_NOT_XML = None
+_NOT_XML = "[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]"  # what XML 1.0 cannot hold
 
 
 def _xml_text(text: str) -> str:
-    """text without the characters XML 1.0 cannot hold (control characters, say in a file
-    name or an --exec command): each becomes its escape, \\x01."""
+    """text with each character XML cannot hold (a control character in a file name or an
+    --exec command, say) written as its escape, \\x01."""
     import re
-    global _NOT_XML
-    if _NOT_XML is None:
-        _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-    return _NOT_XML.sub(lambda m: repr(m.group())[1:-1], text)
+    return re.sub(_NOT_XML, lambda m: repr(m.group())[1:-1], text)
 
 
 def _write_junit(path: str, results) -> None:
