@@ -579,6 +579,8 @@ class _Lowering:
             if node.func in self.env:
                 hint = f"'{node.func}' is a value, not a function; use '*' to multiply"
             raise NameError_(f"unknown function '{node.func}'", node.pos, hint=hint)
+        if fn.prim is None:  # several primitives (mean: sum, div): messages name the builtin
+            self.b.labels[node.loc] = node.func
         if fn.arity == len(node.args) and not node.kwargs:
             # (one argument, the usual case, without a comprehension: it costs more)
             args = [self.expr(node.args[0])] if fn.arity == 1 else [self.expr(a) for a in node.args]
@@ -586,7 +588,6 @@ class _Lowering:
             b.pos = node.loc
             if fn.prim is not None:  # sin(x): record the primitive directly (what fn.fn does)
                 return self.invoke(node, b.bind, (fn.prim, tuple(args), _NO_PARAMS))
-            b.labels[node.loc] = node.func
             return self.invoke(node, fn.fn, args)
         is_constructor = node.func in _CONSTRUCTORS
         try:
@@ -609,7 +610,6 @@ class _Lowering:
             else:
                 bound.arguments[pname] = self.expr(arg)
         self.b.pos = node.loc
-        self.b.labels[node.loc] = node.func
         return self.invoke(node, fn.fn, bound.args, bound.kwargs)
 
     @staticmethod
