@@ -10,7 +10,7 @@ The names below load on first use, so ``import gradcalc`` itself costs nothing.
 __all__ = ["parse", "evaluate", "grad", "jacobian", "vjp", "jvp", "hessian", "graph", "check",
            "Result", "GradcalcError"]
 
-_HOMES = {"check": "numerics", "GradcalcError": "errors"}
+_HOMES = {"check": "numerics", "GradcalcError": "errors", "Result": "results"}
 
 
 def __getattr__(name):

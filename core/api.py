@@ -7,128 +7,18 @@ of NumPy arrays keyed by name, with what else the command reports (``value``,
 """
 from __future__ import annotations
 
-import functools
-import gc
-import math
-
 import numpy as np
 
-from . import primitives as P
-from .errors import GradcalcError, ShapeError, Source, UsageError, ValueError_, did_you_mean, to_pos
+from .errors import GradcalcError, ShapeError, UsageError, ValueError_, to_pos
 from .lower import Traced, trace
+from .results import Result
+from .session import (as_arrays, eager_backward, identity_seed, inputs_only, jacobian_blocks, parse,
+                      quiet, select_names, select_output, trace_source)
 from .syntax import Program
-from .syntax import parse as _parse
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
-from .transforms import Recording, backward, basis, depends, forward, needed, rows_to_jacobian
+from .transforms import Recording, backward, basis, forward, needed, rows_to_jacobian
 
 UNCONNECTED = ("zero", "none", "error")
-
-
-class Result(dict):
-    """Arrays keyed by name; other facts of the result as attributes."""
-
-    def __init__(self, data=(), **info):
-        super().__init__(data)
-        self.__dict__.update(info)
-
-    def __repr__(self):
-        extra = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
-        return f"Result({dict.__repr__(self)}, {extra})"
-
-
-def _quiet(fn):
-    """Run with NumPy's floating-point warnings off (gradcalc reports non-finite values
-    itself) and Python's cycle collector paused: tracing makes many small objects and no
-    cycles, and the collector's passes over them cost a fifth of a long program's time."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            with np.errstate(all="ignore"):
-                return fn(*args, **kwargs)
-        except GradcalcError as err:  # say which program, wherever the error arose
-            source = args[0] if args else kwargs.get("source")
-            if isinstance(source, Program):
-                err.located(source.source)
-            elif isinstance(source, str):
-                err.located(Source(source))
-            raise
-        finally:
-            if paused:
-                gc.enable()
-    return wrapper
-
-
-def parse(source: str | Program, label: str = "<expr>") -> Program:
-    """Parse program text into a Program (a Program is returned as it is)."""
-    return source if isinstance(source, Program) else _parse(source, label)
-
-
-def _trace(source, at, max_elements, sample=None) -> Traced:
-    program = parse(source)
-    return trace(program, _values(at), max_elements=max_elements, sample=sample)
-
-
-def _values(at) -> dict:
-    """at= of the API: numbers, nested lists or arrays of numbers, as float64 arrays."""
-    out = {}
-    for k, v in (at or {}).items():
-        try:
-            out[k] = np.asarray(v, dtype=np.float64)
-        except (ValueError, TypeError):
-            raise ValueError_(f"the value given for '{k}' is not a number or a (rectangular) "
-                              f"array of numbers: {v!r:.60}") from None
-    return out
-
-
-def _names(tr: Traced, names, what: str, default, among=None) -> list[str]:
-    """names, each checked against the program's names (or among them: jvp's inputs)."""
-    if names is None:
-        return list(default)
-    if isinstance(names, str):
-        names = [names]
-    out = []
-    known = tr.tape.names if among is None else among
-    kind = "named values" if among is None else "inputs"
-    for n in names:
-        if n not in tr.tape.names:
-            hint = did_you_mean(n, known) or f"the {kind} are: {', '.join(known)}"
-            raise UsageError(f"{what} '{n}' is not a name in the program", hint=hint).located(tr.program.source)
-        if n not in out:
-            out.append(n)
-    return out
-
-
-def _output(tr: Traced, of) -> str:
-    if of is None:
-        if tr.tape.output is None:
-            raise UsageError("the program has no output")
-        return tr.tape.output
-    (name,) = _names(tr, [of] if isinstance(of, str) else of, "--of", ())
-    return name
-
-
-def _inputs_only(tr: Traced, names, command: str):
-    for n in names:
-        if n not in tr.tape.inputs:
-            hint = ("use --mode rev for intermediate values" if command.startswith("jacobian")
-                    else "use grad, jacobian or vjp for intermediate values")
-            raise UsageError(f"{command} differentiates with respect to inputs only; '{n}' is "
-                             "an intermediate value", hint=hint)
-
-
-def _eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
-    """One eager backward pass -> {wrt name: array or None}.  Only when a result is not
-    finite does a second pass look for the rule that made it so, to name it in a warning,
-    with safe matrix products (see primitives.plain_products); its results are returned."""
-    args = (tr.builder, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
-    finite: set = set()  # results certified finite by backward: no need to look at them
-    with P.plain_products():
-        found = backward(*args, eager=True, check=False, finite=finite)
-    if any(v is not None and var not in finite and not all_finite(np.asarray(v)) for var, v in found.items()):
-        found = backward(*args, eager=True, check=True)  # with safe matrix products, and warnings
-    return {n: found[tr.tape.names[n]] for n in wrt}
 
 
 def _warnings(tr: Traced) -> list[str]:
@@ -155,20 +45,20 @@ def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
 # ==========================================================================
 
 
-@_quiet
+@quiet
 def evaluate(source, at=None, of=None, all: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
     """The values of the output (or of every name with all=True, or of each name in of)."""
-    tr = _trace(source, at, max_elements)
+    tr = trace_source(source, at, max_elements)
     if all:
         names = list(tr.tape.names)
     elif of is None:
-        names = [_output(tr, None)]
+        names = [select_output(tr, None)]
     else:
-        names = _names(tr, of, "--of", ())
+        names = select_names(tr, of, "--of", ())
     return Result({n: tr.value(n) for n in names}, of=names, warnings=_warnings(tr))
 
 
-@_quiet
+@quiet
 def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str = "zero", *,
          symbolic: bool = False, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
     """The gradient of a scalar output (of its sum with sum=True) with respect to wrt.
@@ -176,15 +66,15 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
     With symbolic=True, ``Result.symbolic`` also holds sympy's closed forms
     {wrt: {"text", "latex", "value", "note"}}.
     """
-    tr = _trace(source, at, max_elements)
-    out = _output(tr, of)
-    wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
+    tr = trace_source(source, at, max_elements)
+    out = select_output(tr, of)
+    wrt = select_names(tr, wrt, "--wrt", tr.tape.inputs)
     y = tr.value(out)
     if y.size != 1 and not sum:
         raise ShapeError(f"grad needs a scalar output, but '{out}' has shape {y.shape}",
                          tr.tape.positions.get(out), hint="use 'gradcalc jacobian', 'gradcalc vjp --cotangent ...', or "
                               "'grad --sum' for the gradient of its sum").located(tr.program.source)
-    values = _eager_backward(tr, {tr.tape.names[out]: np.ones(y.shape)}, wrt)
+    values = eager_backward(tr, {tr.tape.names[out]: np.ones(y.shape)}, wrt)
     gradient, missing = _unconnected(tr, wrt, values, unconnected,
                                      lambda n: tr.value(n).shape, f"'{out}'")
     closed = None
@@ -204,7 +94,7 @@ def _public(entries: dict) -> dict:
                 if "text" in v else _public(v)) for k, v in entries.items()}
 
 
-@_quiet
+@quiet
 def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero", *,
         max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
     """v^T J: the cotangent pulled back to wrt.
@@ -212,20 +102,20 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
     ``cotangent`` is an array for one output, or {output name: array} for
     several (the result is then the sum of their VJPs).  A scalar broadcasts.
     """
-    tr = _trace(source, at, max_elements)
+    tr = trace_source(source, at, max_elements)
     if isinstance(cotangent, dict):
-        outs = _names(tr, list(cotangent) if of is None else of, "--of", ())
+        outs = select_names(tr, list(cotangent) if of is None else of, "--of", ())
         missing_ct = [o for o in outs if o not in cotangent]
         if missing_ct:
             raise UsageError(f"no cotangent for output '{missing_ct[0]}'",
                              hint=f"give --cotangent {missing_ct[0]}=...")
         cts = {o: cotangent[o] for o in outs}
     else:
-        outs = [_output(tr, of)] if of is None or isinstance(of, str) or len(of) == 1 else None
+        outs = [select_output(tr, of)] if of is None or isinstance(of, str) or len(of) == 1 else None
         if outs is None:
             raise UsageError("with several --of, give one --cotangent NAME=VALUE for each")
         cts = {outs[0]: cotangent}
-    wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
+    wrt = select_names(tr, wrt, "--wrt", tr.tape.inputs)
     seeds = {}
     for o, v in cts.items():
         shape = tr.value(o).shape
@@ -236,7 +126,7 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
                                  f"shape {shape}", hint="a cotangent has the output's shape (or is a scalar)")
             v = np.broadcast_to(v, shape)
         seeds[tr.tape.names[o]] = v
-    values = _eager_backward(tr, seeds, wrt)
+    values = eager_backward(tr, seeds, wrt)
     result, missing = _unconnected(tr, wrt, values, unconnected, lambda n: tr.value(n).shape,
                                    "the outputs")
     value = tr.value(outs[0]) if len(outs) == 1 else {o: tr.value(o) for o in outs}
@@ -246,13 +136,13 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
                   unconnected=missing, warnings=_warnings(tr))
 
 
-@_quiet
+@quiet
 def jvp(source, tangent: dict, at=None, of=None, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
     """J v: forward mode along tangent {input name: array}; missing inputs have zero tangent."""
-    tr = _trace(source, at, max_elements)
-    out = _output(tr, of)
-    names = _names(tr, list(tangent), "--tangent", (), among=tr.tape.inputs)  # (jvp: inputs only)
-    _inputs_only(tr, names, "jvp")
+    tr = trace_source(source, at, max_elements)
+    out = select_output(tr, of)
+    names = select_names(tr, list(tangent), "--tangent", (), among=tr.tape.inputs)  # (jvp: inputs only)
+    inputs_only(tr, names, "jvp")
     b = tr.builder
     tangents = {}
     for n in names:
@@ -281,7 +171,7 @@ def _choose_mode(mode, out_size, wrt_size, intermediate):
     return mode
 
 
-@_quiet
+@quiet
 def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected: str = "zero", *,
              symbolic: bool = False, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
     """d of / d wrt for each output and wrt, of shape of.shape + wrt.shape (JAX's convention).
@@ -290,15 +180,15 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
     element); forward mode one batched tangent pass (a column per input
     element).  ``mode="auto"`` picks the one with fewer rows.
     """
-    tr = _trace(source, at, max_elements)
-    outs = [_output(tr, None)] if of is None else _names(tr, of, "--of", ())
-    wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
+    tr = trace_source(source, at, max_elements)
+    outs = [select_output(tr, None)] if of is None else select_names(tr, of, "--of", ())
+    wrt = select_names(tr, wrt, "--wrt", tr.tape.inputs)
     out_size = sum(tr.value(o).size for o in outs)
     wrt_size = sum(tr.value(w).size for w in wrt)
     intermediate = any(w not in tr.tape.inputs for w in wrt)
     mode = _choose_mode(mode, out_size, wrt_size, intermediate)
     if mode == "fwd":
-        _inputs_only(tr, wrt, "jacobian --mode fwd")
+        inputs_only(tr, wrt, "jacobian --mode fwd")
     blocks = jacobian_blocks(tr, outs, wrt, mode)
     jac, missing = {}, []
     for o in outs:
@@ -314,76 +204,16 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
                   unconnected=missing, warnings=_warnings(tr), symbolic=closed)
 
 
-def _identity_seed(seeds: dict) -> dict:
-    """Seeds of vector inputs, each with the offset of its block in the identity basis
-    (block i starts at the total size of the blocks before it)."""
-    offsets, start = {}, 0
-    for s in seeds.values():
-        if len(s.shape) == 1:
-            offsets[s.var] = start
-        start += math.prod(s.shape)
-    return offsets
-
-
-def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
-    """{of: {wrt: block or None}} for a traced program, by one batched pass per output
-    (mode "rev") or one batched tangent pass (mode "fwd"); None means unconnected."""
-    names, b = tr.tape.names, tr.builder
-    out_size = sum(tr.value(o).size for o in outs)
-    wrt_size = sum(tr.value(w).size for w in wrt)
-    blocks: dict = {o: {} for o in outs}
-    if mode == "rev":
-        for o in outs:
-            yshape = tr.value(o).shape
-            m = tr.value(o).size
-            if m == 0:  # an empty output has an empty Jacobian
-                blocks[o] = {w: np.zeros(yshape + tr.value(w).shape) for w in wrt}
-                continue
-            b.check_size((m, max(wrt_size, 1)), what=f"the Jacobian of '{o}'")
-            rec = Recording(b)
-            seed = rec.seed(yshape)
-            found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt])
-            rows = rec.run({seed.var: np.eye(m).reshape((m,) + yshape)},
-                           [found[names[w]] for w in wrt], m,
-                           what=f"the reverse pass for the Jacobian of '{o}'", identity={seed.var: 0})
-            for w, r in zip(wrt, rows):
-                blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape)
-    elif wrt_size == 0:  # nothing to differentiate with respect to: empty blocks
-        blocks = {o: {w: np.zeros(tr.value(o).shape + tr.value(w).shape) for w in wrt} for o in outs}
-    else:
-        n = wrt_size
-        b.check_size((n, max(out_size, 1)), what="the Jacobian")
-        rec = Recording(b)
-        seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
-        tan = forward(b, tr.tape.equations, {names[w]: s for w, s in seeds.items()})
-        cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
-                       [tan.get(names[o]) for o in outs], n, what="the forward pass for the Jacobian",
-                       identity=_identity_seed(seeds))
-        reach = {w: depends(tr.tape.equations, [names[w]]) for w in wrt}
-        for o, c in zip(outs, cols):
-            yshape = tr.value(o).shape
-            start = 0
-            for w in wrt:
-                wshape = tr.value(w).shape
-                k = tr.value(w).size
-                if c is None or names[o] not in reach[w]:  # no differentiable path: unconnected
-                    blocks[o][w] = None
-                else:
-                    blocks[o][w] = rows_to_jacobian(c[start:start + k], yshape, wshape)
-                start += k
-    return blocks
-
-
-@_quiet
+@quiet
 def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
     """Second derivatives of a scalar output: forward mode over the traced backward pass.
 
     The block for (wrt_i, wrt_j) has shape wrt_i.shape + wrt_j.shape.
     """
-    tr = _trace(source, at, max_elements)
-    out = _output(tr, of)
-    wrt = _names(tr, wrt, "--wrt", tr.tape.inputs)
-    _inputs_only(tr, wrt, "hessian")
+    tr = trace_source(source, at, max_elements)
+    out = select_output(tr, of)
+    wrt = select_names(tr, wrt, "--wrt", tr.tape.inputs)
+    inputs_only(tr, wrt, "hessian")
     names, b = tr.tape.names, tr.builder
     y = tr.value(out)
     if y.size != 1:
@@ -404,7 +234,7 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
     seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
     tan = forward(b, grad_eqns, {names[w]: s for w, s in seeds.items()})
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
-    identity = _identity_seed(seeds)
+    identity = identity_seed(seeds)
     if len(identity) == len(seeds):
         given = {}  # vectors only: the pass writes out (only) the identity blocks it reads whole
     else:
@@ -463,7 +293,7 @@ def _nonfinite(blocks: dict, what: str, tr: Traced, of: str | None = None):
 def _guess_shape(program: Program) -> dict:
     """Shapes for inputs that have no value when only the tape's structure is wanted:
     2×2 for matrix operands, 2 for vectors, 4 for indexed names, else scalars."""
-    from .lower import _walk_names
+    from .lower import walk_names
     from .syntax import Binary, Call, Index, Name
 
     guesses: dict = {}
@@ -492,7 +322,7 @@ def _guess_shape(program: Program) -> dict:
             mark(node.value, (4,) * max(1, len(node.items)))
             stack.append(node.value)
         else:
-            stack += [n for n in _walk_names(node) if n is not node]
+            stack += [n for n in walk_names(node) if n is not node]
     return guesses
 
 
@@ -506,7 +336,7 @@ def _stand_in(shape: tuple) -> np.ndarray:
     return value
 
 
-@_quiet
+@quiet
 def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
     """The tape as a list of nodes (and, with backward_pass, the backward tape grad runs).
 
@@ -516,7 +346,7 @@ def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_
     tried again.
     """
     program = parse(source)
-    values = _values(at)
+    values = as_arrays(at)
     guesses = _guess_shape(program)
     filled: list = []
     guessed: list = []

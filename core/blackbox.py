@@ -573,7 +573,7 @@ def check_against_source(box: BlackBox, traced, at=None, rtol: float | None = No
     per input.  Tolerances default to EXEC_TOLERANCE (two float64
     implementations of one function).  A missing gradient fails.
     """
-    from .api import _names, _output, jacobian_blocks
+    from .session import jacobian_blocks, select_names, select_output
 
     tr_list = [traced] if not isinstance(traced, (list, tuple)) else list(traced)
     at_list = [at] * len(tr_list) if at is None or isinstance(at, dict) else list(at)
@@ -588,8 +588,8 @@ def check_against_source(box: BlackBox, traced, at=None, rtol: float | None = No
                 raise UsageError(f"'{name}' is not an input of the program")
             if v.shape != point[name].shape or not np.array_equal(v, point[name], equal_nan=True):
                 raise UsageError(f"the value given for '{name}' is not the one the program was traced at")
-        out = _output(tr, of)
-        ws = _names(tr, wrt, "--wrt", tr.tape.inputs)
+        out = select_output(tr, of)
+        ws = select_names(tr, wrt, "--wrt", tr.tape.inputs)
         for w in ws:
             if w not in tr.tape.inputs:
                 raise UsageError(f"--exec compares gradients with respect to inputs, and '{w}' is an "

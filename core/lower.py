@@ -303,7 +303,7 @@ class InputInfo(NamedTuple):
     declared: bool
 
 
-def _walk_names(node):
+def walk_names(node):
     """Yield Name nodes in textual order, without recursion."""
     stack = [node]
     push, pop = stack.append, stack.pop
@@ -378,7 +378,7 @@ def find_inputs(program: Program, defines: list | None = None) -> list[InputInfo
         st = statements[k]
         if type(st) is Inputs:
             continue
-        for n in (reads[k] if reads is not None else _walk_names(st.value)):  # the same names
+        for n in (reads[k] if reads is not None else walk_names(st.value)):  # the same names
             nid = n.id
             if nid in seen or nid in CONSTANTS:
                 continue

@@ -288,9 +288,10 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
     object to compare reverse mode with as well; ``symbolic`` adds sympy's
     closed form, evaluated at the point, as a third oracle.
     """
-    from .api import Result, _names, _output, _quiet, _values, parse
+    from .results import Result
+    from .session import as_arrays, parse, quiet, select_names, select_output
 
-    @_quiet
+    @quiet
     def run():
         if method not in METHODS:
             raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}")
@@ -305,7 +306,7 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
         tol = (rt if rtol is None else rtol, at_ if atol is None else atol)
         program = parse(source)
         name = label or program.source.label
-        values = _values(at)
+        values = as_arrays(at)
         if points:
             from .lower import find_inputs
             inputs = [i.name for i in find_inputs(program)]
@@ -327,8 +328,8 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
         for p in range(1, points + 1):
             traced.append((p, _random_point(program, values, shapes, rng, max_elements)))
         for p, tr in traced:
-            outs = [_output(tr, None)] if of is None else _names(tr, of, "--of", ())
-            wrts = _names(tr, wrt, "--wrt", tr.tape.inputs)
+            outs = [select_output(tr, None)] if of is None else select_names(tr, of, "--of", ())
+            wrts = select_names(tr, wrt, "--wrt", tr.tape.inputs)
             try:
                 results += _check_point(tr, name, p, outs, wrts, method, tol, directions, taylor, rng,
                                         symbolic)
@@ -352,7 +353,7 @@ def _random_point(program, values, shapes: Traced, rng, max_elements) -> Traced:
 
 def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylor, rng,
                  symbolic=False):
-    from .api import jacobian_blocks
+    from .session import jacobian_blocks
 
     results = []
     closed = None
@@ -559,7 +560,7 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6) -> float
 
 def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
     """Compare reverse mode with a stored `grad` or `jacobian` JSON object."""
-    from .api import jacobian_blocks
+    from .session import jacobian_blocks
 
     results = []
     if "gradient" in expect:

@@ -558,7 +558,7 @@ def test_oracle_catches_crashes(monkeypatch):
 def test_parser_notes_the_names_each_statement_reads(text):
     # find_inputs reads Program.reads instead of walking each tree: the two must agree,
     # name for name (positions included), on every program that parses.
-    from gradcalc.lower import _walk_names
+    from gradcalc.lower import walk_names
     from gradcalc.syntax import Inputs, parse
     try:
         program = parse(text)
@@ -567,7 +567,7 @@ def test_parser_notes_the_names_each_statement_reads(text):
     assert len(program.reads) == len(program.statements)
     for st_, reads in zip(program.statements, program.reads):
         if not isinstance(st_, Inputs):
-            assert reads == tuple(_walk_names(st_.value))
+            assert reads == tuple(walk_names(st_.value))
 
 
 def _same_values(a, b) -> bool:

@@ -1,0 +1,176 @@
+"""One command's run on one program: what every command (grad, check, --exec...) asks of it.
+
+Tracing a source quietly, reading ``at=`` values, selecting the names a command
+works on (``of``, ``wrt``), one eager backward pass and the Jacobian blocks.
+It sits below :mod:`.api`, :mod:`.numerics` and :mod:`.blackbox`, which all use it.
+"""
+from __future__ import annotations
+
+import functools
+import gc
+import math
+
+import numpy as np
+
+from . import primitives as P
+from .errors import GradcalcError, Source, UsageError, ValueError_, did_you_mean
+from .lower import Traced, trace
+from .syntax import Program
+from .syntax import parse as parse_text
+from .tape import all_finite
+from .transforms import Recording, backward, basis, depends, forward, rows_to_jacobian
+
+
+def quiet(fn):
+    """Run with NumPy's floating-point warnings off (gradcalc reports non-finite values
+    itself) and Python's cycle collector paused: tracing makes many small objects and no
+    cycles, and the collector's passes over them cost a fifth of a long program's time."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            with np.errstate(all="ignore"):
+                return fn(*args, **kwargs)
+        except GradcalcError as err:  # say which program, wherever the error arose
+            source = args[0] if args else kwargs.get("source")
+            if isinstance(source, Program):
+                err.located(source.source)
+            elif isinstance(source, str):
+                err.located(Source(source))
+            raise
+        finally:
+            if paused:
+                gc.enable()
+    return wrapper
+
+
+def parse(source: str | Program, label: str = "<expr>") -> Program:
+    """Parse program text into a Program (a Program is returned as it is)."""
+    return source if isinstance(source, Program) else parse_text(source, label)
+
+
+def trace_source(source, at, max_elements, sample=None) -> Traced:
+    program = parse(source)
+    return trace(program, as_arrays(at), max_elements=max_elements, sample=sample)
+
+
+def as_arrays(at) -> dict:
+    """at= of the API: numbers, nested lists or arrays of numbers, as float64 arrays."""
+    out = {}
+    for k, v in (at or {}).items():
+        try:
+            out[k] = np.asarray(v, dtype=np.float64)
+        except (ValueError, TypeError):
+            raise ValueError_(f"the value given for '{k}' is not a number or a (rectangular) "
+                              f"array of numbers: {v!r:.60}") from None
+    return out
+
+
+def select_names(tr: Traced, names, what: str, default, among=None) -> list[str]:
+    """names, each checked against the program's names (or among them: jvp's inputs)."""
+    if names is None:
+        return list(default)
+    if isinstance(names, str):
+        names = [names]
+    out = []
+    known = tr.tape.names if among is None else among
+    kind = "named values" if among is None else "inputs"
+    for n in names:
+        if n not in tr.tape.names:
+            hint = did_you_mean(n, known) or f"the {kind} are: {', '.join(known)}"
+            raise UsageError(f"{what} '{n}' is not a name in the program", hint=hint).located(tr.program.source)
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def select_output(tr: Traced, of) -> str:
+    if of is None:
+        if tr.tape.output is None:
+            raise UsageError("the program has no output")
+        return tr.tape.output
+    (name,) = select_names(tr, [of] if isinstance(of, str) else of, "--of", ())
+    return name
+
+
+def inputs_only(tr: Traced, names, command: str):
+    for n in names:
+        if n not in tr.tape.inputs:
+            hint = ("use --mode rev for intermediate values" if command.startswith("jacobian")
+                    else "use grad, jacobian or vjp for intermediate values")
+            raise UsageError(f"{command} differentiates with respect to inputs only; '{n}' is "
+                             "an intermediate value", hint=hint)
+
+
+def eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
+    """One eager backward pass -> {wrt name: array or None}.  Only when a result is not
+    finite does a second pass look for the rule that made it so, to name it in a warning,
+    with safe matrix products (see primitives.plain_products); its results are returned."""
+    args = (tr.builder, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
+    finite: set = set()  # results certified finite by backward: no need to look at them
+    with P.plain_products():
+        found = backward(*args, eager=True, check=False, finite=finite)
+    if any(v is not None and var not in finite and not all_finite(np.asarray(v)) for var, v in found.items()):
+        found = backward(*args, eager=True, check=True)  # with safe matrix products, and warnings
+    return {n: found[tr.tape.names[n]] for n in wrt}
+
+
+def identity_seed(seeds: dict) -> dict:
+    """Seeds of vector inputs, each with the offset of its block in the identity basis
+    (block i starts at the total size of the blocks before it)."""
+    offsets, start = {}, 0
+    for s in seeds.values():
+        if len(s.shape) == 1:
+            offsets[s.var] = start
+        start += math.prod(s.shape)
+    return offsets
+
+
+def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
+    """{of: {wrt: block or None}} for a traced program, by one batched pass per output
+    (mode "rev") or one batched tangent pass (mode "fwd"); None means unconnected."""
+    names, b = tr.tape.names, tr.builder
+    out_size = sum(tr.value(o).size for o in outs)
+    wrt_size = sum(tr.value(w).size for w in wrt)
+    blocks: dict = {o: {} for o in outs}
+    if mode == "rev":
+        for o in outs:
+            yshape = tr.value(o).shape
+            m = tr.value(o).size
+            if m == 0:  # an empty output has an empty Jacobian
+                blocks[o] = {w: np.zeros(yshape + tr.value(w).shape) for w in wrt}
+                continue
+            b.check_size((m, max(wrt_size, 1)), what=f"the Jacobian of '{o}'")
+            rec = Recording(b)
+            seed = rec.seed(yshape)
+            found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt])
+            rows = rec.run({seed.var: np.eye(m).reshape((m,) + yshape)},
+                           [found[names[w]] for w in wrt], m,
+                           what=f"the reverse pass for the Jacobian of '{o}'", identity={seed.var: 0})
+            for w, r in zip(wrt, rows):
+                blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape)
+    elif wrt_size == 0:  # nothing to differentiate with respect to: empty blocks
+        blocks = {o: {w: np.zeros(tr.value(o).shape + tr.value(w).shape) for w in wrt} for o in outs}
+    else:
+        n = wrt_size
+        b.check_size((n, max(out_size, 1)), what="the Jacobian")
+        rec = Recording(b)
+        seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
+        tan = forward(b, tr.tape.equations, {names[w]: s for w, s in seeds.items()})
+        cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
+                       [tan.get(names[o]) for o in outs], n, what="the forward pass for the Jacobian",
+                       identity=identity_seed(seeds))
+        reach = {w: depends(tr.tape.equations, [names[w]]) for w in wrt}
+        for o, c in zip(outs, cols):
+            yshape = tr.value(o).shape
+            start = 0
+            for w in wrt:
+                wshape = tr.value(w).shape
+                k = tr.value(w).size
+                if c is None or names[o] not in reach[w]:  # no differentiable path: unconnected
+                    blocks[o][w] = None
+                else:
+                    blocks[o][w] = rows_to_jacobian(c[start:start + k], yshape, wshape)
+                start += k
+    return blocks
