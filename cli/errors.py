@@ -9,22 +9,28 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2
 REPORT_URL = "https://github.com/gradcalc/gradcalc/issues"
 
 
+def flag(option: str) -> str:
+    """The command-line flag of a library option: exec_timeout -> --exec-timeout."""
+    return "--" + option.replace("_", "-")
+
+
 def error_text(err: GradcalcError) -> str:
     """error: SOURCE:LINE:COL: message, then the source line, a caret and a hint."""
+    message, hint = err.worded(flag)
     where = ""
     if err.source is not None:
         where = f"{err.source.label}:"
     if err.pos is not None:
         where += f"{err.pos.line}:{err.pos.col}:"
-    lines = [f"error: {where} {err.message}" if where else f"error: {err.message}"]
+    lines = [f"error: {where} {message}" if where else f"error: {message}"]
     if err.source is not None and err.pos is not None:
         line = err.source.line(err.pos.line)
         if line:
             shown, col = _window(line.expandtabs(1), err.pos.col)
             lines.append(f"  {shown}")
             lines.append("  " + " " * (col - 1) + "^")
-    if err.hint:
-        lines.append(f"hint: {err.hint}")
+    if hint:
+        lines.append(f"hint: {hint}")
     return "\n".join(lines)
 
 
@@ -40,11 +46,12 @@ def _window(line: str, col: int, width: int = 100):
 
 
 def error_json(err: GradcalcError) -> dict:
-    return {"error": {"kind": err.kind, "message": err.message,
+    message, hint = err.worded(flag)
+    return {"error": {"kind": err.kind, "message": message,
                       "line": err.pos.line if err.pos else None,
                       "column": err.pos.col if err.pos else None,
                       "source": err.source.label if err.source else None,
-                      "hint": err.hint}}
+                      "hint": hint}}
 
 
 def report_user_error(err: GradcalcError, json_out: bool) -> int:

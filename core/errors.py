@@ -7,6 +7,7 @@ the source line, a caret and the hint, in exactly one place.
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 
@@ -51,18 +52,70 @@ def to_pos(loc) -> Pos | None:
     return Pos(loc >> LINE_SHIFT, loc & _COL_MASK)
 
 
+#: Marks an option's name inside a message (see :func:`option`): a character that program
+#: text, names and numbers never hold.
+_OPTION_MARK = "\x1f"
+_OPTION = re.compile(_OPTION_MARK + r"([a-z_]+)" + _OPTION_MARK)
+
+
+def option(name: str) -> str:
+    """An option of a command, as a message names it: ``option("wrt")``.
+
+    The library words it as its keyword argument (``wrt``); the command line, which
+    knows its own flags, as ``--wrt`` (see :meth:`GradcalcError.worded`).
+    """
+    return f"{_OPTION_MARK}{name}{_OPTION_MARK}"
+
+
+def _keyword(name: str) -> str:
+    return name
+
+
 class GradcalcError(Exception):
-    """A user error: bad syntax, unknown name, wrong shape, bad value or usage."""
+    """A user error: bad syntax, unknown name, wrong shape, bad value or usage.
+
+    Besides its words, an error carries structured fields: ``kind`` (its class's),
+    ``pos``, ``source``, ``hint``, ``name`` (the program name it is about, if any)
+    and ``option`` (the option it is about, if any).  Messages and hints name
+    options through :func:`option`, so that each front end words them its own way.
+    """
 
     kind = "error"
 
     def __init__(self, message: str, pos: Pos | int | None = None, *,
-                 source: Source | None = None, hint: str | None = None):
+                 source: Source | None = None, hint: str | None = None,
+                 name: str | None = None, option: str | None = None):
         super().__init__(message)
         self.message = message
         self.pos = pos
         self.source = source
         self.hint = hint
+        self.name = name
+        self.option = option
+
+    @property
+    def message(self) -> str:
+        """The message in the library's words (options named as keyword arguments)."""
+        return self.worded()[0]
+
+    @property
+    def hint(self) -> str | None:
+        return self.worded()[1]
+
+    @hint.setter
+    def hint(self, text: str | None) -> None:
+        self._hint = text
+
+    @message.setter
+    def message(self, text: str) -> None:
+        self._message = text
+        self.args = (text,)
+
+    def worded(self, name_option=_keyword) -> tuple[str, str | None]:
+        """(message, hint), each option named by ``name_option(option)``."""
+        def word(text):
+            return text if text is None else _OPTION.sub(lambda m: name_option(m[1]), text)
+        return word(self._message), word(self._hint)
 
     @property
     def pos(self) -> Pos | None:
