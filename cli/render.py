@@ -12,6 +12,8 @@ import sys
 
 import numpy as np
 
+from gradcalc.codec import number_to_json, to_json
+
 SCHEMA = 1
 #: Arrays with more elements than this are summarised in tables.
 MAX_SHOWN = 64
@@ -19,40 +21,11 @@ MAX_SHOWN = 64
 
 # -- JSON -------------------------------------------------------------------
 
-def _number(x: float):
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return x  # json writes repr(x): the shortest text that round-trips
-
-
-def jsonable(obj):
-    """Arrays become nested lists (scalars numbers); non-finite floats the strings nan/inf/-inf."""
-    if isinstance(obj, np.ndarray) or isinstance(obj, np.generic):
-        a = np.asarray(obj, dtype=np.float64)
-        if a.ndim == 0:
-            return _number(float(a))
-        return _nested(a)
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, float):
-        return _number(obj)
-    return obj
-
-
-def _nested(a: np.ndarray):
-    if a.ndim == 1:
-        return [_number(float(x)) for x in a.tolist()]
-    return [_nested(row) for row in a]
-
-
 def dump_json(payload: dict, out=None) -> None:
-    """One JSON object on stdout; floats keep full round-trip precision (repr)."""
+    """One JSON object on stdout; floats keep full round-trip precision (repr), and
+    non-finite ones are spelt as the codec spells them ("nan", "inf", "-inf")."""
     out = out or sys.stdout
-    doc = {"schema": SCHEMA, **jsonable(payload)}
+    doc = {"schema": SCHEMA, **to_json(payload)}
     out.write(json.dumps(doc, allow_nan=False) + "\n")
 
 
@@ -60,10 +33,8 @@ def dump_json(payload: dict, out=None) -> None:
 
 def plain_number(x: float) -> str:
     """The shortest text that reads back as x: 12 for 12.0, 0.1 for 0.1, nan, inf."""
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
+    if not math.isfinite(x):
+        return number_to_json(x)
     if x == 0:
         return "-0" if math.copysign(1.0, x) < 0 else "0"
     if x.is_integer() and abs(x) < 1e16:
