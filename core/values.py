@@ -13,7 +13,8 @@ import re
 
 import numpy as np
 
-from .errors import LimitError, Source, UsageError, ValueError_
+from .codec import JSONNumberError, array_from_json
+from .errors import LimitError, Source, UsageError, ValueError_, option
 from .lower import constant_value
 from .tape import DEFAULT_MAX_ELEMENTS
 
@@ -78,7 +79,7 @@ def _within(value: np.ndarray, label: str, max_elements: int) -> np.ndarray:
     """value, unless it has more than max_elements elements (a file's values count too)."""
     if value.size > max_elements:
         raise LimitError(f"{label}: a value of shape {value.shape} has {value.size} elements, "
-                         f"more than --max-elements={max_elements}")
+                         f"more than {option('max_elements')}={max_elements}", option="max_elements")
     return value
 
 
@@ -118,7 +119,7 @@ def load_array(path: str, label: str = "value") -> np.ndarray:
 def load_mapping(path: str, label: str = "--at") -> dict[str, np.ndarray]:
     """name -> array from a .json object or an .npz archive."""
     if not path:
-        raise UsageError(f"{label}: a file name must follow '@'", hint="for example --at @point.json")
+        raise UsageError(f"{label}: a file name must follow '@'", hint=f"for example {option('at')} @point.json")
     ext = os.path.splitext(path)[1].lower()
     try:
         if ext == ".json":
@@ -144,18 +145,16 @@ def load_mapping(path: str, label: str = "--at") -> dict[str, np.ndarray]:
 
 
 def _json_array(data, path, label) -> np.ndarray:
-    def ok(x):
-        if isinstance(x, list):
-            return all(ok(i) for i in x)
-        return isinstance(x, (int, float)) and not isinstance(x, bool) or x in ("nan", "inf", "-inf")
-    if not ok(data):
-        raise ValueError_(f"{label}: '{path}' must hold a number or a nested list of numbers")
     try:
-        return np.array(data, dtype=np.float64)
-    except ValueError:
-        raise ValueError_(f"{label}: '{path}' holds a ragged list") from None
-    except OverflowError:  # an integer of 309 digits or more
-        raise ValueError_(f"{label}: '{path}' holds an integer too large for a float") from None
+        return array_from_json(data)
+    except JSONNumberError as err:
+        raise ValueError_(f"{label}: '{path}' " + _JSON_PROBLEMS[err.reason]) from None
+
+
+#: What a .json value file holds instead of numbers, by JSONNumberError.reason.
+_JSON_PROBLEMS = {"not a number": "must hold a number or a nested list of numbers",
+                  "ragged": "holds a ragged list",
+                  "too large": "holds an integer too large for a float"}
 
 
 def _as_float(a, path, label) -> np.ndarray:
