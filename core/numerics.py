@@ -1,62 +1,28 @@
-"""Finite differences and ``check``: automatic derivatives against independent estimates.
+"""``check``: automatic derivatives against independent estimates.
 
-Every finite-difference estimate evaluates all of its perturbed points in one
-batched pass over the forward tape (the tape accepts a leading batch axis), never
-in a Python loop over elements.
-
-Methods and their default steps (per element, from the value's scale
-``s = max(1, |x|)``, rounded to a power of two so that ``x + h`` is exact):
-
-=========== ======================= ============ =========================
-method      estimate                step h        truncation / rounding
-=========== ======================= ============ =========================
-central     (f(x+h) - f(x-h)) / 2h  eps^(1/3) s   O(h^2) / O(eps/h)
-forward     (f(x+h) - f(x)) / h     eps^(1/2) s   O(h)   / O(eps/h)
-richardson  (4 D(h/2) - D(h)) / 3   eps^(1/5) s   O(h^4) / O(eps/h)
-complex     Im f(x + i h) / h       1e-20 s       O(h^2), no cancellation
-=========== ======================= ============ =========================
+Finite differences (the methods, their steps and formulas: :mod:`.stencil`)
+evaluate all of their perturbed points in one batched pass over the forward
+tape (the tape accepts a leading batch axis), never in a Python loop over
+elements.  Reverse mode is also compared with forward mode along random
+directions, and optionally with sympy's closed form and a stored result.
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import GradcalcError, UsageError, ValueError_
-from .lower import Traced, trace
-from .tape import DEFAULT_MAX_ELEMENTS, all_finite, eval_equations
-from .transforms import largest_batched, rows_to_jacobian, seeded
-
-EPS = np.finfo(np.float64).eps
-
-METHODS = ("central", "forward", "richardson", "complex")
-
-#: Default tolerances per method: an element passes when
-#: |ad - fd| <= atol + rtol * |fd|.  Chosen from the errors measured on
-#: samples/ (README.md, "check"), with a margin of 100 or more for other scales.
-TOLERANCES = {
-    "central": (1e-6, 1e-8),
-    "forward": (1e-4, 1e-5),
-    "richardson": (1e-8, 1e-10),
-    "complex": (1e-12, 1e-14),
-}
-#: Reverse against forward mode: the same arithmetic in another order.
-AD_TOLERANCE = (1e-10, 1e-12)
-#: Automatic against sympy's closed form evaluated at the point.
-SYMBOLIC_TOLERANCE = (1e-9, 1e-12)
-
-
-def default_step(x: np.ndarray, method: str) -> np.ndarray:
-    """The per-element step: a power of two near eps^p * max(1, |x|).  (The quotients
-    divide by the step actually taken, (x + h) - x, which can differ when x is large.)"""
-    power = {"central": 1 / 3, "forward": 1 / 2, "richardson": 1 / 5}.get(method)
-    scale = np.maximum(1.0, np.abs(x))
-    if method == "complex":
-        return 1e-20 * scale
-    h = EPS ** power * scale
-    return np.exp2(np.round(np.log2(h)))
+from . import stencil
+from .checks import (AD_TOLERANCE, SYMBOLIC_TOLERANCE, TOLERANCES, CheckResult, check_result, compare,
+                     tolerance)
+from .codec import JSONNumberError, array_from_json
+from .errors import GradcalcError, UsageError, ValueError_, option
+from .lower import Traced, find_inputs, trace
+from .session import as_arrays, jacobian_blocks, parse, quiet, select_names, select_output
+from .stencil import METHODS, default_step
+from .tape import DEFAULT_MAX_ELEMENTS, eval_equations
+from .transforms import Recording, backward, forward, largest_batched, rows_to_jacobian, seeded
 
 
 # ==========================================================================
@@ -80,57 +46,30 @@ def _check_batch(tr: Traced, rows: int, n: int) -> None:
     tr.builder.check_size((rows, n), what=f"a batch of {rows} perturbed copies of a {n}-element input")
 
 
-# The perturbed points of each method: (multiple of h, group) per block of n rows.
-_STENCILS = {"forward": (1.0,), "central": (1.0, -1.0),
-             "richardson": (1.0, -1.0, 0.5, -0.5)}
-
-
 def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", step=None):
     """Finite-difference Jacobians {of: array of shape of.shape + wrt.shape} and the steps used.
 
     Every perturbed point of the estimate is one row of a single batch.
     """
     if method not in METHODS:
-        raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}")
+        raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}",
+                         option="method")
     names = tr.tape.names
     x = tr.value(wrt)
     n = x.size
     h = np.broadcast_to(default_step(x, method) if step is None else np.asarray(step, float), x.shape)
-    hflat, xf = h.ravel(), x.ravel()
-    outs = [names[o] for o in of]
-    diag = (np.arange(n), np.arange(n))
-    scales = _STENCILS.get(method, (1.0,))
-    rows = len(scales) * n + (method == "forward")  # forward differences also need f(x)
-    _check_batch(tr, rows, n)  # before the batch is made (evaluate_batch checks what flows from it)
-    if method == "complex":
-        batch = np.tile(xf.astype(complex), (n, 1))
-        batch[diag] += 1j * hflat
-        ys = evaluate_batch(tr, names[wrt], batch.reshape((n,) + x.shape), outs)
-        rows = [y.imag / _col(hflat, y) for y in ys]
-        return {o: rows_to_jacobian(r, tr.value(o).shape, x.shape) for o, r in zip(of, rows)}, h
-    batch = np.tile(xf, (rows, 1))
-    taken = []  # the step actually taken along each element: x + h may round
-    for k, c in enumerate(scales):
-        block = batch[k * n:(k + 1) * n]
-        block[diag] += c * hflat
-        taken.append(block[diag] - xf)
-    ys = evaluate_batch(tr, names[wrt], batch.reshape((len(batch),) + x.shape), outs)
-    rows = []
-    for y in ys:
-        part = [y[k * n:(k + 1) * n] for k in range(len(scales))]
-        if method == "forward":
-            rows.append((part[0] - y[n:n + 1]) / _col(taken[0], y[:n]))
-        elif method == "central":
-            rows.append((part[0] - part[1]) / _col(taken[0] - taken[1], y))
-        else:  # Richardson: (4 D(h/2) - D(h)) / 3 cancels the h^2 term
-            d1 = (part[0] - part[1]) / _col(taken[0] - taken[1], y)
-            d2 = (part[2] - part[3]) / _col(taken[2] - taken[3], y)
-            rows.append((4 * d2 - d1) / 3)
-    return {o: rows_to_jacobian(r, tr.value(o).shape, x.shape) for o, r in zip(of, rows)}, h
-
-
-def _col(h, y):
-    return h.reshape((h.size,) + (1,) * (y.ndim - 1))
+    scales = stencil.offsets(method)
+    centre = stencil.needs_centre(method)  # forward differences also need f(x): one more row
+    _check_batch(tr, len(scales) * n + centre, n)  # before the batch is made (evaluate_batch
+    #                                                checks what flows from it)
+    batch, taken = stencil.perturb(x.ravel(), h.ravel(), scales, centre)
+    ys = evaluate_batch(tr, names[wrt], batch.reshape((len(batch),) + x.shape), [names[o] for o in of])
+    jac = {}
+    for o, y in zip(of, ys):
+        blocks = [y[k * n:(k + 1) * n] for k in range(len(scales))]
+        rows = stencil.combine(method, blocks, taken, y[len(scales) * n:] if centre else None)
+        jac[o] = rows_to_jacobian(rows, tr.value(o).shape, x.shape)
+    return jac, h
 
 
 def non_analytic(tr: Traced, wrt_var: int) -> list:
@@ -188,79 +127,6 @@ def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = No
 # check
 # ==========================================================================
 
-@dataclass
-class CheckResult:
-    source: str
-    point: int
-    of: str
-    wrt: str
-    max_abs_err: float
-    max_rel_err: float
-    worst_index: list
-    method: str
-    step: float
-    ok: bool
-    notes: list = field(default_factory=list)
-    extra: dict = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("source", "point", "of", "wrt", "max_abs_err",
-                                           "max_rel_err", "worst_index", "method", "step", "ok",
-                                           "notes")}
-        d.update(self.extra)
-        return d
-
-
-def compare(ad: np.ndarray, ref: np.ndarray, rtol: float, atol: float):
-    """(ok, max_abs_err, max_rel_err, worst_index) of ad against the reference ref.
-
-    An element passes when |ad - ref| <= atol + rtol |ref|; a non-finite element
-    fails (its errors are inf).  The relative error of an element is
-    |ad - ref| / max(|ad|, |ref|) (0 when both are 0); worst_index is the
-    element furthest outside its tolerance.
-    """
-    ad, ref = np.broadcast_arrays(np.asarray(ad, float), np.asarray(ref, float))
-    shape = ad.shape
-    if ad.size == 0:
-        return True, 0.0, 0.0, []
-    ad, ref = ad.reshape(-1), ref.reshape(-1)
-    with np.errstate(all="ignore"):
-        diff = np.abs(ad - ref)
-        if all_finite(diff):
-            badness, rel = _errors_finite(ad, ref, diff, rtol, atol)
-        else:
-            badness, rel = _errors_general(ad, ref, diff, rtol, atol)
-    worst = int(np.argmax(badness))
-    return (bool(badness[worst] <= 1.0), float(diff.max()), float(rel.max()),
-            [int(i) for i in np.unravel_index(worst, shape)])
-
-
-def _errors_finite(ad, ref, diff, rtol, atol):
-    """Badness (> 1 fails) and relative error per element when every difference is finite:
-    five passes over the Jacobian instead of the general case's fifteen."""
-    aref = np.abs(ref)
-    badness = np.divide(diff, atol + rtol * aref, out=np.zeros_like(diff), where=diff > 0)
-    big = np.maximum(np.abs(ad), aref)
-    rel = np.divide(diff, big, out=np.zeros_like(diff), where=big > 0)  # 0/0: both are 0
-    return badness, rel
-
-
-def _errors_general(ad, ref, diff, rtol, atol):
-    """As :func:`_errors_finite`, with infinities and nans: diff is set to inf where the
-    two disagree about a non-finite value, 0 where they agree."""
-    same = (ad == ref) | (np.isnan(ad) & np.isnan(ref))
-    diff[same] = 0.0  # equal infinities (or nan against nan) agree
-    aref = np.abs(ref)
-    badness = diff / (atol + rtol * aref)  # nan where something is not finite
-    badness[np.isnan(badness)] = np.inf
-    badness[same] = 0.0
-    diff[np.isnan(diff)] = np.inf
-    rel = diff / np.maximum(np.abs(ad), aref)
-    rel[np.isnan(rel)] = 0.0  # 0/0: both are 0
-    rel[np.isinf(diff)] = np.inf
-    return badness, rel
-
-
 def expand_sources(sources) -> list:
     """Directories become every *.grad file inside them (sorted)."""
     if list(sources).count("-") > 1:  # the second read would find standard input empty
@@ -283,67 +149,77 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
           symbolic: bool = False, max_elements: int = DEFAULT_MAX_ELEMENTS, label: str | None = None):
     """Compare reverse mode with finite differences and with forward mode.
 
-    Returns a Result whose ``results`` is a list of CheckResult and whose
-    ``ok`` is True when all pass.  ``expect`` is a stored grad/jacobian JSON
-    object to compare reverse mode with as well; ``symbolic`` adds sympy's
-    closed form, evaluated at the point, as a third oracle.
+    Returns a Result (``command`` "check") whose ``results`` is a list of
+    CheckResult, whose ``ok`` is True when all pass, and whose ``rtol`` and
+    ``atol`` are the tolerances applied (by default, the method's
+    checks.TOLERANCES).  ``expect`` is a stored grad/jacobian JSON object to
+    compare reverse mode with as well; ``symbolic`` adds sympy's closed form,
+    evaluated at the point, as a third oracle.
     """
-    from .results import Result
-    from .session import as_arrays, parse, quiet, select_names, select_output
-
     @quiet
     def run():
-        if method not in METHODS:
-            raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}")
-        if points < 0 or directions < 0:
-            raise UsageError("--points and --directions must not be negative")
-        if seed < 0:
-            raise UsageError(f"--seed must be a non-negative integer, not {seed}")
-        for opt, v in (("--rtol", rtol), ("--atol", atol)):
-            if v is not None and not (v >= 0 and math.isfinite(v)):
-                raise UsageError(f"{opt} must be a finite non-negative number, not {v}")
-        rt, at_ = TOLERANCES[method]
-        tol = (rt if rtol is None else rtol, at_ if atol is None else atol)
+        tol = _tolerances(method, points, directions, seed, rtol, atol)
         program = parse(source)
         name = label or program.source.label
-        values = as_arrays(at)
-        if points:
-            from .lower import find_inputs
-            inputs = [i.name for i in find_inputs(program)]
-            if inputs and all(i in values for i in inputs):
-                raise UsageError("--points draws random values for the inputs --at does not fix, "
-                                 "and --at fixes every input", hint="leave some inputs out of --at")
         rng = np.random.default_rng(seed)
         results = []
-        traced = []
-        try:
-            traced.append((0, trace(program, values, max_elements=max_elements)))
-        except GradcalcError as err:
-            if points == 0 or "has no value" not in err.message:
-                raise  # without --points, every input needs a value
-        if points:
-            # the inputs' shapes, with any missing value sampled
-            shapes = trace(program, values, max_elements=max_elements,
-                           sample=lambda n, shape: rng.standard_normal(shape))
-        for p in range(1, points + 1):
-            traced.append((p, _random_point(program, values, shapes, rng, max_elements)))
-        for p, tr in traced:
-            outs = [select_output(tr, None)] if of is None else select_names(tr, of, "--of", ())
-            wrts = select_names(tr, wrt, "--wrt", tr.tape.inputs)
+        for p, tr in _points(program, as_arrays(at), points, rng, max_elements):
+            outs = [select_output(tr, None)] if of is None else select_names(tr, of, option("of"), ())
+            wrts = select_names(tr, wrt, option("wrt"), tr.tape.inputs)
             try:
                 results += _check_point(tr, name, p, outs, wrts, method, tol, directions, taylor, rng,
                                         symbolic)
-            except GradcalcError as err:  # (a batch over --max-elements, say): name the program
+            except GradcalcError as err:  # (a batch over max_elements, say): name the program
                 raise err.located(program.source)
             if expect is not None and p == 0:
                 results += _check_expect(tr, name, outs, wrts, expect, tol)
-        return Result({}, ok=all(r.ok for r in results), results=results, rtol=tol[0], atol=tol[1])
+        return check_result(results, tol)
 
     return run()
 
 
+def _tolerances(method, points, directions, seed, rtol, atol) -> tuple[float, float]:
+    """The tolerances check applies, once its arguments are known to be sound."""
+    if method not in METHODS:
+        raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}",
+                         option="method")
+    if points < 0 or directions < 0:
+        raise UsageError(f"{option('points')} and {option('directions')} must not be negative",
+                         option="points" if points < 0 else "directions")
+    if seed < 0:
+        raise UsageError(f"{option('seed')} must be a non-negative integer, not {seed}", option="seed")
+    for opt, v in (("rtol", rtol), ("atol", atol)):
+        if v is not None and not (v >= 0 and math.isfinite(v)):
+            raise UsageError(f"{option(opt)} must be a finite non-negative number, not {v}", option=opt)
+    return tolerance(TOLERANCES[method], rtol, atol)
+
+
+def _points(program, values: dict, points: int, rng, max_elements) -> list[tuple[int, Traced]]:
+    """[(number, traced)]: the point at= gives (0; left out when it lacks a value and
+    ``points`` draws the rest) and ``points`` random points (1, 2, ...)."""
+    if points:
+        inputs = [i.name for i in find_inputs(program)]
+        if inputs and all(i in values for i in inputs):
+            raise UsageError(f"{option('points')} draws random values for the inputs {option('at')} does "
+                             f"not fix, and {option('at')} fixes every input",
+                             hint=f"leave some inputs out of {option('at')}", option="points")
+    traced = []
+    try:
+        traced.append((0, trace(program, values, max_elements=max_elements)))
+    except GradcalcError as err:
+        if points == 0 or "has no value" not in err.message:
+            raise  # without points, every input needs a value
+    if points:
+        # the inputs' shapes, with any missing value sampled
+        shapes = trace(program, values, max_elements=max_elements,
+                       sample=lambda n, shape: rng.standard_normal(shape))
+    for p in range(1, points + 1):
+        traced.append((p, _random_point(program, values, shapes, rng, max_elements)))
+    return traced
+
+
 def _random_point(program, values, shapes: Traced, rng, max_elements) -> Traced:
-    """A random point: every input not fixed by --at drawn from a standard normal."""
+    """A random point: every input not fixed by at= drawn from a standard normal."""
     point = dict(values)
     for info in shapes.inputs:
         if info.name not in point:
@@ -353,27 +229,16 @@ def _random_point(program, values, shapes: Traced, rng, max_elements) -> Traced:
 
 def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylor, rng,
                  symbolic=False):
-    from .session import jacobian_blocks
-
-    results = []
     closed = None
     if symbolic and not directions:
         from .symbolic import symbolic_jacobian
         closed = symbolic_jacobian(tr, outs, wrts, simplify=False)
-    names = tr.tape.names
-    intermediate = [w for w in wrts if w not in tr.tape.inputs]
     rev = jacobian_blocks(tr, outs, wrts, "rev")
-    fwd = None if directions else _forward_probes(tr, outs, [w for w in wrts if w not in intermediate], rng)
+    fwd = None if directions else _forward_probes(tr, outs, [w for w in wrts if w in tr.tape.inputs], rng)
+    results = []
     for w in wrts:
         if method == "complex":
-            bad = non_analytic(tr, names[w])
-            if bad:
-                eq = bad[0]
-                where = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
-                raise UsageError(f"--method complex needs analytic operations, but "
-                                 f"'{tr.builder.op_name(eq.prim, eq.loc)}'"
-                                 f"{where} is not", eq.pos,
-                                 hint="use --method central or richardson").located(tr.program.source)
+            _require_analytic(tr, w)
         if directions:
             found = _check_directions(tr, name, p, outs, w, method, tol, directions, rng)
             if taylor:
@@ -383,64 +248,86 @@ def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylo
             continue
         fd, h = fd_jacobian(tr, outs, w, method)
         for o in outs:
-            notes = kinks_near(tr, names[w], h, names[o])
-            ad = rev[o][w]
-            shape = tr.value(o).shape + tr.value(w).shape
-            ad = np.zeros(shape) if ad is None else ad
-            ok, mabs, mrel, worst = compare(ad, fd[o], *tol)
-            if not ok:
-                notes += _rounding_note(tr.value(o), h, method, mabs)
-            extra = {}
-            if fwd is not None and w in fwd:
-                v, jv = fwd[w]
-                nw = tr.value(w).ndim
-                rev_v = np.tensordot(v, ad, axes=(tuple(range(1, nw + 1)),
-                                                   tuple(range(ad.ndim - nw, ad.ndim))))
-                jv_o = np.zeros(rev_v.shape) if jv[o] is None else jv[o]
-                ok2, fabs, _, _ = compare(rev_v, jv_o, *AD_TOLERANCE)
-                extra["rev_fwd_max_abs_err"] = fabs
-                if not ok2:
-                    ok = False
-                    notes.append("reverse and forward mode disagree")
-            if closed is not None:
-                sv = np.asarray(closed[o][w]["value"], dtype=float).reshape(shape)
-                finite = np.isfinite(sv)
-                ok3, sabs, _, _ = compare(np.where(finite, ad, 0.0), np.where(finite, sv, 0.0),
-                                          *SYMBOLIC_TOLERANCE)
-                extra["symbolic_max_abs_err"] = sabs
-                if not finite.all():
-                    notes.append("the closed form is singular here (gradcalc pins a value)")
-                if not ok3:
-                    ok = False
-                    notes.append("automatic and symbolic derivatives disagree")
-            if not np.isfinite(ad).all():
-                ok = False
-                notes.append("non-finite derivative")
-            elif not np.isfinite(fd[o]).all():
-                notes.append("finite differences are not finite here (nan or inf near the point)")
-            result = CheckResult(name, p, o, w, mabs, mrel, worst, method,
-                                 float(np.max(h)) if h.size else 0.0, ok, notes, extra)
+            result = _check_block(tr, name, p, o, w, rev[o][w], fd[o], h, method, tol,
+                                  fwd.get(w) if fwd is not None else None,
+                                  None if closed is None else closed[o][w])
             if taylor:
                 _taylor(tr, result, rng)
             results.append(result)
     return results
 
 
-#: Rounding error of a difference quotient, in units of eps |f| / h, by method.
-_ROUNDING = {"forward": 2.0, "central": 1.0, "richardson": 3.0}
+def _require_analytic(tr: Traced, w: str) -> None:
+    """Refuse the complex step when an operation between w and the output takes no complex input."""
+    bad = non_analytic(tr, tr.tape.names[w])
+    if bad:
+        eq = bad[0]
+        where = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
+        # (the message is pinned word for word by tests/test_check.py, flag and all)
+        raise UsageError(f"--method complex needs analytic operations, but "
+                         f"'{tr.builder.op_name(eq.prim, eq.loc)}'{where} is not", eq.pos,
+                         hint=f"use {option('method')} central or richardson",
+                         option="method").located(tr.program.source)
+
+
+def _check_block(tr: Traced, name, p, o, w, ad, fd, h, method, tol, probes, closed) -> CheckResult:
+    """The check of d o / d w: reverse mode's block ad against finite differences fd, and
+    against forward mode along the random directions of probes and the closed form, if any."""
+    names = tr.tape.names
+    notes = kinks_near(tr, names[w], h, names[o])
+    shape = tr.value(o).shape + tr.value(w).shape
+    ad = np.zeros(shape) if ad is None else ad
+    ok, mabs, mrel, worst = compare(ad, fd, *tol)
+    if not ok:
+        notes += _rounding_note(tr.value(o), h, method, mabs)
+    extra = {}
+    if probes is not None and not _agrees_with_forward(ad, probes, o, tr.value(w).ndim, extra):
+        ok = False
+        notes.append("reverse and forward mode disagree")
+    if closed is not None and not _agrees_with_symbolic(ad, closed, shape, extra, notes):
+        ok = False
+        notes.append("automatic and symbolic derivatives disagree")
+    if not np.isfinite(ad).all():
+        ok = False
+        notes.append("non-finite derivative")
+    elif not np.isfinite(fd).all():
+        notes.append("finite differences are not finite here (nan or inf near the point)")
+    return CheckResult(name, p, o, w, mabs, mrel, worst, method,
+                       float(np.max(h)) if h.size else 0.0, ok, notes, extra)
+
+
+def _agrees_with_forward(ad, probes, o, nw: int, extra: dict) -> bool:
+    """Reverse mode's block times the probes' directions against forward mode along them."""
+    v, jv = probes
+    rev_v = np.tensordot(v, ad, axes=(tuple(range(1, nw + 1)), tuple(range(ad.ndim - nw, ad.ndim))))
+    jv_o = np.zeros(rev_v.shape) if jv[o] is None else jv[o]
+    ok, fabs, _, _ = compare(rev_v, jv_o, *AD_TOLERANCE)
+    extra["rev_fwd_max_abs_err"] = fabs
+    return ok
+
+
+def _agrees_with_symbolic(ad, closed: dict, shape, extra: dict, notes: list) -> bool:
+    """Reverse mode's block against sympy's closed form, where that is finite."""
+    sv = np.asarray(closed["value"], dtype=float).reshape(shape)
+    finite = np.isfinite(sv)
+    ok, sabs, _, _ = compare(np.where(finite, ad, 0.0), np.where(finite, sv, 0.0), *SYMBOLIC_TOLERANCE)
+    extra["symbolic_max_abs_err"] = sabs
+    if not finite.all():
+        notes.append("the closed form is singular here (gradcalc pins a value)")
+    return ok
 
 
 def _rounding_note(y, h, method: str, mismatch: float) -> list:
     """A note when a mismatch is no larger than the rounding error of the finite differences
     themselves (about eps |f| / h: sum(x) + 1e17 leaves differences of 16 over a step of 1e-5):
     then they cannot tell a right derivative from a wrong one."""
-    if method not in _ROUNDING or not np.size(y) or not np.size(h):
+    if method not in stencil.ROUNDING or not np.size(y) or not np.size(h):
         return []
     size = float(np.max(np.abs(y)))
     step = float(np.min(h))
     if not (math.isfinite(size) and step > 0 and math.isfinite(mismatch)):
         return []
-    noise = _ROUNDING[method] * np.finfo(np.float64).eps * size / step
+    noise = stencil.ROUNDING[method] * stencil.EPS * size / step
     if mismatch > 4 * noise:
         return []
     return [f"finite differences are at their rounding limit here: |f| up to {size:.3g} over a step of "
@@ -459,8 +346,6 @@ def _forward_probes(tr: Traced, outs, wrts, rng) -> dict:
     forward rule shows up in a random projection with probability 1, at the
     cost of a few tangent passes instead of a column per input element.
     """
-    from .transforms import Recording, forward
-
     names, b = tr.tape.names, tr.builder
     out = {}
     for w in wrts:
@@ -487,28 +372,22 @@ def _taylor(tr: Traced, result: "CheckResult", rng) -> None:
 
 def _check_directions(tr: Traced, name, p, outs, w, method, tol, k, rng):
     """J v against a directional difference along k random directions; and <u, J v> = <J^T u, v>."""
-    from .transforms import Recording, backward, forward
-
     names, b = tr.tape.names, tr.builder
     x = tr.value(w)
     if x.size == 0:  # no direction to take: as the full check of an empty Jacobian, nothing is wrong
         return [CheckResult(name, p, o, w, 0.0, 0.0, [], f"{method} ({k} directions)", 0.0, True, [],
                             {"dot_product_abs_err": 0.0}) for o in outs]
-    _check_batch(tr, k if method == "complex" else 2 * k, x.size)
+    kind, step = stencil.along_direction(x, method)
+    _check_batch(tr, len(stencil.offsets(kind)) * k, x.size)
     v = rng.standard_normal((k,) + x.shape)
     v /= np.sqrt(np.sum(v * v, axis=tuple(range(1, v.ndim)), keepdims=True))
     rec = Recording(b)
     seed = rec.seed(x.shape)
     tan = forward(b, tr.tape.equations, {names[w]: seed})
     jv = rec.run({seed.var: v}, [tan.get(names[o]) for o in outs], k)
+    dd = _directional_differences(tr, w, outs, v, kind, step)
+    # (the step reported for the complex step is the central difference's, as it always was)
     hs = float(np.max(default_step(x, method if method != "complex" else "central")))
-    if method == "complex":
-        ys = evaluate_batch(tr, names[w], x + 1j * 1e-20 * v, [names[o] for o in outs])
-        dd = [y.imag / 1e-20 for y in ys]
-    else:
-        ys = evaluate_batch(tr, names[w], np.concatenate([x + hs * v, x - hs * v]),
-                            [names[o] for o in outs])
-        dd = [(y[:k] - y[k:]) / (2 * hs) for y in ys]
     results = []
     for o, j, d in zip(outs, jv, dd):
         yshape = tr.value(o).shape
@@ -533,10 +412,21 @@ def _check_directions(tr: Traced, name, p, outs, w, method, tol, k, rng):
     return results
 
 
+def _directional_differences(tr: Traced, w: str, outs, v: np.ndarray, kind: str, step: float) -> list:
+    """[(k,) + o.shape for o in outs]: the derivative of each output along each of the k
+    unit directions v (shape (k,) + w.shape), by a difference of the kind and step
+    stencil.along_direction chose, all in one batch."""
+    names = tr.tape.names
+    x, k = tr.value(w), len(v)
+    scales = stencil.offsets(kind)
+    ys = evaluate_batch(tr, names[w], np.concatenate([x + (c * step) * v for c in scales]),
+                        [names[o] for o in outs])
+    taken = [np.full(k, c * step) for c in scales]
+    return [stencil.combine(kind, [y[i * k:(i + 1) * k] for i in range(len(scales))], taken) for y in ys]
+
+
 def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6) -> float:
     """Observed order of |f(x + h v) - f(x) - h J v| as h halves (2 for a correct J v)."""
-    from .transforms import Recording, forward
-
     names, b = tr.tape.names, tr.builder
     x = tr.value(wrt)
     v = rng.standard_normal(x.shape)
@@ -560,8 +450,6 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6) -> float
 
 def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
     """Compare reverse mode with a stored `grad` or `jacobian` JSON object."""
-    from .session import jacobian_blocks
-
     results = []
     if "gradient" in expect:
         of = expect.get("of") or outs[0]
@@ -569,24 +457,25 @@ def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
     elif "jacobian" in expect:
         stored = expect["jacobian"]
     else:
-        raise UsageError("--expect: the file holds neither a 'gradient' nor a 'jacobian'",
-                         hint="store the output of gradcalc grad or jacobian with -f json")
+        raise UsageError(f"{option('expect')}: the file holds neither a 'gradient' nor a 'jacobian'",
+                         hint="store the output of gradcalc grad or jacobian with -f json", option="expect")
     kind = "gradient" if "gradient" in expect else "jacobian"
     if not isinstance(stored, dict) or not all(isinstance(row, dict) for row in stored.values()):
         command = "grad" if kind == "gradient" else "jacobian"
-        raise UsageError(f"--expect: '{kind}' must map names to values, as gradcalc {command} -f json "
-                         "writes it", hint="store the output of gradcalc grad or jacobian with -f json")
+        raise UsageError(f"{option('expect')}: '{kind}' must map names to values, as gradcalc {command} "
+                         "-f json writes it", hint="store the output of gradcalc grad or jacobian with -f json",
+                         option="expect")
     for o, row in stored.items():
         if o not in tr.tape.names:
-            raise UsageError(f"--expect: '{o}' is not a name in the program")
+            raise UsageError(f"{option('expect')}: '{o}' is not a name in the program", name=o, option="expect")
         ws = [w for w in row if w in tr.tape.names]
         blocks = jacobian_blocks(tr, [o], ws, "rev")[o]
         for w in ws:
-            try:
-                want = _from_json(row[w])
-            except (TypeError, ValueError, OverflowError):
-                raise ValueError_(f"--expect: the stored {kind} of '{w}' is not a number or a nested list "
-                                  "of numbers") from None
+            try:  # (a stored null, an unconnected input of grad --unconnected none, compares as nan)
+                want = np.asarray(math.nan) if row[w] is None else array_from_json(row[w])
+            except JSONNumberError:
+                raise ValueError_(f"{option('expect')}: the stored {kind} of '{w}' is not a number or a "
+                                  "nested list of numbers", name=w, option="expect") from None
             got = blocks[w]
             shape = tr.value(o).shape + tr.value(w).shape
             got = np.zeros(shape) if got is None else got
@@ -606,15 +495,3 @@ def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
 
 def _g(x) -> str:
     return repr(float(x))
-
-
-def _from_json(v) -> np.ndarray:
-    def conv(x):
-        if isinstance(x, list):
-            return [conv(i) for i in x]
-        if x is None:
-            return math.nan
-        if isinstance(x, bool) or not isinstance(x, (int, float, str)):
-            raise TypeError(x)
-        return float(x)  # "nan", "inf", "-inf" parse too (and other text fails)
-    return np.asarray(conv(v), dtype=np.float64)

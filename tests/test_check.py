@@ -188,7 +188,7 @@ def test_cli_user_errors_exit_2():
 def test_compare_fast_path_agrees_with_the_general_one(rtol, atol):
     # Finite differences take the five-pass path; the general one handles inf and nan.
     # On finite input they must agree element for element.
-    from gradcalc.numerics import _errors_finite, _errors_general
+    from gradcalc.checks import _errors_finite, _errors_general
     rng = np.random.default_rng(7)
     values = np.array([0.0, -0.0, 1.0, -1.0, 1e-9, 2.5, -3e-7, 1e300])
     for _ in range(200):

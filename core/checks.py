@@ -1,0 +1,118 @@
+"""What every check reports: derivatives against a reference, within tolerances chosen here.
+
+``check`` of a program (:mod:`.numerics`) and of a black box (:mod:`.blackbox`)
+compare with :func:`compare`, report one :class:`CheckResult` per (point, of,
+wrt) and return them in one Result (:func:`check_result`), whose ``rtol`` and
+``atol`` are the tolerances actually applied: the defaults below unless given.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .results import Result
+from .tape import all_finite
+
+#: Default tolerances per finite-difference method: an element passes when
+#: |ad - fd| <= atol + rtol * |fd|.  Chosen from the errors measured on
+#: samples/ (README.md, "check"), with a margin of 100 or more for other scales.
+TOLERANCES = {
+    "central": (1e-6, 1e-8),
+    "forward": (1e-4, 1e-5),
+    "richardson": (1e-8, 1e-10),
+    "complex": (1e-12, 1e-14),
+}
+#: Reverse against forward mode: the same arithmetic in another order.
+AD_TOLERANCE = (1e-10, 1e-12)
+#: Automatic against sympy's closed form evaluated at the point.
+SYMBOLIC_TOLERANCE = (1e-9, 1e-12)
+#: A black box against gradcalc's derivatives of the same program (``check SOURCE --exec``):
+#: two float64 implementations of one function agree to ~1e-13 unless they use different
+#: formulas (log(1 + x) against log1p(x)); 1e-8 leaves room for that and still catches any
+#: real mistake.
+EXEC_TOLERANCE = (1e-8, 1e-10)
+
+
+def tolerance(default: tuple, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    """(rtol, atol): each the one given, or default's."""
+    return (default[0] if rtol is None else float(rtol), default[1] if atol is None else float(atol))
+
+
+@dataclass
+class CheckResult:
+    source: str
+    point: int
+    of: str
+    wrt: str
+    max_abs_err: float
+    max_rel_err: float
+    worst_index: list
+    method: str
+    step: float
+    ok: bool
+    notes: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("source", "point", "of", "wrt", "max_abs_err",
+                                           "max_rel_err", "worst_index", "method", "step", "ok",
+                                           "notes")}
+        d.update(self.extra)
+        return d
+
+
+def check_result(results: list, tol: tuple) -> Result:
+    """What a check returns: its results, whether all pass, and the tolerances applied."""
+    return Result({}, command="check", ok=all(r.ok for r in results), results=results,
+                  rtol=tol[0], atol=tol[1])
+
+
+def compare(ad: np.ndarray, ref: np.ndarray, rtol: float, atol: float):
+    """(ok, max_abs_err, max_rel_err, worst_index) of ad against the reference ref.
+
+    An element passes when |ad - ref| <= atol + rtol |ref|; a non-finite element
+    fails (its errors are inf).  The relative error of an element is
+    |ad - ref| / max(|ad|, |ref|) (0 when both are 0); worst_index is the
+    element furthest outside its tolerance.
+    """
+    ad, ref = np.broadcast_arrays(np.asarray(ad, float), np.asarray(ref, float))
+    shape = ad.shape
+    if ad.size == 0:
+        return True, 0.0, 0.0, []
+    ad, ref = ad.reshape(-1), ref.reshape(-1)
+    with np.errstate(all="ignore"):
+        diff = np.abs(ad - ref)
+        if all_finite(diff):
+            badness, rel = _errors_finite(ad, ref, diff, rtol, atol)
+        else:
+            badness, rel = _errors_general(ad, ref, diff, rtol, atol)
+    worst = int(np.argmax(badness))
+    return (bool(badness[worst] <= 1.0), float(diff.max()), float(rel.max()),
+            [int(i) for i in np.unravel_index(worst, shape)])
+
+
+def _errors_finite(ad, ref, diff, rtol, atol):
+    """Badness (> 1 fails) and relative error per element when every difference is finite:
+    five passes over the Jacobian instead of the general case's fifteen."""
+    aref = np.abs(ref)
+    badness = np.divide(diff, atol + rtol * aref, out=np.zeros_like(diff), where=diff > 0)
+    big = np.maximum(np.abs(ad), aref)
+    rel = np.divide(diff, big, out=np.zeros_like(diff), where=big > 0)  # 0/0: both are 0
+    return badness, rel
+
+
+def _errors_general(ad, ref, diff, rtol, atol):
+    """As :func:`_errors_finite`, with infinities and nans: diff is set to inf where the
+    two disagree about a non-finite value, 0 where they agree."""
+    same = (ad == ref) | (np.isnan(ad) & np.isnan(ref))
+    diff[same] = 0.0  # equal infinities (or nan against nan) agree
+    aref = np.abs(ref)
+    badness = diff / (atol + rtol * aref)  # nan where something is not finite
+    badness[np.isnan(badness)] = np.inf
+    badness[same] = 0.0
+    diff[np.isnan(diff)] = np.inf
+    rel = diff / np.maximum(np.abs(ad), aref)
+    rel[np.isnan(rel)] = 0.0  # 0/0: both are 0
+    rel[np.isinf(diff)] = np.inf
+    return badness, rel
