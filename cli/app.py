@@ -193,7 +193,8 @@ def _grad_exec(opts: Options, cmd: str, timeout: float, point: dict, wrt, method
     if not point:
         raise UsageError("grad --exec needs the point: --at NAME=VALUE for every input of the program")
     box = BlackBox(cmd, timeout)
-    gradient, error, value = fd_gradient(box, point, method=method, wrt=wrt)
+    result = fd_gradient(box, point, method=method, wrt=wrt, label=cmd)
+    gradient, error, value = dict(result), result.error_estimate, result.value
     payload = {"command": "grad", "of": "value", "value": value, "gradient": gradient,
                "error_estimate": error, "method": method, "exec": cmd, "requests": box.requests,
                "unconnected": [], "warnings": []}
@@ -609,23 +610,20 @@ def _check_exec(cmd, timeout, sources, point, of, wrt, method, rtol, atol, max_e
     from gradcalc.blackbox import BlackBox, check_against_source, check_blackbox
     from gradcalc.lower import trace
     from gradcalc.numerics import expand_sources
-    from gradcalc.blackbox import EXEC_TOLERANCE
-    from gradcalc.numerics import TOLERANCES
     box = BlackBox(cmd, timeout)
     if not sources:
         if not point:
             from gradcalc.errors import UsageError
             raise UsageError("check --exec needs the point: --at NAME=VALUE for every input")
-        results = check_blackbox(box, point, method=method, rtol=rtol, atol=atol, label=cmd, wrt=wrt)
-        default = TOLERANCES.get(method, EXEC_TOLERANCE)
-        return results, (default[0] if rtol is None else rtol, default[1] if atol is None else atol)
+        r = check_blackbox(box, point, method=method, rtol=rtol, atol=atol, label=cmd, wrt=wrt)
+        return r.results, (r.rtol, r.atol)
     results = []
     for s in expand_sources(sources):
         program = _source(s)
         tr = trace(program, point, max_elements=max_elements)
-        results += check_against_source(box, tr, rtol=rtol, atol=atol, label=program.source.label,
-                                        of=of, wrt=wrt)
-    return results, (EXEC_TOLERANCE[0] if rtol is None else rtol, EXEC_TOLERANCE[1] if atol is None else atol)
+        r = check_against_source(box, tr, rtol=rtol, atol=atol, label=program.source.label, of=of, wrt=wrt)
+        results += r.results
+    return results, (r.rtol, r.atol)  # (expand_sources gives at least one source)
 
 
 def _load_expect(path: str) -> dict:

@@ -22,25 +22,10 @@ protocol is an :class:`ExecError` (a :class:`ValueError_`) whose message
 quotes the end of its stderr.  Both are user errors (exit status 2).
 
 Finite differences (``fd_gradient``, ``check_blackbox``) perturb one element
-at a time with ``numerics.default_step`` and always evaluate the central (or,
-for ``forward``, the one-sided) difference at two steps, ``h`` and ``h/2``, in
-the same request, which gives an error estimate for free:
-
-=========== ============================ ==================================
-method      estimate                     error estimate (per element)
-=========== ============================ ==================================
-richardson  R = (4 D(h/2) - D(h)) / 3    |R - D(h/2)|: the error of D(h/2),
-                                         a generous bound on R's
-central     D(h), central difference     4/3 |D(h) - D(h/2)|: D(h)'s O(h^2)
-                                         truncation error (plus rounding)
-forward     D(h), one-sided difference   2 |D(h) - D(h/2)|: D(h)'s O(h)
-                                         truncation error (plus rounding)
-=========== ============================ ==================================
-
-Each error estimate also adds the rounding error ``eps |f(x)| / h``, since the
-two steps can agree by chance.  The complex step is not offered: it needs complex arithmetic inside the
-program.  Steps are measured as ``(x + h) - x`` in floating point, so the
-difference quotients divide by the step that was actually taken.
+at a time, with the steps and formulas of :mod:`.stencil`, and always evaluate
+the difference at two steps, ``h`` and ``h/2``, in the same request, which gives
+an error estimate for free (the second table of :mod:`.stencil`).  The complex
+step is not offered: it needs complex arithmetic inside the program.
 """
 from __future__ import annotations
 
@@ -54,26 +39,23 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import ShapeError, UsageError, ValueError_
-from .numerics import EPS, TOLERANCES, CheckResult, compare, default_step
+from . import stencil
+from .checks import EXEC_TOLERANCE, TOLERANCES, CheckResult, check_result, compare, tolerance
+from .codec import JSONNumberError, array_from_json, array_to_json
+from .errors import ShapeError, UsageError, ValueError_, option
+from .results import Result
+from .session import jacobian_blocks, select_names, select_output
 from .transforms import rows_to_jacobian
 
 SCHEMA = 1
 DEFAULT_TIMEOUT = 60.0
 #: Finite-difference methods a black box supports (no complex step).
-FD_METHODS = ("central", "forward", "richardson")
+FD_METHODS = stencil.REAL_METHODS
 #: The end of a program's stderr quoted in an error: at most this many lines and characters.
 STDERR_LINES, STDERR_CHARS = 10, 1000
-#: Program against source (``check_against_source``): two float64 implementations of the
-#: same function agree to ~1e-13 unless they use different formulas (log(1 + x) against
-#: log1p(x)); 1e-8 leaves room for that and still catches any real mistake.
-EXEC_TOLERANCE = (1e-8, 1e-10)
 _PROTOCOL_HINT = ('the program must print one JSON object {"results": [{"value": V, '
                   '"gradient": {NAME: G, ...}}, ...]} with one result per point; '
                   'see samples/blackbox/README.md')
-# the step multiples each method evaluates, in request order
-_SCALES = {"central": (1.0, -1.0, 0.5, -0.5), "richardson": (1.0, -1.0, 0.5, -0.5),
-           "forward": (1.0, 0.5)}
 
 
 class ExecError(ValueError_):
@@ -85,7 +67,7 @@ class ExecError(ValueError_):
 
     def __init__(self, message: str, *, stderr: str = "", returncode: int | None = None,
                  hint: str | None = None):
-        super().__init__(message + _quote_stderr(stderr), hint=hint)
+        super().__init__(message + _quote_stderr(stderr), hint=hint, option="exec")
         self.stderr = stderr
         self.returncode = returncode
 
@@ -115,57 +97,6 @@ def _snippet(text: str, limit: int = 200) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
-# ==========================================================================
-# JSON values: nested lists, "nan"/"inf"/"-inf" for non-finite numbers
-# ==========================================================================
-
-_NONFINITE = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
-              "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf}
-
-
-def encode(value) -> object:
-    """An array as JSON data: nested lists of floats, non-finite numbers as strings."""
-    a = np.asarray(value, dtype=np.float64)
-    if np.isfinite(a).all():
-        return a.tolist()
-
-    def conv(x):
-        if isinstance(x, list):
-            return [conv(i) for i in x]
-        return x if math.isfinite(x) else ("nan" if math.isnan(x) else "inf" if x > 0 else "-inf")
-    return conv(a.tolist())
-
-
-class _NotNumbers(Exception):
-    pass
-
-
-def decode(data) -> np.ndarray:
-    """JSON data (a number, "nan"/"inf"/"-inf", or a nested list of them) as a float64 array.
-
-    Raises ValueError with a short reason when data is something else or ragged.
-    """
-    def conv(x):
-        if isinstance(x, list):
-            return [conv(i) for i in x]
-        if isinstance(x, bool) or x is None:
-            raise _NotNumbers(f"{json.dumps(x)} is not a number")
-        if isinstance(x, (int, float)):
-            return float(x)
-        if isinstance(x, str) and x.strip().lower() in _NONFINITE:
-            return _NONFINITE[x.strip().lower()]
-        text = json.dumps(x)
-        raise _NotNumbers(f"{text if len(text) <= 40 else text[:40] + '…'} is not a number")
-    try:
-        return np.array(conv(data), dtype=np.float64)
-    except _NotNumbers as err:
-        raise ValueError(str(err)) from None
-    except OverflowError:
-        raise ValueError("a number is too large for float64") from None
-    except ValueError:
-        raise ValueError("a ragged nested list (rows of different lengths)") from None
-
-
 def _as_point(point, what: str = "a point") -> dict[str, np.ndarray]:
     if not isinstance(point, dict):
         raise UsageError(f"{what} must map input names to values, not {type(point).__name__}")
@@ -191,19 +122,23 @@ class BlackBox:
             try:
                 argv = shlex.split(cmd)
             except ValueError as err:  # "No closing quotation"
-                raise UsageError(f"--exec: cannot split the command {cmd!r}: {err}") from None
+                # (this message and the next are pinned by tests/test_blackbox.py, flag and all)
+                raise UsageError(f"--exec: cannot split the command {cmd!r}: {err}", option="exec") from None
             self.cmd = cmd.strip()
         else:
             argv = [str(a) for a in cmd]
             self.cmd = shlex.join(argv)
         if not argv:
-            raise UsageError("--exec needs a command", hint="for example: --exec 'python3 model.py'")
+            raise UsageError("--exec needs a command", hint=f"for example: {option('exec')} 'python3 model.py'",
+                             option="exec")
         try:
             timeout = float(timeout)
         except (TypeError, ValueError):
-            raise UsageError(f"--exec-timeout must be a number of seconds, not {timeout!r}") from None
+            raise UsageError(f"{option('exec_timeout')} must be a number of seconds, not {timeout!r}",
+                             option="exec_timeout") from None
         if not timeout > 0:  # also refuses nan
-            raise UsageError(f"--exec-timeout must be a positive number of seconds, not {timeout:g}")
+            raise UsageError(f"--exec-timeout must be a positive number of seconds, not {timeout:g}",
+                             option="exec_timeout")  # (pinned by tests/test_blackbox.py, flag and all)
         self.argv = argv
         self.timeout = timeout
         self.requests = 0
@@ -223,14 +158,14 @@ class BlackBox:
         points = [_as_point(p) for p in points]
         if not points:
             return []
-        request = {"schema": SCHEMA, "points": [{k: encode(v) for k, v in p.items()} for p in points]}
+        request = {"schema": SCHEMA, "points": [{k: array_to_json(v) for k, v in p.items()} for p in points]}
         stdout, stderr = self._call(json.dumps(request, allow_nan=False).encode("utf-8"))
         return self._results(stdout, stderr, points)
 
     # -- the process ---------------------------------------------------------
 
     def _fail(self, what: str, stderr: str = "", **kw) -> ExecError:
-        return ExecError(f"--exec {_show(self.cmd)} {what}", stderr=stderr, **kw)
+        return ExecError(f"{option('exec')} {_show(self.cmd)} {what}", stderr=stderr, **kw)
 
     def _call(self, data: bytes) -> tuple[str, str]:
         """Start the program, write data on its stdin, return (stdout, stderr) text."""
@@ -241,14 +176,15 @@ class BlackBox:
             proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=os.name == "posix")
         except FileNotFoundError:
-            raise UsageError(f"--exec: program '{program}' not found",
+            raise UsageError(f"{option('exec')}: program '{program}' not found", option="exec",
                              hint="check the command, or give the path to the program") from None
         except PermissionError:
-            raise UsageError(f"--exec: cannot run '{program}': permission denied",
+            raise UsageError(f"{option('exec')}: cannot run '{program}': permission denied", option="exec",
                              hint="make it executable, or run it through its interpreter "
-                                  "(e.g. --exec 'python3 model.py')") from None
+                                  f"(e.g. {option('exec')} 'python3 model.py')") from None
         except OSError as err:
-            raise UsageError(f"--exec: cannot run '{program}': {err.strerror or err}") from None
+            raise UsageError(f"{option('exec')}: cannot run '{program}': {err.strerror or err}",
+                             option="exec") from None
         self.requests += 1
         try:
             try:
@@ -257,6 +193,7 @@ class BlackBox:
                 _kill(proc)
                 out, err = _drain(proc)
                 self.last_stderr = _text(err)
+                # (the message and hint are pinned by tests/test_blackbox.py, flag and all)
                 raise self._fail(f"ran past --exec-timeout {self.timeout:g} seconds and was stopped",
                                  self.last_stderr,
                                  hint="give it more time with --exec-timeout SECONDS") from None
@@ -305,8 +242,8 @@ class BlackBox:
             if not isinstance(r, dict) or "value" not in r:
                 raise fail(f'returned a result {i} that is not an object with a "value": {_snippet(json.dumps(r))}')
             try:
-                value = decode(r["value"])
-            except ValueError as err:
+                value = array_from_json(r["value"])
+            except JSONNumberError as err:
                 raise fail(f'returned in result {i} a "value" that is not a number or array: {err}') from None
             if vshape is None:
                 vshape = value.shape
@@ -329,8 +266,8 @@ class BlackBox:
                 raise fail(f"returned in result {i} a gradient for '{name}', which is not an input "
                            f"(the inputs sent are: {', '.join(point) or 'none'})")
             try:
-                a = decode(data)
-            except ValueError as err:
+                a = array_from_json(data)
+            except JSONNumberError as err:
                 raise fail(f"returned in result {i} a gradient for '{name}' that is not an array of numbers: "
                            f"{err}") from None
             xshape = point[name].shape
@@ -383,8 +320,8 @@ def _check_method(method: str) -> None:
     if method not in FD_METHODS:
         hint = ("the complex step needs complex arithmetic inside the program; "
                 if method == "complex" else "") + f"use one of: {', '.join(FD_METHODS)}"
-        raise UsageError(f"--exec: unknown or unsupported finite-difference method '{method}'",
-                         hint=hint)
+        raise UsageError(f"{option('exec')}: unknown or unsupported finite-difference method '{method}'",
+                         hint=hint, option="method")
 
 
 def _wrt(point: dict, wrt) -> list[str]:
@@ -394,15 +331,17 @@ def _wrt(point: dict, wrt) -> list[str]:
     out = []
     for w in names:
         if w not in point:
+            # (the message is pinned word for word by tests/test_blackbox.py, flag and all)
             raise UsageError(f"--wrt '{w}' is not one of the inputs given to the program",
-                             hint=f"the inputs are: {', '.join(point) or 'none'}")
+                             hint=f"the inputs are: {', '.join(point) or 'none'}", name=w, option="wrt")
         if w not in out:
             out.append(w)
     return out
 
 
 class _Stencil:
-    """The perturbed points of one finite-difference estimate at one point, for every wrt input."""
+    """The perturbed points of one finite-difference estimate at one point, for every wrt input:
+    the point itself first, then stencil.offsets(method, with_error=True) for each input."""
 
     def __init__(self, at: dict, wrt: list[str], method: str, requests: list):
         self.at, self.wrt, self.method = at, wrt, method
@@ -411,16 +350,11 @@ class _Stencil:
         self.parts = {}  # w -> (step h, [actual offsets per scale], first request index)
         for w in wrt:
             x = at[w]
-            h = np.broadcast_to(default_step(x, method), x.shape)
-            flat, n = x.ravel(), x.size
-            idx = np.arange(n)
-            offsets, start = [], len(requests)
-            for s in _SCALES[method]:
-                rows = np.tile(flat, (n, 1))
-                rows[idx, idx] = flat + s * h.ravel()
-                offsets.append(rows[idx, idx] - flat)  # the step actually taken
-                requests.extend({**at, w: r.reshape(x.shape)} for r in rows)
-            self.parts[w] = (h, offsets, start)
+            h = np.broadcast_to(stencil.default_step(x, method), x.shape)
+            start = len(requests)
+            batch, taken = stencil.perturb(x.ravel(), h.ravel(), stencil.offsets(method, with_error=True))
+            requests.extend({**at, w: r.reshape(x.shape)} for r in batch)
+            self.parts[w] = (h, taken, start)
 
     def solve(self, results: list[dict]):
         """(value, {w: estimate}, {w: error estimate}, {w: step}); estimates of shape
@@ -429,81 +363,70 @@ class _Stencil:
         est, err, steps = {}, {}, {}
         with np.errstate(all="ignore"):
             for w in self.wrt:
-                h, offsets, start = self.parts[w]
+                h, taken, start = self.parts[w]
                 x = self.at[w]
                 n = x.size
                 blocks = [np.stack([results[start + k * n + i]["value"] for i in range(n)])
-                          if n else np.zeros((0,) + value.shape) for k in range(len(offsets))]
-                col = [o.reshape((n,) + (1,) * value.ndim) for o in offsets]
-                if self.method == "forward":
-                    d1 = (blocks[0] - value) / col[0]
-                    d2 = (blocks[1] - value) / col[1]
-                    e, r = d1, 2 * np.abs(d1 - d2)
-                else:
-                    d1 = (blocks[0] - blocks[1]) / (col[0] - col[1])
-                    d2 = (blocks[2] - blocks[3]) / (col[2] - col[3])
-                    if self.method == "central":
-                        e, r = d1, 4 / 3 * np.abs(d1 - d2)
-                    else:
-                        e = (4 * d2 - d1) / 3
-                        r = np.abs(e - d2)
-                # the two steps can agree by chance: never claim less than the rounding error
-                r = r + EPS * np.abs(value) / np.abs(col[0])
+                          if n else np.zeros((0,) + value.shape) for k in range(len(taken))]
+                e, r = stencil.combine(self.method, blocks, taken, value, with_error=True)
                 est[w] = rows_to_jacobian(e, value.shape, x.shape)
                 err[w] = rows_to_jacobian(r, value.shape, x.shape)
                 steps[w] = np.array(h)
         return value, est, err, steps
 
 
-def fd_gradient(box: BlackBox, at: dict, method: str = "richardson", wrt=None):
+def fd_gradient(box: BlackBox, at: dict, method: str = "richardson", wrt=None, *,
+                label: str | None = None) -> Result:
     """The finite-difference gradient of a black box's scalar value (``grad --exec``).
 
     ``at`` is the point {input name: array} (every input the program needs);
     ``wrt`` a name or list of names among them (default: all, in order).  All
-    the perturbed points go to the program in one request.  Returns
-    ``(gradient, error_estimate, value)``: {name: array of the input's shape}
-    twice (the error estimate per element, see the module docstring) and the
-    value at ``at``.  A value that is not a scalar is a ShapeError.
+    the perturbed points go to the program in one request.  Returns a Result:
+    {name: array of the input's shape}, with ``command`` "grad", ``of``
+    "value", ``value`` (the value at ``at``), ``error_estimate`` ({name: array},
+    per element, see :mod:`.stencil`), ``method``, ``exec`` (``label``, by
+    default the command), ``requests`` (the box's count so far), and empty
+    ``unconnected`` and ``warnings``.  A value that is not a scalar is a ShapeError.
     """
     _check_method(method)
-    at = _as_point(at, "the point (--at)")
+    at = _as_point(at, f"the point ({option('at')})")
     wrt = _wrt(at, wrt)
     requests: list = []
-    stencil = _Stencil(at, wrt, method, requests)
+    estimate = _Stencil(at, wrt, method, requests)
     results = box.run(requests)
     value = results[0]["value"]
     if value.size != 1:
-        raise ShapeError(f"grad --exec needs a scalar output, but the program's value has shape "
+        raise ShapeError(f"grad {option('exec')} needs a scalar output, but the program's value has shape "
                          f"{value.shape}",
-                         hint="use 'gradcalc check --exec' to check the Jacobian it reports")
-    _, est, err, _ = stencil.solve(results)
+                         hint="use 'gradcalc check --exec' to check the Jacobian it reports", option="exec")
+    _, est, err, _ = estimate.solve(results)
     shape = {w: at[w].shape for w in wrt}
-    return ({w: est[w].reshape(shape[w]) for w in wrt},
-            {w: err[w].reshape(shape[w]) for w in wrt}, value)
-
-
-def _tolerance(method_tol, rtol, atol):
-    return (method_tol[0] if rtol is None else float(rtol), method_tol[1] if atol is None else float(atol))
+    return Result({w: est[w].reshape(shape[w]) for w in wrt}, command="grad", of="value", value=value,
+                  error_estimate={w: err[w].reshape(shape[w]) for w in wrt}, method=method,
+                  exec=box.cmd if label is None else label, requests=box.requests, unconnected=[],
+                  warnings=[])
 
 
 def check_blackbox(box: BlackBox, at, method: str = "richardson", rtol: float | None = None,
                    atol: float | None = None, label: str | None = None, *, wrt=None,
-                   of: str = "value") -> list[CheckResult]:
+                   of: str = "value") -> Result:
     """The gradient a black box reports against finite differences of the values it reports.
 
     ``at`` is one point {name: array} or a list of points (numbered 0, 1, ...
     in the results); one request carries every point with all its perturbed
     points, and the program's answer at each point itself supplies the
-    reported gradient.  One CheckResult per point and ``wrt`` input (default:
-    all inputs), with ``of`` as the output's name and ``label`` (default: the
-    command) as the source.  A value that is not a scalar is checked as a
-    Jacobian of shape value.shape + input.shape.
+    reported gradient.  Returns what ``check`` returns: a Result whose
+    ``results`` hold one CheckResult per point and ``wrt`` input (default: all
+    inputs), with ``of`` as the output's name and ``label`` (default: the
+    command) as the source, whose ``ok`` says whether all pass, and whose
+    ``rtol`` and ``atol`` are the tolerances applied.  A value that is not a
+    scalar is checked as a Jacobian of shape value.shape + input.shape.
 
     Richardson by default, unlike ``check`` of a program: one request costs
     the same whatever the number of points, and its far smaller error (about
     1e-12 against 1e-10 for central differences on smooth float64 programs)
-    allows the tight default tolerance numerics.TOLERANCES["richardson"].
-    Tolerances default per method from numerics.TOLERANCES.  A result fails
+    allows the tight default tolerance checks.TOLERANCES["richardson"].
+    Tolerances default per method from checks.TOLERANCES.  A result fails
     when the program reports no gradient for the input, or a non-finite one.
     When a result fails and the finite differences' own error estimate is
     larger than the tolerance, a note says so (noisy or imprecisely printed
@@ -511,8 +434,8 @@ def check_blackbox(box: BlackBox, at, method: str = "richardson", rtol: float | 
     """
     _check_method(method)
     pts = [at] if isinstance(at, dict) else list(at)
-    pts = [_as_point(p, "the point (--at)") for p in pts]
-    tol = _tolerance(TOLERANCES[method], rtol, atol)
+    pts = [_as_point(p, f"the point ({option('at')})") for p in pts]
+    tol = tolerance(TOLERANCES[method], rtol, atol)
     label = box.cmd if label is None else label
     requests: list = []
     stencils = [_Stencil(p, _wrt(p, wrt), method, requests) for p in pts]
@@ -529,26 +452,29 @@ def check_blackbox(box: BlackBox, at, method: str = "richardson", rtol: float | 
                 out.append(CheckResult(label, p, of, w, math.inf, math.inf, [], method, step, False,
                                        [why]))
                 continue
-            ad, fd = reported[w], est[w]
-            ok, mabs, mrel, worst = compare(ad, fd, *tol)
-            notes = []
-            if not np.isfinite(ad).all():
-                notes.append("non-finite derivative")
-            if not np.isfinite(fd).all():
-                notes.append("non-finite finite differences: the program's values are not "
-                             "finite near the point")
-            e = err[w]
-            if not ok and np.isfinite(fd).all() and np.isfinite(ad).all():
-                # say so when the estimate's own error could explain the mismatch
-                i = tuple(worst)
-                uncertain, fdi = float(e[i]), float(fd[i])
-                if uncertain > tol[1] + tol[0] * abs(fdi) and uncertain >= 0.1 * abs(float(ad[i]) - fdi):
-                    notes.append(f"the finite differences are themselves uncertain by ~{uncertain:.2g} "
-                                 "here: are the program's values noisy, or printed with too few digits?")
-            fd_err = float(np.max(e)) if e.size else 0.0
-            out.append(CheckResult(label, p, of, w, mabs, mrel, worst, method, step, ok, notes,
-                                   {"fd_error_estimate": fd_err}))
-    return out
+            out.append(_against_differences(label, p, of, w, reported[w], est[w], err[w], method, step, tol))
+    return check_result(out, tol)
+
+
+def _against_differences(label, p, of, w, ad, fd, e, method, step, tol) -> CheckResult:
+    """The reported gradient ad against the finite differences fd, whose error estimate is e."""
+    ok, mabs, mrel, worst = compare(ad, fd, *tol)
+    notes = []
+    if not np.isfinite(ad).all():
+        notes.append("non-finite derivative")
+    if not np.isfinite(fd).all():
+        notes.append("non-finite finite differences: the program's values are not "
+                     "finite near the point")
+    if not ok and np.isfinite(fd).all() and np.isfinite(ad).all():
+        # say so when the estimate's own error could explain the mismatch
+        i = tuple(worst)
+        uncertain, fdi = float(e[i]), float(fd[i])
+        if uncertain > tol[1] + tol[0] * abs(fdi) and uncertain >= 0.1 * abs(float(ad[i]) - fdi):
+            notes.append(f"the finite differences are themselves uncertain by ~{uncertain:.2g} "
+                         "here: are the program's values noisy, or printed with too few digits?")
+    fd_err = float(np.max(e)) if e.size else 0.0
+    return CheckResult(label, p, of, w, mabs, mrel, worst, method, step, ok, notes,
+                       {"fd_error_estimate": fd_err})
 
 
 # ==========================================================================
@@ -557,7 +483,7 @@ def check_blackbox(box: BlackBox, at, method: str = "richardson", rtol: float | 
 
 def check_against_source(box: BlackBox, traced, at=None, rtol: float | None = None,
                          atol: float | None = None, label: str | None = None, *, of=None,
-                         wrt=None) -> list[CheckResult]:
+                         wrt=None) -> Result:
     """A black box's value and gradient against gradcalc's evaluation and reverse mode of a program.
 
     ``traced`` is a gradcalc.lower.Traced (or a list of them, one per point,
@@ -568,43 +494,27 @@ def check_against_source(box: BlackBox, traced, at=None, rtol: float | None = No
     output (default: the program's last statement), ``wrt`` the inputs to
     compare gradients for (default: all).
 
-    Per point: one result with method "exec value" (the program's value
+    Returns what ``check`` returns: a Result whose ``results`` hold, per
+    point, one CheckResult with method "exec value" (the program's value
     against the output's, ``wrt`` empty) and one with method "exec gradient"
-    per input.  Tolerances default to EXEC_TOLERANCE (two float64
-    implementations of one function).  A missing gradient fails.
+    per input; whose ``ok`` says whether all pass; and whose ``rtol`` and
+    ``atol`` are the tolerances applied (by default checks.EXEC_TOLERANCE: two
+    float64 implementations of one function).  A missing gradient fails.
     """
-    from .session import jacobian_blocks, select_names, select_output
-
     tr_list = [traced] if not isinstance(traced, (list, tuple)) else list(traced)
     at_list = [at] * len(tr_list) if at is None or isinstance(at, dict) else list(at)
     if len(at_list) != len(tr_list):
         raise UsageError(f"check_against_source: {len(at_list)} points for {len(tr_list)} traced programs")
-    tol = _tolerance(EXEC_TOLERANCE, rtol, atol)
-    points, plans = [], []
-    for tr, given in zip(tr_list, at_list):
-        point = {info.name: tr.value(info.name) for info in tr.inputs}
-        for name, v in _as_point(given or {}, "the point (--at)").items():
-            if name not in point:
-                raise UsageError(f"'{name}' is not an input of the program")
-            if v.shape != point[name].shape or not np.array_equal(v, point[name], equal_nan=True):
-                raise UsageError(f"the value given for '{name}' is not the one the program was traced at")
-        out = select_output(tr, of)
-        ws = select_names(tr, wrt, "--wrt", tr.tape.inputs)
-        for w in ws:
-            if w not in tr.tape.inputs:
-                raise UsageError(f"--exec compares gradients with respect to inputs, and '{w}' is an "
-                                 "intermediate value", hint="the program only sees the inputs")
-        points.append(point)
-        plans.append((tr, out, ws))
-    results = box.run(points)
+    tol = tolerance(EXEC_TOLERANCE, rtol, atol)
+    plans = [_plan(tr, given, of, wrt) for tr, given in zip(tr_list, at_list)]
+    results = box.run([point for point, _ in plans])
     name = label if label is not None else tr_list[0].program.source.label
     extra = {"exec": box.cmd}
     checks = []
     with np.errstate(all="ignore"):
-        for p, ((tr, out, ws), res) in enumerate(zip(plans, results)):
+        for p, ((_, (tr, out, ws)), res) in enumerate(zip(plans, results)):
             ref = tr.value(out)
-            got = res["value"]
-            checks.append(_against(name, p, out, "", got, ref, "exec value", tol, extra, "value"))
+            checks.append(_against(name, p, out, "", res["value"], ref, "exec value", tol, extra, "value"))
             blocks = jacobian_blocks(tr, [out], ws, "rev")[out]
             for w in ws:
                 ref_g = blocks[w]
@@ -618,7 +528,27 @@ def check_against_source(box: BlackBox, traced, at=None, rtol: float | None = No
                     continue
                 checks.append(_against(name, p, out, w, g[w], ref_g, "exec gradient", tol, extra,
                                        "gradient"))
-    return checks
+    return check_result(checks, tol)
+
+
+def _plan(tr, given, of, wrt):
+    """(the point sent to the program, (tr, the output, the inputs to compare gradients for)):
+    every input of tr at its traced value, which given (a dict or None) may restate."""
+    point = {info.name: tr.value(info.name) for info in tr.inputs}
+    for name, v in _as_point(given or {}, f"the point ({option('at')})").items():
+        if name not in point:
+            raise UsageError(f"'{name}' is not an input of the program", name=name)
+        if v.shape != point[name].shape or not np.array_equal(v, point[name], equal_nan=True):
+            raise UsageError(f"the value given for '{name}' is not the one the program was traced at",
+                             name=name)
+    out = select_output(tr, of)
+    ws = select_names(tr, wrt, option("wrt"), tr.tape.inputs)
+    for w in ws:
+        if w not in tr.tape.inputs:
+            raise UsageError(f"{option('exec')} compares gradients with respect to inputs, and '{w}' is an "
+                             "intermediate value", hint="the program only sees the inputs", name=w,
+                             option="wrt")
+    return point, (tr, out, ws)
 
 
 def _against(name, p, out, w, got, ref, method, tol, extra, what) -> CheckResult:

@@ -226,7 +226,8 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("method, rtol", [("richardson", 1e-10), ("central", 1e-8), ("forward", 1e-6)])
 def test_fd_gradient_matches_the_closed_form_in_one_request(method, rtol):
     box = model()
-    grad, err, value = fd_gradient(box, AT, method)
+    grad = fd_gradient(box, AT, method)
+    err, value = grad.error_estimate, grad.value
     assert box.requests == 1
     f, gx, gy = closed_form(AT["x"], 1.5)
     assert value == pytest.approx(f, rel=1e-14)
@@ -247,7 +248,8 @@ def test_fd_gradient_is_richardson_by_default_and_sends_every_point_at_once(scri
         val = lambda p: 3 * sum(p["a"]) + p["b"] ** 2
         print(json.dumps({{"results": [{{"value": val(p)}} for p in pts]}}))
     """))
-    grad, err, value = fd_gradient(box, {"a": [1.0, 2.0], "b": 0.75}, wrt=["a", "b"])
+    grad = fd_gradient(box, {"a": [1.0, 2.0], "b": 0.75}, wrt=["a", "b"])
+    value = grad.value
     assert box.requests == 1
     pts = json.loads(log.read_text())["points"]
     assert len(pts) == 1 + 4 * (2 + 1)  # the point, then x ± h, x ± h/2 for each element
@@ -258,7 +260,8 @@ def test_fd_gradient_is_richardson_by_default_and_sends_every_point_at_once(scri
 
 def test_fd_gradient_wrt_a_subset():
     box = model()
-    grad, err, _ = fd_gradient(box, AT, wrt="y")
+    grad = fd_gradient(box, AT, wrt="y")
+    err = grad.error_estimate
     assert list(grad) == ["y"] and list(err) == ["y"]
     with pytest.raises(UsageError, match="--wrt 'z' is not one of the inputs"):
         fd_gradient(box, AT, wrt=["z"])
@@ -286,7 +289,7 @@ def test_unsupported_methods(method):
 @pytest.mark.parametrize("method", FD_METHODS)
 def test_check_blackbox_passes_a_correct_program(method):
     box = model()
-    results = check_blackbox(box, AT, method)
+    results = check_blackbox(box, AT, method).results
     assert box.requests == 1
     assert [(r.wrt, r.ok, r.method, r.of, r.point) for r in results] == \
         [("x", True, method, "value", 0), ("y", True, method, "value", 0)]
@@ -294,7 +297,7 @@ def test_check_blackbox_passes_a_correct_program(method):
 
 
 def test_check_blackbox_default_is_richardson_and_tight():
-    results = check_blackbox(model(), AT)
+    results = check_blackbox(model(), AT).results
     assert all(r.method == "richardson" and r.ok for r in results)
     assert max(r.max_rel_err for r in results) < 1e-10
     assert results[0].source.endswith("model.py") and results[0].step == 2 ** -9  # 2 * eps^(1/5)
@@ -302,7 +305,7 @@ def test_check_blackbox_default_is_richardson_and_tight():
 
 @pytest.mark.parametrize("method", FD_METHODS)
 def test_check_blackbox_catches_a_gradient_1_percent_off(method):
-    results = check_blackbox(model("--wrong-gradient"), AT, method, label="model")
+    results = check_blackbox(model("--wrong-gradient"), AT, method, label="model").results
     assert [r.ok for r in results] == [False, False]
     f, gx, gy = closed_form(AT["x"], 1.5)
     # relative error |1.01 g - g| / |1.01 g| = 0.01 / 1.01, the worst entry the largest one
@@ -315,7 +318,7 @@ def test_check_blackbox_catches_a_gradient_1_percent_off(method):
 
 
 def test_check_blackbox_without_a_gradient_fails():
-    results = check_blackbox(model("--no-gradient"), AT)
+    results = check_blackbox(model("--no-gradient"), AT).results
     assert [r.ok for r in results] == [False, False]
     assert results[0].notes == ["the program reports no gradient"]
 
@@ -323,7 +326,7 @@ def test_check_blackbox_without_a_gradient_fails():
 def test_check_blackbox_several_points_in_one_request():
     box = model()
     pts = [AT, {"x": np.array([1.0, 2.0, 3.0]), "y": np.array(-0.5)}]
-    results = check_blackbox(box, pts)
+    results = check_blackbox(box, pts).results
     assert box.requests == 1
     assert [(r.point, r.wrt, r.ok) for r in results] == [(0, "x", True), (0, "y", True),
                                                          (1, "x", True), (1, "y", True)]
@@ -337,7 +340,7 @@ def test_check_blackbox_notes_noisy_values(script):
         print(json.dumps({"results": [{"value": float(f"{math.sin(p['t']):.7g}"),
                                        "gradient": {"t": math.cos(p["t"])}} for p in pts]}))
     """)
-    (r,) = check_blackbox(BlackBox(box), {"t": 0.3})
+    (r,) = check_blackbox(BlackBox(box), {"t": 0.3}).results
     assert not r.ok
     assert any("uncertain" in n and "too few digits" in n for n in r.notes)
     assert r.extra["fd_error_estimate"] > 1e-6
@@ -348,7 +351,7 @@ def test_check_blackbox_partial_gradient(script):
         pts = json.load(sys.stdin)["points"]
         print(json.dumps({"results": [{"value": p["a"] * p["b"], "gradient": {"a": p["b"]}} for p in pts]}))
     """))
-    a, b = check_blackbox(box, {"a": 2.0, "b": 3.0})
+    a, b = check_blackbox(box, {"a": 2.0, "b": 3.0}).results
     assert a.ok and not b.ok and b.notes == ["the program reports no gradient for 'b'"]
 
 
@@ -363,7 +366,7 @@ def test_check_blackbox_vector_value_is_checked_as_a_jacobian(script):
                         "gradient": {"t": [[math.cos(t[0]) * t[1], math.sin(t[0])], [1, 1]]}})
         print(json.dumps({"results": out}))
     """))
-    (r,) = check_blackbox(box, {"t": [0.3, 2.0]})
+    (r,) = check_blackbox(box, {"t": [0.3, 2.0]}).results
     assert r.ok and r.max_rel_err < 1e-10
 
 
@@ -371,7 +374,7 @@ def test_check_blackbox_vector_value_is_checked_as_a_jacobian(script):
 
 def test_check_against_source_passes_for_model_grad():
     box = model()
-    results = check_against_source(box, traced_model())
+    results = check_against_source(box, traced_model()).results
     assert box.requests == 1
     assert [(r.method, r.of, r.wrt, r.ok) for r in results] == [
         ("exec value", "f", "", True), ("exec gradient", "f", "x", True),
@@ -381,7 +384,7 @@ def test_check_against_source_passes_for_model_grad():
 
 
 def test_check_against_source_catches_a_gradient_1_percent_off():
-    results = check_against_source(model("--wrong-gradient"), traced_model(), label="m")
+    results = check_against_source(model("--wrong-gradient"), traced_model(), label="m").results
     value, gx, gy = results
     assert value.ok and not gx.ok and not gy.ok
     assert gx.max_rel_err == pytest.approx(0.01 / 1.01, rel=1e-9)
@@ -392,7 +395,7 @@ def test_check_against_source_catches_a_gradient_1_percent_off():
 def test_check_against_source_catches_a_wrong_value():
     # the program is missing the log1p term: values and the y-gradient differ, x-gradients agree
     program = gradcalc.parse("input x[3] = [0.5, -1, 2], y = 1.5\nf = y * sum(sin(x)) + sum(x^2)")
-    value, gx, gy = check_against_source(model(), trace(program))
+    value, gx, gy = check_against_source(model(), trace(program)).results
     assert not value.ok and value.max_abs_err == pytest.approx(math.log1p(1.5 ** 2), rel=1e-12)
     assert value.notes[0].startswith("value: program 7.2495")
     assert gx.ok and not gy.ok
@@ -402,17 +405,17 @@ def test_check_against_source_several_points_at_another_point():
     program = gradcalc.parse(MODEL_GRAD.read_text())
     at2 = {"x": np.array([1.0, 2.0, 3.0]), "y": np.array(-0.5)}
     box = model()
-    results = check_against_source(box, [trace(program), trace(program, at2)], [None, at2])
+    results = check_against_source(box, [trace(program), trace(program, at2)], [None, at2]).results
     assert box.requests == 1 and len(results) == 6 and all(r.ok for r in results)
     assert [r.point for r in results] == [0, 0, 0, 1, 1, 1]
 
 
 def test_check_against_source_shapes_and_missing_gradients():
-    value, gx, gy = check_against_source(model("--no-gradient"), traced_model())
+    value, gx, gy = check_against_source(model("--no-gradient"), traced_model()).results
     assert value.ok and value.max_rel_err < 1e-14
     assert not gx.ok and gx.notes == ["the program reports no gradient"] and not gy.ok
     vec = gradcalc.parse("input x[3] = [0.5, -1, 2], y = 1.5\nf = y * sin(x)")
-    value, gx, gy = check_against_source(model(), trace(vec))
+    value, gx, gy = check_against_source(model(), trace(vec)).results
     assert not value.ok and value.notes == ["the program's value has shape (), gradcalc's (3,)"]
     assert not gx.ok and gx.notes == ["the program's gradient has shape (3,), gradcalc's (3, 3)"]
 
