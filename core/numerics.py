@@ -46,22 +46,26 @@ def _check_batch(tr: Traced, rows: int, n: int) -> None:
     tr.builder.check_size((rows, n), what=f"a batch of {rows} perturbed copies of a {n}-element input")
 
 
+def _known_method(method: str) -> None:
+    if method not in METHODS:
+        raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}",
+                         option="method")
+
+
 def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", step=None):
     """Finite-difference Jacobians {of: array of shape of.shape + wrt.shape} and the steps used.
 
     Every perturbed point of the estimate is one row of a single batch.
     """
-    if method not in METHODS:
-        raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}",
-                         option="method")
+    _known_method(method)
     names = tr.tape.names
     x = tr.value(wrt)
     n = x.size
     h = np.broadcast_to(default_step(x, method) if step is None else np.asarray(step, float), x.shape)
     scales = stencil.offsets(method)
     centre = stencil.needs_centre(method)  # forward differences also need f(x): one more row
-    _check_batch(tr, len(scales) * n + centre, n)  # before the batch is made (evaluate_batch
-    #                                                checks what flows from it)
+    # refused before the batch is made (evaluate_batch checks what flows from it)
+    _check_batch(tr, len(scales) * n + centre, n)
     batch, taken = stencil.perturb(x.ravel(), h.ravel(), scales, centre)
     ys = evaluate_batch(tr, names[wrt], batch.reshape((len(batch),) + x.shape), [names[o] for o in of])
     jac = {}
@@ -180,9 +184,7 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
 
 def _tolerances(method, points, directions, seed, rtol, atol) -> tuple[float, float]:
     """The tolerances check applies, once its arguments are known to be sound."""
-    if method not in METHODS:
-        raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}",
-                         option="method")
+    _known_method(method)
     if points < 0 or directions < 0:
         raise UsageError(f"{option('points')} and {option('directions')} must not be negative",
                          option="points" if points < 0 else "directions")
