@@ -19,21 +19,18 @@ same effect from their own caching allocators.
 """
 from __future__ import annotations
 
+import functools
 import sys
 
 MMAP_THRESHOLD = 32 << 20  # bytes: glibc's largest; arrays below it come from the heap
 TRIM_THRESHOLD = 128 << 20  # bytes of free heap kept before any is returned
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # from glibc's malloc.h
-_done = False
 
 
+@functools.cache  # once per process: later calls return at once
 def keep_freed_memory() -> None:
     """Ask glibc's malloc to serve and keep arrays of batched passes on its heap (once;
     a no-op elsewhere)."""
-    global _done
-    if _done:
-        return
-    _done = True
     if not sys.platform.startswith("linux"):
         return
     try:

@@ -15,10 +15,10 @@ import numpy as np
 
 from . import primitives as P
 from .errors import (GradcalcError, NameError_, Pos, ShapeError, SyntaxError_,
-                     UsageError, ValueError_, did_you_mean, to_loc, to_pos)
+                     UsageError, ValueError_, did_you_mean, option, to_loc, to_pos)
 from .syntax import (ArrayLit, Assign, Binary, Bool, Call, ExprStmt, Index, Inputs, Name, Num,
                      Program, Slice, TupleLit, Unary, parse_expression)
-from .tape import _NO_PARAMS, DEFAULT_MAX_ELEMENTS, MAX_NDIM, Builder, Tape, Tracer
+from .tape import DEFAULT_MAX_ELEMENTS, MAX_NDIM, NO_PARAMS, Builder, Tape, Tracer
 
 CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 
@@ -42,7 +42,7 @@ class Builtin:
         code = fn.__code__
         required = code.co_varnames[:code.co_argcount - len(fn.__defaults__ or ())]
         kwonly_required = code.co_kwonlyargcount - len(fn.__kwdefaults__ or {})
-        plain = (not code.co_flags & 0x04 and "builder" not in required  # no *args, no constructor
+        plain = (not code.co_flags & inspect.CO_VARARGS and "builder" not in required  # no *args, no constructor
                  and not kwonly_required and not (set(required) & (self.static | self.numbers)))
         self.arity = len(required) if plain else None
 
@@ -106,7 +106,7 @@ for _name, _prim in {"sum": P.reduce_sum, "max": P.reduce_max, "min": P.reduce_m
 
 
 def _count(x, axis) -> int:
-    return math.prod(x.shape[a] for a in P._axes(axis, x.ndim))
+    return math.prod(x.shape[a] for a in P.normalize_axes(axis, x.ndim))
 
 
 @_builtin("mean", static=("axis", "keepdims"))
@@ -504,7 +504,7 @@ class _Lowering:
                     right = self.expr(r)
                 b.pos = op.loc
                 prim = _BINARY[op.op]
-                acc = bind(prim, (acc, right), _NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
+                acc = bind(prim, (acc, right), NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
             return acc
         if t is Call:
             return self.call(node)
@@ -587,7 +587,7 @@ class _Lowering:
             b = self.b
             b.pos = node.loc
             if fn.prim is not None:  # sin(x): record the primitive directly (what fn.fn does)
-                return self.invoke(node, b.bind, (fn.prim, tuple(args), _NO_PARAMS))
+                return self.invoke(node, b.bind, (fn.prim, tuple(args), NO_PARAMS))
             return self.invoke(node, fn.fn, args)
         is_constructor = node.func in _CONSTRUCTORS
         try:
@@ -620,7 +620,8 @@ class _Lowering:
             if err.pos is None:
                 err.pos = node.pos
             if not err.message.startswith((node.func, f"'{node.func}'")):
-                err.message = f"{node.func}(): {err.message}"
+                template, _ = err.worded(option)  # (the message with its options still marked)
+                err.message = f"{node.func}(): {template}"
                 err.args = (err.message,)
             raise
 
@@ -780,8 +781,8 @@ def _input_value(info: InputInfo, at, sample, max_elements, known):
     if sample is not None:
         return np.asarray(sample(info.name, info.shape or ()), dtype=np.float64)
     others = [n for n in known if n != info.name]
-    hint = f"give it with --at {info.name}=..."
+    hint = f"give it with {option('at')} {info.name}=..."
     close = did_you_mean(info.name, others)
     if close and not info.declared:
         hint = close.replace("?", "") + f" (then '{info.name}' is a typo), or " + hint
-    raise UsageError(f"input '{info.name}' has no value", info.pos, hint=hint)
+    raise UsageError(f"input '{info.name}' has no value", info.pos, hint=hint, name=info.name, option="at")

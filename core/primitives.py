@@ -9,13 +9,16 @@ Each :class:`Primitive` has
   logical shapes and rewrites parameters to address axes *from the end*, which
   is what lets every primitive accept extra leading batch axes;
 - facts: ``differentiable`` (False cuts the graph: comparisons,
-  stop_gradient), ``zero_derivative``, ``linear``, ``analytic`` (evaluates on
+  stop_gradient), ``analytic`` (evaluates on
   complex input, for complex-step differences), ``kink(ans, *args, **params)``
   (the signed distance of the arguments from where the function is not
   differentiable, so that ``check`` can flag points near a kink),
   ``keeps_finite`` (real finite arguments always give a finite value: tanh, sin;
   the tracer then skips its look for nan and inf, which could only find what
-  an operand already had).
+  an operand already had);
+- ``plain_vjp`` (matmul only): VJP rules whose matrix products skip the look for
+  0 * inf terms, for a first-order eager pass that is re-run with the safe rules
+  when a result is not finite (``transforms.backward(..., safe_products=False)``).
 
 Rules are traced like any program: they call primitives on tracers, so a
 derivative pass is itself a tape and can be differentiated again.  The engine
@@ -28,7 +31,6 @@ incoming cotangent is 0 even if the factor is inf or nan.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import operator
 from types import MappingProxyType
@@ -37,19 +39,17 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError, ValueError_
-from .tape import _F64_SCALAR, Tracer, all_finite, broadcast_shapes
+from .tape import F64_SCALAR, Tracer, all_finite, broadcast_shapes
 
 
 class Primitive:
     """One entry of the registry.  Calling it on tracers records an equation."""
 
-    __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "zero_derivative",
-                 "linear", "analytic", "kink", "variadic", "internal", "doc", "trivial_params",
-                 "plain", "keeps_finite")
+    __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "analytic", "kink",
+                 "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
-                 zero_derivative=False, linear=False, analytic=True, kink=None, variadic=False,
-                 internal=False, keeps_finite=False, doc=""):
+                 analytic=True, kink=None, variadic=False, keeps_finite=False, plain_vjp=None):
         self.name = name
         self.impl = impl
         self.vjp = vjp
@@ -58,14 +58,11 @@ class Primitive:
         self.trivial_params = normalize is None  # no parameters to check or rewrite
         self.plain = None  # a broadcasting primitive's function, for operands of equal shape
         self.differentiable = differentiable
-        self.zero_derivative = zero_derivative
-        self.linear = linear
         self.analytic = analytic
         self.kink = kink
         self.variadic = variadic
-        self.internal = internal
         self.keeps_finite = keeps_finite
-        self.doc = doc
+        self.plain_vjp = plain_vjp
 
     def vjp_rule(self, i: int) -> Callable | None:
         return _rule(self.vjp, i, self.variadic)
@@ -81,15 +78,15 @@ class Primitive:
         if n == 2:
             x, y = args
             tx = type(x)
-            if tx is _F64_SCALAR:
-                if type(y) is _F64_SCALAR and self.plain is not None and not params:
+            if tx is F64_SCALAR:
+                if type(y) is F64_SCALAR and self.plain is not None and not params:
                     return self.plain(x, y)
             elif tx is Tracer and type(y) is Tracer:
                 return x.builder.bind(self, args, params)
         elif n == 1:
             x = args[0]
             tx = type(x)
-            if tx is _F64_SCALAR:
+            if tx is F64_SCALAR:
                 if self.normalize is _no_params:
                     try:
                         return self.impl(x, **params) if params else self.impl(x)
@@ -212,7 +209,7 @@ def _elementwise(fn):
     return impl
 
 
-def _axes(axis, nd: int) -> tuple:
+def normalize_axes(axis, nd: int) -> tuple:
     """Normalise an axis argument (None, int or tuple) to sorted negative axes."""
     if axis is None:
         return tuple(range(-nd, 0))
@@ -256,9 +253,8 @@ def _zero_rule(g, ans, *args, **_):
     return zeros_like(g)
 
 
-def _zero_derivative(name, fn, kink, doc=""):
-    return _def(name, fn, (_zero_rule,), (_zero_rule,), zero_derivative=True, analytic=False,
-                kink=kink, keeps_finite=True, doc=doc)
+def _zero_derivative(name, fn, kink):
+    return _def(name, fn, (_zero_rule,), (_zero_rule,), analytic=False, kink=kink, keeps_finite=True)
 
 
 def _sigmoid(x):
@@ -272,15 +268,15 @@ def _softplus(x):
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
-neg = _def("neg", np.negative, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),), linear=True,
+neg = _def("neg", np.negative, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),),
            keeps_finite=True)
+# the value of x with zero derivative
 stop_gradient = _def("stop_gradient", lambda x: x.real.copy() if np.iscomplexobj(x) else x,
-                     differentiable=False,
-                     doc="the value of x with zero derivative")
-zeros_like = _def("zeros_like", np.zeros_like, differentiable=False, internal=True)
-copy = _def("copy", lambda x: x, (lambda g, ans, x: g,), (lambda t, ans, x: t,), linear=True,
-            keeps_finite=True, internal=True,
-            doc="x, as a value of its own: `a = x` names a copy, so that --wrt a holds x fixed")
+                     differentiable=False)
+zeros_like = _def("zeros_like", np.zeros_like, differentiable=False)  # (internal: rules' zeros)
+# (internal) x, as a value of its own: `a = x` names a copy, so that derivatives with respect
+# to a hold x fixed
+copy = _def("copy", lambda x: x, (lambda g, ans, x: g,), (lambda t, ans, x: t,), keeps_finite=True)
 
 abs_ = _unary("abs", np.abs, lambda ans, x: sign(x), analytic=False, kink=_at_zero, keeps_finite=True)
 sqrt = _unary("sqrt", np.sqrt, lambda ans, x: 0.5 / ans)
@@ -312,8 +308,7 @@ softplus = _unary("softplus", _softplus, lambda ans, x: sigmoid(x), analytic=Fal
 sign = _zero_derivative("sign", np.sign, kink=_at_zero)
 floor = _zero_derivative("floor", np.floor, kink=lambda ans, x: x - np.round(x))
 ceil = _zero_derivative("ceil", np.ceil, kink=lambda ans, x: x - np.round(x))
-round_ = _zero_derivative("round", np.round, kink=lambda ans, x: x - np.floor(x) - 0.5,
-                          doc="rounds half to even")
+round_ = _zero_derivative("round", np.round, kink=lambda ans, x: x - np.floor(x) - 0.5)  # half to even
 
 
 # ==========================================================================
@@ -330,16 +325,18 @@ def _binary(name, fn, rules, plain=None, **facts):
     return prim
 
 
-def _safe_mul(g, d):
+def safe_multiply(g, d):
+    """g * d on arrays (safe_mul's forward function): 0 where g or d is 0 and the product is nan."""
     r = g * d
-    if type(r) is _F64_SCALAR and r == r:  # a scalar that is not nan: _zero_nans returns it
+    if type(r) is F64_SCALAR and r == r:  # a scalar that is not nan: _zero_nans returns it
         return r
     return _zero_nans(r, g, d, _either_zero)
 
 
-def _safe_div(g, d):
+def safe_divide(g, d):
+    """g / d on arrays (safe_div's forward function): 0 where g is 0 and the quotient is nan."""
     r = g / d
-    if type(r) is _F64_SCALAR and r == r:  # as in _safe_mul
+    if type(r) is F64_SCALAR and r == r:  # as in safe_multiply
         return r
     return _zero_nans(r, g, d, _first_zero)
 
@@ -387,25 +384,24 @@ def _repeated(x):
 
 
 def _finite_nonzero(x) -> bool:
-    if type(x) is _F64_SCALAR:  # x.all() on a NumPy scalar costs 30 times this
+    if type(x) is F64_SCALAR:  # x.all() on a NumPy scalar costs 30 times this
         return x != 0 and math.isfinite(x)
     return x.dtype.kind == "f" and all_finite(x) and bool(x.all())
 
 
-add = _binary("add", np.add, (lambda g, ans, x, y, **_: g, lambda g, ans, x, y, **_: g), operator.add,
-              linear=True)
+add = _binary("add", np.add, (lambda g, ans, x, y, **_: g, lambda g, ans, x, y, **_: g), operator.add)
 mul = _binary("mul", np.multiply, (lambda g, ans, x, y, **_: safe_mul(g, y),
                                    lambda g, ans, x, y, **_: safe_mul(g, x)), operator.mul)
 div = _binary("div", np.divide, (lambda g, ans, x, y, **_: safe_div(g, y),
                                  lambda g, ans, x, y, **_: -safe_mul(g, ans / y)), operator.truediv)
-safe_mul = _binary("safe_mul", _safe_mul, (lambda gg, ans, g, d, **_: safe_mul(gg, d),
-                                           lambda gg, ans, g, d, **_: safe_mul(gg, g)),
-                   internal=True, doc="g * d, and exactly 0 where g or d is 0 and the product is nan")
+# (internal) g * d, and exactly 0 where g or d is 0 and the product is nan
+safe_mul = _binary("safe_mul", safe_multiply, (lambda gg, ans, g, d, **_: safe_mul(gg, d),
+                                           lambda gg, ans, g, d, **_: safe_mul(gg, g)))
+# (internal) g / d, and exactly 0 where g is 0 and the quotient is nan.
 # d/dd (g / d) = -(g / d) / d = -ans / d, and exactly 0 where g is 0 (ans is then 0, and 0/0
 # must not make nan of it: the Hessian of where(x > 0, y/x, 0) at x = 0 is 0)
-safe_div = _binary("safe_div", _safe_div, (lambda gg, ans, g, d, **_: safe_div(gg, d),
-                                           lambda gg, ans, g, d, **_: -safe_mul(gg, safe_div(ans, d))),
-                   internal=True, doc="g / d, and exactly 0 where g is 0 and the quotient is nan")
+safe_div = _binary("safe_div", safe_divide, (lambda gg, ans, g, d, **_: safe_div(gg, d),
+                                           lambda gg, ans, g, d, **_: -safe_mul(gg, safe_div(ans, d))))
 
 
 def _pow_dx(x, y):
@@ -437,9 +433,9 @@ def _pow_const(x, p):
     return np.square(x) if p == 2.0 else np.power(x, p)
 
 
+# x^p for a constant exponent p (x^2 in a program)
 pow_const = _def("pow_const", _pow_const, (_pow_const_rule,), (_pow_const_rule,),
-                 lambda shapes, builder, p: {"p": float(p)},
-                 doc="x^p for a constant exponent p (x^2 in a program)")
+                 lambda shapes, builder, p: {"p": float(p)})
 
 
 def _extremum(name, fn, wins):
@@ -484,11 +480,11 @@ ne = _comparison("ne", np.not_equal)
 maximum = _extremum("maximum", np.maximum, gt)
 minimum = _extremum("minimum", np.minimum, lt)
 
+# where(cond, a, b): a where cond is nonzero, else b
 where = _binary("where", lambda c, a, b: np.where(c != 0, a, b),
                 (None,
                  lambda g, ans, c, a, b, **_: where(c, g, 0.0),
-                 lambda g, ans, c, a, b, **_: where(c, 0.0, g)),
-                doc="where(cond, a, b): a where cond is nonzero, else b")
+                 lambda g, ans, c, a, b, **_: where(c, 0.0, g)))
 
 
 def sub(a, b):
@@ -502,7 +498,7 @@ def sub(a, b):
 
 def _reduce_params(shapes, builder, axis=None, keepdims=False):
     xshape = tuple(shapes[0])
-    return {"axes": _axes(axis, len(xshape)), "keepdims": bool(keepdims), "xshape": xshape}
+    return {"axes": normalize_axes(axis, len(xshape)), "keepdims": bool(keepdims), "xshape": xshape}
 
 
 def _unreduce(g, xshape, axes, keepdims):
@@ -525,7 +521,7 @@ def _sum_jvp(t, ans, x, axes, keepdims, xshape):
     return reduce_sum(t, axis=axes, keepdims=keepdims)
 
 
-reduce_sum = _reduction("sum", np.sum, _sum_vjp, _sum_jvp, linear=True)
+reduce_sum = _reduction("sum", np.sum, _sum_vjp, _sum_jvp)
 
 
 def _extreme_reduction(name, fn):
@@ -618,15 +614,15 @@ def _pojvp_x_vjp(g, ans, x, t, axes, xshape):
             + w * (g * p - reduce_sum(g * p, axis=axes, keepdims=True)))
 
 
+# (internal) the Jacobian of prod_others times t (exact; its own derivative in x is exact
+# away from zeros)
 prod_others_jvp = _def("prod_others_jvp", _prod_others_jvp,
                        (_pojvp_x_vjp, lambda g, ans, x, t, axes, xshape: prod_others_jvp(x, g, axes=axes, xshape=xshape)),
                        (_pojvp_x_jvp, lambda u, ans, x, t, axes, xshape: prod_others_jvp(x, u, axes=axes, xshape=xshape)),
-                       lambda shapes, builder, axes, xshape: {"axes": axes, "xshape": xshape},
-                       internal=True, doc="the Jacobian of prod_others times t (exact; its own "
-                                          "derivative in x is exact away from zeros)")
+                       lambda shapes, builder, axes, xshape: {"axes": axes, "xshape": xshape})
+# (internal) the product of the other elements along axes
 prod_others = _def("prod_others", _prod_others, (_prod_others_rule,), (_prod_others_rule,),
-                   lambda shapes, builder, axes, xshape: {"axes": axes, "xshape": xshape},
-                   internal=True, doc="product of the other elements along axes")
+                   lambda shapes, builder, axes, xshape: {"axes": axes, "xshape": xshape})
 
 
 def _prod_vjp(g, ans, x, axes, keepdims, xshape):
@@ -686,7 +682,7 @@ def _axis_params(shapes, builder, axis=-1):
     nd = len(shapes[0])
     if nd == 0:
         raise ShapeError("needs an array of at least one dimension")
-    return {"axis": _axes(axis, nd)[0]}
+    return {"axis": normalize_axes(axis, nd)[0]}
 
 
 def _softmax(x, axis):
@@ -744,7 +740,7 @@ def _reshape_params(shapes, builder, shape):
 reshape = _def("reshape", lambda x, shape, xshape: x.reshape(_batch(x, len(xshape)) + shape),
                (lambda g, ans, x, shape, xshape: reshape(g, shape=xshape),),
                (lambda t, ans, x, shape, xshape: reshape(t, shape=shape),),
-               _reshape_params, linear=True)
+               _reshape_params)
 
 
 def _broadcast_to_params(shapes, builder, shape):
@@ -781,15 +777,16 @@ def _sum_to(x, drop, keep, shape, xshape):
     return x
 
 
+# (internal, both) a value broadcast to a shape, and a broadcast value summed back to an
+# operand's shape
 broadcast_to = _def("broadcast_to", _broadcast_to,
                     (lambda g, ans, x, shape, xshape: sum_to(g, shape=xshape),),
                     (lambda t, ans, x, shape, xshape: broadcast_to(t, shape=shape),),
-                    _broadcast_to_params, linear=True, internal=True)
+                    _broadcast_to_params)
 sum_to = _def("sum_to", _sum_to,
               (lambda g, ans, x, drop, keep, shape, xshape: broadcast_to(g, shape=xshape),),
               (lambda t, ans, x, drop, keep, shape, xshape: sum_to(t, shape=shape),),
-              _sum_to_params, linear=True, internal=True,
-              doc="sums a broadcast value back to an operand's shape")
+              _sum_to_params)
 
 
 def _index_params(shapes, builder, idx):
@@ -825,12 +822,12 @@ def _index_put(g, idx, shape):
 index = _def("index", lambda x, idx, xshape: x[(Ellipsis,) + idx],
              (lambda g, ans, x, idx, xshape: index_put(g, idx=idx, shape=xshape),),
              (lambda t, ans, x, idx, xshape: index(t, idx=idx),),
-             _index_params, linear=True)
+             _index_params)
+# (internal) zeros of shape with x placed at idx
 index_put = _def("index_put", _index_put,
                  (lambda g, ans, x, idx, shape: index(g, idx=idx),),
                  (lambda t, ans, x, idx, shape: index_put(t, idx=idx, shape=shape),),
-                 lambda shapes, builder, idx, shape: {"idx": tuple(idx), "shape": tuple(shape)},
-                 linear=True, internal=True, doc="zeros of shape with x placed at idx")
+                 lambda shapes, builder, idx, shape: {"idx": tuple(idx), "shape": tuple(shape)})
 
 
 def _concat_params(shapes, builder, axis=0):
@@ -838,7 +835,7 @@ def _concat_params(shapes, builder, axis=0):
     nd = len(first)
     if nd == 0:
         raise ShapeError("cannot concatenate scalars; use stack")
-    (ax,) = _axes(axis, nd)
+    (ax,) = normalize_axes(axis, nd)
     for s in shapes[1:]:
         if len(s) != nd or any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != ax + nd):
             raise ShapeError(f"cannot concatenate shapes {tuple(first)} and {tuple(s)} along axis {ax + nd}")
@@ -867,7 +864,7 @@ def _concat_jvp(i, t, ans, *xs, axis, sizes, nd):
     return index_put(t, idx=idx, shape=ans.shape)
 
 
-concat = _def("concat", _concat, _concat_vjp, _concat_jvp, _concat_params, variadic=True, linear=True)
+concat = _def("concat", _concat, _concat_vjp, _concat_jvp, _concat_params, variadic=True)
 
 
 def _transpose_params(shapes, builder, axes=None):
@@ -890,7 +887,7 @@ def _transpose(x, axes):
 transpose = _def("transpose", _transpose,
                  (lambda g, ans, x, axes: transpose(g, axes=tuple(np.argsort(axes))),),
                  (lambda t, ans, x, axes: transpose(t, axes=axes),),
-                 _transpose_params, linear=True)
+                 _transpose_params)
 
 
 def mT(x):
@@ -920,26 +917,9 @@ def _matmul_params(shapes, builder, safe=False):
     return {"nda": len(a), "ndb": len(b), "safe": bool(safe)} if safe else {"nda": len(a), "ndb": len(b)}
 
 
-_SAFE_PRODUCTS = [True]  # see plain_products
-
-
-@contextlib.contextmanager
-def plain_products():
-    """Within: the rules' matrix products are plain, with no look for 0 * inf terms.  For a
-    first-order eager backward pass that is re-run (products safe) when any result is not
-    finite: a plain product differs from a safe one only by nans, and a nan that a later
-    zero operand removes would have been removed from the safe value too.  (W2's gradient:
-    about 0.5 ms of looks saved, at the floor of its target.)"""
-    _SAFE_PRODUCTS[0] = False
-    try:
-        yield
-    finally:
-        _SAFE_PRODUCTS[0] = True
-
-
 def _matmul(a, b, nda, ndb, safe=False):
     r = _product(a, b, nda, ndb)
-    if safe and _SAFE_PRODUCTS[0] and r.dtype.kind == "f" and not _finite_terms(a, b, r):
+    if safe and r.dtype.kind == "f" and not _finite_terms(a, b, r):
         r = _safe_product(a, b, nda, ndb, r)
     return r
 
@@ -995,25 +975,32 @@ def _product(a, b, nda, ndb):
     return np.matmul(a, b)
 
 
-# The rules' products are safe: a zero cotangent or tangent contributes zero even where the
-# other factor holds inf or nan, as through safe_mul.
-def _matmul_vjp_a(g, ans, a, b, nda, ndb, safe=False):
-    if ndb == 1:
-        return safe_mul(g, b) if nda == 1 else safe_mul(reshape(g, shape=g.shape + (1,)), b)
-    if nda == 1:  # g has b's stack axes; the engine sums them away
-        return _drop_last(matmul(b, reshape(g, shape=g.shape + (1,)), safe=True))
-    return matmul(g, mT(b), safe=True)
-
-
-def _matmul_vjp_b(g, ans, a, b, nda, ndb, safe=False):
-    if nda == 1:
+def _matmul_vjps(safe_products: bool) -> tuple:
+    """matmul's VJP rules, one per operand.  With ``safe_products`` their matrix products are
+    safe: a zero cotangent contributes zero even where the other factor holds inf or nan, as
+    through safe_mul.  Without, they are plain, with no look for 0 * inf terms: for a
+    first-order eager backward pass that is re-run with the safe rules when any result is
+    not finite (a plain product differs from a safe one only by nans, and a nan that a
+    later zero operand removes would have been removed from the safe value too; W2's
+    gradient: about 0.5 ms of looks saved, at the floor of its target)."""
+    def vjp_a(g, ans, a, b, nda, ndb, safe=False):  # (safe: the forward product's own)
         if ndb == 1:
-            return safe_mul(g, a)
-        # the outer product of a with each row of the stack g: shape (..., k, n), b's own
-        return safe_mul(reshape(a, shape=a.shape + (1,)), reshape(g, shape=g.shape[:-1] + (1,) + g.shape[-1:]))
-    if ndb == 1 and nda > 2:  # as for a above: a column per stack entry, summed by the engine
-        return _drop_last(matmul(mT(a), reshape(g, shape=g.shape + (1,)), safe=True))
-    return matmul(mT(a), g, safe=True)
+            return safe_mul(g, b) if nda == 1 else safe_mul(reshape(g, shape=g.shape + (1,)), b)
+        if nda == 1:  # g has b's stack axes; the engine sums them away
+            return _drop_last(matmul(b, reshape(g, shape=g.shape + (1,)), safe=safe_products))
+        return matmul(g, mT(b), safe=safe_products)
+
+    def vjp_b(g, ans, a, b, nda, ndb, safe=False):
+        if nda == 1:
+            if ndb == 1:
+                return safe_mul(g, a)
+            # the outer product of a with each row of the stack g: shape (..., k, n), b's own
+            return safe_mul(reshape(a, shape=a.shape + (1,)), reshape(g, shape=g.shape[:-1] + (1,) + g.shape[-1:]))
+        if ndb == 1 and nda > 2:  # as for a above: a column per stack entry, summed by the engine
+            return _drop_last(matmul(mT(a), reshape(g, shape=g.shape + (1,)), safe=safe_products))
+        return matmul(mT(a), g, safe=safe_products)
+
+    return vjp_a, vjp_b
 
 
 def _drop_last(x):
@@ -1021,10 +1008,10 @@ def _drop_last(x):
     return reshape(x, shape=x.shape[:-1])
 
 
-matmul = _def("matmul", _matmul, (_matmul_vjp_a, _matmul_vjp_b),
+matmul = _def("matmul", _matmul, _matmul_vjps(safe_products=True),
               (lambda t, ans, a, b, **_: matmul(t, b, safe=True),
                lambda t, ans, a, b, **_: matmul(a, t, safe=True)),
-              _matmul_params)
+              _matmul_params, plain_vjp=_matmul_vjps(safe_products=False))
 
 
 def _square_params(shapes, builder):
@@ -1070,9 +1057,9 @@ def _adjugate_vjp(g, ans, a):
     return det(a) * (reduce_sum(g * ia, axis=(-2, -1)) * it - it @ g @ it)
 
 
-adjugate = _def("adjugate", _adjugate, (_adjugate_vjp,), (_adjugate_jvp,), _square_params,
-                internal=True, doc="det(A) inv(A), defined for singular A too (det's derivative); "
-                                   "its own derivative needs A invertible")
+# (internal) det(A) inv(A), defined for singular A too (det's derivative); its own derivative
+# needs A invertible
+adjugate = _def("adjugate", _adjugate, (_adjugate_vjp,), (_adjugate_jvp,), _square_params)
 det = _def("det", np.linalg.det,
            (lambda g, ans, a: g * mT(adjugate(a)),),
            (lambda t, ans, a: reduce_sum(mT(adjugate(a)) * t, axis=(-2, -1)),),
@@ -1134,17 +1121,45 @@ def _diag_embed(x, k, shape):
     return out
 
 
+# the k-th diagonal of a matrix, and a matrix of shape with x on its k-th diagonal
 diag = _def("diag", lambda x, k, xshape: np.diagonal(x, offset=k, axis1=-2, axis2=-1).copy(),
             (lambda g, ans, x, k, xshape: diag_embed(g, k=k, shape=xshape),),
             (lambda t, ans, x, k, xshape: diag(t, k=k),),
-            _diag_params, linear=True, doc="the k-th diagonal of a matrix")
+            _diag_params)
 diag_embed = _def("diag_embed", _diag_embed,
                   (lambda g, ans, x, k, shape: diag(g, k=k),),
                   (lambda t, ans, x, k, shape: diag_embed(t, k=k, shape=shape),),
-                  _diag_embed_params, linear=True, doc="a matrix of shape with x on its k-th diagonal")
+                  _diag_embed_params)
 
 
 # ==========================================================================
+# Arithmetic on tracers
+# ==========================================================================
+
+def _power(x, p):
+    """x ** p: a number p is a constant exponent (pow_const, whose rule needs no log of x)."""
+    return pow_const(x, p=p) if isinstance(p, (int, float)) else pow_(x, p)
+
+
+def _tracer_arithmetic() -> None:
+    """Give Tracer (tape.py) its operators, so that rules read like the math they implement.
+    tape.py sits below this module and cannot import it; the operators are set on the class
+    here, once, as this module loads.  Plain functions, one call each: Tracer arithmetic runs
+    in every traced derivative rule."""
+    operators = {
+        "__add__": lambda x, y: add(x, y), "__radd__": lambda x, y: add(y, x),
+        "__sub__": lambda x, y: sub(x, y), "__rsub__": lambda x, y: sub(y, x),
+        "__mul__": lambda x, y: mul(x, y), "__rmul__": lambda x, y: mul(y, x),
+        "__truediv__": lambda x, y: div(x, y), "__rtruediv__": lambda x, y: div(y, x),
+        "__pow__": _power, "__rpow__": lambda x, y: pow_(y, x),
+        "__matmul__": lambda x, y: matmul(x, y), "__rmatmul__": lambda x, y: matmul(y, x),
+        "__neg__": lambda x: neg(x), "__pos__": lambda x: x,
+    }
+    for name, fn in operators.items():
+        setattr(Tracer, name, fn)
+
+
+_tracer_arithmetic()
 
 REGISTRY = MappingProxyType(_REGISTRY)
 """Every primitive by name; read-only once this module has loaded."""

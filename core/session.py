@@ -12,8 +12,7 @@ import math
 
 import numpy as np
 
-from . import primitives as P
-from .errors import GradcalcError, Source, UsageError, ValueError_, did_you_mean
+from .errors import GradcalcError, Source, UsageError, ValueError_, did_you_mean, option
 from .lower import Traced, trace
 from .syntax import Program
 from .syntax import parse as parse_text
@@ -68,7 +67,11 @@ def as_arrays(at) -> dict:
 
 
 def select_names(tr: Traced, names, what: str, default, among=None) -> list[str]:
-    """names, each checked against the program's names (or among them: jvp's inputs)."""
+    """names, each checked against the program's names (or among them: jvp's inputs).
+
+    ``what`` is the option they were given as: its keyword ("wrt"), which errors word
+    through :func:`errors.option`, or a text already worded so (``option("wrt")``)."""
+    key = what if what.isidentifier() else None
     if names is None:
         return list(default)
     if isinstance(names, str):
@@ -79,7 +82,8 @@ def select_names(tr: Traced, names, what: str, default, among=None) -> list[str]
     for n in names:
         if n not in tr.tape.names:
             hint = did_you_mean(n, known) or f"the {kind} are: {', '.join(known)}"
-            raise UsageError(f"{what} '{n}' is not a name in the program", hint=hint).located(tr.program.source)
+            raise UsageError(f"{option(key) if key else what} '{n}' is not a name in the program", hint=hint,
+                             name=n, option=key).located(tr.program.source)
         if n not in out:
             out.append(n)
     return out
@@ -90,27 +94,29 @@ def select_output(tr: Traced, of) -> str:
         if tr.tape.output is None:
             raise UsageError("the program has no output")
         return tr.tape.output
-    (name,) = select_names(tr, [of] if isinstance(of, str) else of, "--of", ())
+    (name,) = select_names(tr, [of] if isinstance(of, str) else of, "of", ())
     return name
 
 
 def inputs_only(tr: Traced, names, command: str):
+    """Refuse an intermediate value among names: command (jvp, hessian, forward-mode
+    jacobian) differentiates with respect to inputs only."""
     for n in names:
         if n not in tr.tape.inputs:
-            hint = ("use --mode rev for intermediate values" if command.startswith("jacobian")
+            hint = (f"use {option('mode')} rev for intermediate values" if command.startswith("jacobian")
                     else "use grad, jacobian or vjp for intermediate values")
             raise UsageError(f"{command} differentiates with respect to inputs only; '{n}' is "
-                             "an intermediate value", hint=hint)
+                             "an intermediate value", hint=hint, name=n)
 
 
 def eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
-    """One eager backward pass -> {wrt name: array or None}.  Only when a result is not
-    finite does a second pass look for the rule that made it so, to name it in a warning,
-    with safe matrix products (see primitives.plain_products); its results are returned."""
+    """One eager backward pass -> {wrt name: array or None}, with plain matrix products (see
+    transforms.backward's safe_products).  Only when a result is not finite does a second
+    pass look for the rule that made it so, to name it in a warning, with safe matrix
+    products; its results are returned."""
     args = (tr.builder, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
     finite: set = set()  # results certified finite by backward: no need to look at them
-    with P.plain_products():
-        found = backward(*args, eager=True, check=False, finite=finite)
+    found = backward(*args, eager=True, check=False, finite=finite, safe_products=False)
     if any(v is not None and var not in finite and not all_finite(np.asarray(v)) for var, v in found.items()):
         found = backward(*args, eager=True, check=True)  # with safe matrix products, and warnings
     return {n: found[tr.tape.names[n]] for n in wrt}

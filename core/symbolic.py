@@ -54,7 +54,7 @@ import time
 
 import numpy as np
 
-from .errors import GradcalcError, ShapeError, UsageError, did_you_mean
+from .errors import GradcalcError, ShapeError, UsageError, did_you_mean, option
 
 SIZE_LIMIT = 64
 """Most elements in any one value (input, constant or intermediate) for --symbolic."""
@@ -77,7 +77,7 @@ PRINT_LIMIT = 5000
 
 __all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "SIMPLIFY_LIMIT",
            "SIMPLIFY_SECONDS", "SIMPLIFY_EACH_SECONDS", "PRINT_LIMIT", "check_size", "to_sympy",
-           "symbolic_gradient", "symbolic_jacobian"]
+           "symbolic_gradient", "symbolic_jacobian", "NO_CLOSED_FORM", "converts"]
 
 
 # ==========================================================================
@@ -184,6 +184,15 @@ def _located(err: GradcalcError, tr) -> GradcalcError:
     return err.located(source) if source is not None else err
 
 
+#: The option these closed forms answer, as messages name it (errors.option).
+_SYMBOLIC = option("symbolic")
+_SMALLER = f"use smaller shapes for a closed form, or drop {_SYMBOLIC}"
+
+
+def _too_deep(tr) -> GradcalcError:
+    return _located(UsageError(f"{_SYMBOLIC}: the program nests too deeply for sympy", option="symbolic"), tr)
+
+
 def check_size(tr) -> None:
     """Raise UsageError if the traced program is too large for --symbolic (see SIZE_LIMIT)."""
     shapes = tr.builder.shapes
@@ -196,14 +205,14 @@ def check_size(tr) -> None:
         total += size
         if size > SIZE_LIMIT:
             raise _located(UsageError(
-                f"--symbolic supports programs with at most {SIZE_LIMIT} elements per value; "
+                f"{_SYMBOLIC} supports programs with at most {SIZE_LIMIT} elements per value; "
                 f"{_where(tr, var, names, eqs.get(var))} has shape {tuple(shape)} ({size} elements)",
                 eqs[var].pos if var in eqs else tr.tape.positions.get(names.get(var)),
-                hint="use smaller shapes for a closed form, or drop --symbolic"), tr)
+                hint=_SMALLER, name=names.get(var), option="symbolic"), tr)
     if total > TOTAL_LIMIT:
         raise _located(UsageError(
-            f"--symbolic supports programs with at most {TOTAL_LIMIT} scalar elements in all; "
-            f"this one has {total}", hint="use smaller shapes for a closed form, or drop --symbolic"), tr)
+            f"{_SYMBOLIC} supports programs with at most {TOTAL_LIMIT} scalar elements in all; "
+            f"this one has {total}", hint=_SMALLER, option="symbolic"), tr)
 
 
 def _tree_size(expr, memo: dict) -> int:
@@ -335,8 +344,8 @@ def _square(x, prim, tr, eq):
     if n > LINALG_LIMIT:
         at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
         raise _located(UsageError(
-            f"--symbolic supports {prim} of matrices up to {LINALG_LIMIT}×{LINALG_LIMIT}; "
-            f"'{prim}'{at} has a {n}×{n} matrix", eq.pos), tr)
+            f"{_SYMBOLIC} supports {prim} of matrices up to {LINALG_LIMIT}×{LINALG_LIMIT}; "
+            f"'{prim}'{at} has a {n}×{n} matrix", eq.pos, option="symbolic"), tr)
     sp, _ = _sympy()
     return sp.Matrix(x.tolist()) if n else sp.zeros(0, 0)
 
@@ -426,6 +435,20 @@ def _rules():
 _STRUCTURAL = frozenset({"copy", "reshape", "transpose", "index", "index_put", "concat", "broadcast_to",
                          "sum_to", "diag", "diag_embed", "matmul"})
 
+#: The primitives with no sympy form, and why.  Every other primitive of the registry has one
+#: (a rule in _rules, or a forward function that works on expressions): a test walks the
+#: registry, so that a new primitive without a symbolic form fails it rather than a user.
+NO_CLOSED_FORM = {
+    "adjugate": "internal: recorded by det's derivative rules, never by a program",
+    "prod_others": "internal: recorded by prod's derivative rules, never by a program",
+    "prod_others_jvp": "internal: the derivative of prod_others, recorded by its rules",
+}
+
+
+def converts(name: str) -> bool:
+    """Whether the primitive called name has a sympy form (loads sympy)."""
+    return name in _STRUCTURAL or name in _rules()
+
 
 def _convert(tr, cut: dict | None = None) -> dict:
     """var -> object array for every var of the tape; vars in cut take the given arrays."""
@@ -454,15 +477,16 @@ def _convert(tr, cut: dict | None = None) -> dict:
             value = rules[name](*args, tr=tr, eq=eq, **eq.params)
         else:
             at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
-            raise _located(UsageError(f"--symbolic cannot convert the primitive '{name}'{at} to sympy",
-                                      eq.pos, hint="drop --symbolic for this program"), tr)
+            raise _located(UsageError(f"{_SYMBOLIC} cannot convert the primitive '{name}'{at} to sympy",
+                                      eq.pos, hint=f"drop {_SYMBOLIC} for this program", option="symbolic"), tr)
         value = _obj(value)
         for e in value.flat:
             if _tree_size(e, memo) > EXPR_LIMIT:
                 raise _located(UsageError(
-                    f"--symbolic: the closed form of {_where(tr, eq.out, names, eq)} grows past "
+                    f"{_SYMBOLIC}: the closed form of {_where(tr, eq.out, names, eq)} grows past "
                     f"{EXPR_LIMIT} terms", eq.pos,
-                    hint="the program is too large for a closed form; drop --symbolic"), tr)
+                    hint=f"the program is too large for a closed form; drop {_SYMBOLIC}",
+                    name=names.get(eq.out), option="symbolic"), tr)
         env[eq.out] = value
     return env
 
@@ -477,7 +501,7 @@ def to_sympy(tr) -> dict:
     try:
         return _convert(tr)
     except RecursionError:
-        raise _located(UsageError("--symbolic: the program nests too deeply for sympy"), tr) from None
+        raise _too_deep(tr) from None
 
 
 # ==========================================================================
@@ -485,12 +509,14 @@ def to_sympy(tr) -> dict:
 # ==========================================================================
 
 
-def _names_in(tr, names, what) -> list:
+def _names_in(tr, names, which: str) -> list:
+    """names, each checked against the program's names; which: the option that gave them."""
     out = []
     for n in ([names] if isinstance(names, str) else names):
         if n not in tr.tape.names:
             hint = did_you_mean(n, tr.tape.names) or f"the named values are: {', '.join(tr.tape.names)}"
-            raise _located(UsageError(f"{what} '{n}' is not a name in the program", hint=hint), tr)
+            raise _located(UsageError(f"{option(which)} '{n}' is not a name in the program", hint=hint,
+                                      name=n, option=which), tr)
         if n not in out:
             out.append(n)
     return out
@@ -706,17 +732,17 @@ def symbolic_gradient(tr, of: str, wrt: list, *, simplify: bool = True) -> dict:
     the expression shown; ``simplify=False`` skips sympy.simplify (faster, for
     ``check --symbolic``, which needs values only).
     """
-    (of,) = _names_in(tr, [of], "--of")
-    wrt = _names_in(tr, wrt, "--wrt")
+    (of,) = _names_in(tr, [of], "of")
+    wrt = _names_in(tr, wrt, "wrt")
     shape = tr.builder.shapes[tr.tape.names[of]]
     if math.prod(shape) != 1:
         raise _located(ShapeError(f"grad needs a scalar output, but '{of}' has shape {tuple(shape)}",
-                                  tr.tape.positions.get(of), hint="use jacobian --symbolic"), tr)
+                                  tr.tape.positions.get(of), hint=f"use jacobian {_SYMBOLIC}", name=of), tr)
     try:
         # A size-1 output of shape (1,) or (1, 1) loses its axes, as in grad.
         return _derivatives(tr, [of], wrt, simplify, drop=len(shape))[of]
     except RecursionError:
-        raise _located(UsageError("--symbolic: the program nests too deeply for sympy"), tr) from None
+        raise _too_deep(tr) from None
 
 
 def symbolic_jacobian(tr, of: list, wrt: list, *, simplify: bool = True) -> dict:
@@ -724,9 +750,9 @@ def symbolic_jacobian(tr, of: list, wrt: list, *, simplify: bool = True) -> dict
 
     Entries are those of :func:`symbolic_gradient`.
     """
-    outs = _names_in(tr, of, "--of")
-    wrt = _names_in(tr, wrt, "--wrt")
+    outs = _names_in(tr, of, "of")
+    wrt = _names_in(tr, wrt, "wrt")
     try:
         return _derivatives(tr, outs, wrt, simplify)
     except RecursionError:
-        raise _located(UsageError("--symbolic: the program nests too deeply for sympy"), tr) from None
+        raise _too_deep(tr) from None

@@ -20,15 +20,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .alloc import keep_freed_memory
-from .errors import GradcalcError, LimitError, Pos, ShapeError, ValueError_, to_pos
+from .errors import GradcalcError, LimitError, Pos, ShapeError, ValueError_, option, to_pos
 
 DEFAULT_MAX_ELEMENTS = 10**8
 MAX_NDIM = 32  # NumPy's own limit for several of its operations
 
 
-_F64 = np.dtype(np.float64)
-_F64_SCALAR = np.float64  # the class of a value with no axes on the tape
-_NO_PARAMS: dict = {}  # the parameters of every equation that has none (never mutated)
+F64 = np.dtype(np.float64)
+F64_SCALAR = np.float64  # the class of a value with no axes on the tape
+NO_PARAMS: dict = {}  # the parameters of every equation that has none (never mutated)
 
 
 _ROW = 2048  # elements per row when a large array is summed as a matrix-vector product
@@ -50,7 +50,7 @@ def all_finite(value) -> bool:
     if value.dtype.kind == "f":
         if value.ndim == 0:
             return math.isfinite(value)
-        if value.dtype is _F64 and value.flags.c_contiguous:
+        if value.dtype is F64 and value.flags.c_contiguous:
             flat = value.reshape(-1)
             n = flat.size
             if n >= 16 * _ROW:
@@ -70,9 +70,9 @@ def _scalar_or_array(value):
     on np.float64 costs a tenth of the same ufunc on a 0-d array, with the same result),
     an array otherwise."""
     value = np.asarray(value)
-    if value.dtype.kind != "c" and value.dtype is not _F64:
+    if value.dtype.kind != "c" and value.dtype is not F64:
         value = value.astype(np.float64)
-    return value[()] if value.ndim == 0 and value.dtype is _F64 else value
+    return value[()] if value.ndim == 0 and value.dtype is F64 else value
 
 
 class Equation(NamedTuple):
@@ -85,6 +85,50 @@ class Equation(NamedTuple):
     @property
     def pos(self) -> Pos | None:
         return to_pos(self.loc)
+
+
+#: Parameters an equation holds for the engine alone (an operand's shape, the ranks that line
+#: batched operands up), which printed equations leave out.
+ENGINE_PARAMS = frozenset(("xshape", "nd", "ond"))
+
+
+def equation_rhs(op: str, args=(), params=None, operand: str = "") -> str:
+    """The right-hand side of an equation as gradcalc prints it (the tape, ``graph``):
+    ``mul(v1, v2)``, ``sum(v3, axes=(-1,), keepdims=False)``; ``input x`` for an input and
+    ``const 2`` for a constant, whose name or value text is ``operand`` (kept on one line).
+    ``args`` are the operands' names; parameters in ENGINE_PARAMS are left out."""
+    if op == "input" or op == "const":
+        return f"{op} {operand}".replace("\n", " ")
+    shown = params_text(params)
+    return f"{op}({', '.join(args)}{', ' + shown if shown else ''})"
+
+
+def params_text(params) -> str:
+    """An equation's parameters as printed: ``axes=(-1,), keepdims=False`` (none in ENGINE_PARAMS)."""
+    return ", ".join(f"{k}={param_text(v)}" for k, v in (params or {}).items() if k not in ENGINE_PARAMS)
+
+
+def param_text(v) -> str:
+    """One parameter as printed: a tuple (or the list JSON makes of it) as ``(a, b)`` or
+    ``(a,)``, a slice as ``start:stop`` or ``start:stop:step``, anything else as str() does."""
+    if isinstance(v, (tuple, list)):
+        return "(" + ", ".join(param_text(i) for i in v) + ("," if len(v) == 1 else "") + ")"
+    if isinstance(v, slice):
+        return slice_text(v)
+    return str(v)
+
+
+def slice_text(v: slice) -> str:
+    """A slice as a program writes it: ``1:``, ``:-1``, ``::2``."""
+    return (f"{'' if v.start is None else v.start}:{'' if v.stop is None else v.stop}"
+            + ("" if v.step in (None, 1) else f":{v.step}"))
+
+
+def _value_text(value) -> str:
+    """A constant's value for a printed tape: 6 significant digits, long arrays elided."""
+    text = np.array2string(np.asarray(value), separator=", ", threshold=8, edgeitems=3,
+                           formatter={"float_kind": lambda x: f"{x:.6g}"})
+    return " ".join(text.split())
 
 
 class Tape(NamedTuple):
@@ -102,6 +146,19 @@ class Tape(NamedTuple):
     output: str | None
     positions: dict  # name -> location of its definition (errors.to_pos makes it a Pos)
 
+    def __str__(self) -> str:
+        """One line per equation, in the manner of JAX's autodidax: the inputs
+        (``v0 = input x``), the constants (``v2 = const 2``), the equations in order
+        (``v3 = mul(v0, v2)``), then the output (``output y = v3``)."""
+        lines = [f"v{var} = {equation_rhs('input', operand=name)}" for name, var in self.inputs.items()]
+        lines += [f"v{var} = {equation_rhs('const', operand=_value_text(value))}"
+                  for var, value in self.consts.items()]
+        lines += [f"v{eq.out} = {equation_rhs(eq.prim.name, [f'v{a}' for a in eq.args], eq.params)}"
+                  for eq in self.equations]
+        if self.output is not None:
+            lines.append(f"output {self.output} = v{self.names[self.output]}")
+        return "\n".join(lines)
+
 
 _new_equation = tuple.__new__  # Equation(...) without the Python-level __new__
 
@@ -112,7 +169,13 @@ class Warning_(NamedTuple):
 
 
 class Tracer:
-    """A variable of a :class:`Builder`, with arithmetic that records equations."""
+    """A variable of a :class:`Builder`.
+
+    Its arithmetic operators (``+ - * / ** @``, unary ``-``) record the primitives they
+    stand for, so that rules read like the math they implement.  The primitives module
+    defines those primitives on top of this one, and gives the operators to this class
+    once, as it loads (see ``primitives._tracer_arithmetic``).
+    """
 
     __slots__ = ("builder", "var")
     __array_ufunc__ = None  # numpy defers to our reflected operators
@@ -135,37 +198,6 @@ class Tracer:
 
     def __repr__(self):
         return f"Tracer(v{self.var}, shape={self.shape})"
-
-    # Arithmetic, so that rules read like the math they implement.
-    def __add__(self, other): return _ops().add(self, other)
-    def __radd__(self, other): return _ops().add(other, self)
-    def __sub__(self, other): return _ops().sub(self, other)
-    def __rsub__(self, other): return _ops().sub(other, self)
-    def __mul__(self, other): return _ops().mul(self, other)
-    def __rmul__(self, other): return _ops().mul(other, self)
-    def __truediv__(self, other): return _ops().div(self, other)
-    def __rtruediv__(self, other): return _ops().div(other, self)
-    def __pow__(self, other):
-        if isinstance(other, (int, float)):
-            return _ops().pow_const(self, p=other)
-        return _ops().pow_(self, other)
-    def __rpow__(self, other): return _ops().pow_(other, self)
-    def __matmul__(self, other): return _ops().matmul(self, other)
-    def __rmatmul__(self, other): return _ops().matmul(other, self)
-    def __neg__(self): return _ops().neg(self)
-    def __pos__(self): return self
-
-
-_primitives = None
-
-
-def _ops():
-    """The primitives module (it imports this one, so it is looked up on first use)."""
-    global _primitives
-    if _primitives is None:
-        from . import primitives
-        _primitives = primitives
-    return _primitives
 
 
 def broadcast_shapes(*shapes) -> tuple:
@@ -215,7 +247,7 @@ class Builder:
 
     # -- variables ------------------------------------------------------------
     def _new(self, value) -> Tracer:
-        if type(value) is _F64_SCALAR:
+        if type(value) is F64_SCALAR:
             shape = ()  # a scalar: no rank to check
         else:
             shape = value.shape
@@ -233,18 +265,10 @@ class Builder:
 
     def const(self, value) -> Tracer:
         # (a float, as a rule's constant: the np.float64 _scalar_or_array would make, directly)
-        value = _F64_SCALAR(value) if type(value) is float else _scalar_or_array(value)
+        value = F64_SCALAR(value) if type(value) is float else _scalar_or_array(value)
         t = self._new(value)
         self.consts[t.var] = value
         return t
-
-    def lift(self, x) -> Tracer:
-        """A tracer for x: x itself, or a new constant."""
-        if isinstance(x, Tracer):
-            if x.builder is not self:
-                raise RuntimeError("tracer from another builder")
-            return x
-        return self.const(x)
 
     def check_size(self, shape, what: str | None = None) -> None:
         """Refuse, before allocating, an array with more than max_elements elements.
@@ -263,7 +287,8 @@ class Builder:
                 message = f"array of shape {dims} spans {_count(size)} elements"
             else:
                 message = f"array of shape {dims} has {_count(size)} elements"
-            raise LimitError(f"{message}, more than --max-elements={self.max_elements}", self.pos)
+            raise LimitError(f"{message}, more than {option('max_elements')}={self.max_elements}", self.pos,
+                             option="max_elements")
 
     # -- recording ------------------------------------------------------------
     def bind(self, prim, args: tuple, params: dict) -> Tracer:
@@ -280,7 +305,7 @@ class Builder:
             if n == 2 and prim.plain is not None and not params:
                 # A broadcasting primitive (add, mul...): the general branch below, unrolled.
                 x, y = values[ids[0]], values[ids[1]]
-                if x.__class__ is y.__class__ is _F64_SCALAR or x.shape == y.shape:
+                if x.__class__ is y.__class__ is F64_SCALAR or x.shape == y.shape:
                     value = prim.plain(x, y)  # equal shapes (two scalars): nothing to align
                 else:
                     params = prim.normalize([x.shape, y.shape], self, **params)
@@ -299,14 +324,14 @@ class Builder:
             raise ValueError_(f"'{self.op_name(prim, self.pos)}': {str(err).lower()}", self.pos) from None
         except (ValueError, IndexError) as err:
             raise ShapeError(f"'{self.op_name(prim, self.pos)}': {err}", self.pos) from None
-        scalar = value.__class__ is _F64_SCALAR
+        scalar = value.__class__ is F64_SCALAR
         if scalar:
             shape = ()  # the usual case on a scalar program: nothing to convert or check
         else:
             if value.__class__ is not np.ndarray:
                 value = _scalar_or_array(value)
             dtype = value.dtype
-            if dtype is not _F64 and dtype != _F64 and dtype.kind != "c":
+            if dtype is not F64 and dtype != F64 and dtype.kind != "c":
                 value = value.astype(np.float64)
             shape = value.shape
             if len(shape) > MAX_NDIM:
@@ -316,11 +341,11 @@ class Builder:
         self._next = var + 1
         values[var] = value
         self.shapes[var] = shape
-        self.equations.append(_new_equation(Equation, (var, prim, ids, params or _NO_PARAMS, self.pos)))
+        self.equations.append(_new_equation(Equation, (var, prim, ids, params or NO_PARAMS, self.pos)))
         # A look for nan and inf, unless prim keeps finite real values finite: then any it
         # could find came with an operand, and only the first to produce one is noted.
         if self.check_finite and not (
-                math.isfinite(value) if scalar else (prim.keeps_finite and dtype is _F64) or all_finite(value)):
+                math.isfinite(value) if scalar else (prim.keeps_finite and dtype is F64) or all_finite(value)):
             self._note_nonfinite(prim, args, value)
         return Tracer(self, var)
 

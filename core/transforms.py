@@ -17,7 +17,7 @@ import numpy as np
 from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import GradcalcError
-from .tape import _F64, LARGE_BATCH, Builder, Tracer, all_finite, broadcast_shapes, eval_equations
+from .tape import F64, LARGE_BATCH, Builder, Tracer, all_finite, broadcast_shapes, eval_equations
 
 
 def _fit(c, shape: tuple):
@@ -44,7 +44,8 @@ def depends(equations, sources) -> set:
 
 
 def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False,
-             log: list | None = None, check: bool | None = None, finite: set | None = None) -> dict:
+             log: list | None = None, check: bool | None = None, finite: set | None = None,
+             safe_products: bool = True) -> dict:
     """Reverse mode: cotangents {var: value} of outputs -> {wrt var: value or None}.
 
     A wrt variable defined by an equation receives the cotangent it has when
@@ -61,17 +62,33 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     turns finite values into a non-finite derivative.  ``finite`` (eager passes), a set,
     receives the variables whose cotangent is known finite without a look at it: a
     single large matrix product whose factors' norms certify it (see
-    :func:`_finite_product`).
+    :func:`_finite_product`).  ``safe_products=False`` (eager passes) uses the rules whose
+    matrix products skip the look for 0 * inf terms (a primitive's ``plain_vjp``): for a
+    pass that is re-run with safe products when any result is not finite.
     """
     wanted = set(wrt)
-    live = depends(equations, wanted)
     ct = dict(cotangents)
-    found = {}
-    shapes = builder.shapes
-    values = builder.values
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
+    found = _reverse(builder, equations, ct, wanted, eager, log, check, finite, safe_products)
+    builder.pos = None
+    builder.check_finite = saved
+    for v in wanted:
+        if v not in found:
+            found[v] = ct.get(v)
+    return found
+
+
+def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, log, check: bool,
+             finite, safe_products: bool) -> dict:
+    """The loop of :func:`backward`: runs the VJP rules newest first, summing cotangents
+    into ct (consumed as it goes); returns {wanted var: its cotangent} for each wanted
+    var an equation defines."""
+    live = depends(equations, wanted)
+    found = {}
+    shapes = builder.shapes
+    values = builder.values
     traced = not eager or check  # what reads builder.pos: recorded equations, warnings
     for eq in reversed(equations):
         out = eq.out
@@ -99,6 +116,8 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
             head = (g, *_operands(builder, eq, eager))
         first = len(builder.equations) if log is not None else 0
         rules = None if prim.variadic else prim.vjp  # rules[i] is prim.vjp_rule(i), without a call
+        if not safe_products and prim.plain_vjp is not None:
+            rules = prim.plain_vjp
         params = eq.params
         for i, a in enumerate(eq.args):
             if a not in live:
@@ -124,11 +143,6 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
             ct[a] = ct[a] + c if a in ct else c
         if log is not None:
             log.append((eq, first, len(builder.equations)))
-    builder.pos = None
-    builder.check_finite = saved
-    for v in wanted:
-        if v not in found:
-            found[v] = ct.get(v)
     return found
 
 
@@ -140,7 +154,7 @@ def _finite_product(c, g, other) -> bool:
     finite factors, so no nan can arise.  Used only where c is larger than g and other
     together, so that the two norms cost less than a look at c (the 2000×2000 gradient of
     a weight matrix: 0.1 ms instead of 0.85 ms)."""
-    if c.size <= g.size + other.size or c.dtype is not _F64 or g.dtype is not _F64 or other.dtype is not _F64:
+    if c.size <= g.size + other.size or c.dtype is not F64 or g.dtype is not F64 or other.dtype is not F64:
         return False
     g2 = float(np.dot(g.reshape(-1), g.reshape(-1)))
     o2 = float(np.dot(other.reshape(-1), other.reshape(-1)))
@@ -386,7 +400,7 @@ def _fold_safe_mul(eq, env: dict, values: dict, bands: dict, batched: set, n: in
         return False  # the factor would broadcast the vector to a larger shape
     out = {}
     for k, d in band.items():
-        out[k] = P._safe_mul(d, c)
+        out[k] = P.safe_multiply(d, c)
     bands[eq.out] = out
     return True
 
@@ -481,12 +495,12 @@ _FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add, P.copy
 def _band_rows(band: dict, m, n: int):
     """Rows b = sum_k d_k[b - k] m[b - k]: a band's rows times the rows of m."""
     if len(band) == 1 and 0 in band and m.shape[0] == n:
-        return P._safe_mul(m, band[0][:, None])
+        return P.safe_multiply(m, band[0][:, None])
     out = np.zeros((n, m.shape[1]), dtype=np.result_type(m, *band.values()))
     for k, d in band.items():
         lo, hi = max(0, -k), min(m.shape[0], n - k)
         if lo < hi:
-            out[lo + k:hi + k] += P._safe_mul(m[lo:hi], d[lo:hi, None])
+            out[lo + k:hi + k] += P.safe_multiply(m[lo:hi], d[lo:hi, None])
     return out
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gradcalc
+from gradcalc.cli.errors import flag
 from gradcalc.errors import (GradcalcError, LimitError, NameError_, ShapeError, SyntaxError_,
                              UsageError, ValueError_)
 
@@ -22,15 +23,17 @@ def raised(fn, *args, **kwargs) -> GradcalcError:
 
 
 def check(err: GradcalcError, kind, message, pos, hint=...):
+    """message and hint as the command line words them (an option as its flag, --at)."""
+    worded, worded_hint = err.worded(flag)
     assert err.kind == kind
-    assert err.message == message
+    assert worded == message
     if pos is None:
         assert err.pos is None
     else:
         assert err.pos is not None, "the error has no position"
         assert (err.pos.line, err.pos.col) == pos
     if hint is not ...:
-        assert err.hint == hint
+        assert worded_hint == hint
 
 
 # ==========================================================================
