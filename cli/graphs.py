@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradcalc.tape import equation_rhs, params_text
+
 from . import render
 
 
@@ -10,25 +12,15 @@ def _shape(node) -> str:
     return render.shape_text(np.empty(node["shape"], dtype=np.int8)) if node["shape"] else "scalar"
 
 
-def _params(node) -> str:
-    p = node.get("params") or {}
-    return ", ".join(f"{k}={_short(v)}" for k, v in p.items())
-
-
-def _short(v) -> str:
-    if isinstance(v, list):
-        return "(" + ", ".join(_short(i) for i in v) + ("," if len(v) == 1 else "") + ")"
-    return str(v)
-
-
 def _rhs(node, precision: int) -> str:
+    """The node's equation, printed as the tape prints its own (gradcalc.tape.equation_rhs)."""
     if node["op"] == "input":
-        return f"input {node.get('name', '')}"
-    if node["op"] == "const":
-        return f"const {render.value_text(node['value'], precision)}".replace("\n", " ")
-    args = ", ".join(node["args"])
-    params = _params(node)
-    return f"{node['op']}({args}{', ' + params if params else ''})"
+        operand = node.get("name", "")
+    elif node["op"] == "const":
+        operand = render.value_text(node["value"], precision)
+    else:
+        operand = ""
+    return equation_rhs(node["op"], node["args"], node.get("params"), operand)
 
 
 def listing(nodes, precision: int, guessed=()) -> str:
@@ -114,7 +106,7 @@ def dot(nodes, output, guessed=()) -> str:
         label = n["op"] if n["op"] not in ("input", "const") else (
             n.get("name", "") if n["op"] == "input" else render.value_text(n["value"], 4).replace("\n", " "))
         if n["op"] not in ("input", "const"):
-            params = _params(n)
+            params = params_text(n.get("params"))
             label = f"{n['id']} = {label}" + (f"\n{params}" if params else "")
             if n.get("name"):
                 label += f"\n[{n['name']}]"

@@ -1,0 +1,195 @@
+"""The tape as a list of nodes, for ``graph``: its equations, and the backward pass grad runs.
+
+Inputs without a value get stand-in values of their declared shape, or of a guessed small
+shape, so that the structure of any program can be shown.  Each node is a dict of SPEC §5's
+graph keys (``id``, ``op``, ``args``, ``shape``, ``phase``...); an equation's right-hand side
+is printed by :func:`tape.equation_rhs`, as the tape prints itself.
+
+(The module is ``graphs``, not ``graph``: importing a submodule ``gradcalc.graph`` would set
+the package's attribute ``graph`` to the module, in place of this function.)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import GradcalcError, ShapeError, ValueError_, to_pos
+from .lower import Traced, trace, walk_names
+from .results import Result
+from .session import as_arrays, parse, quiet
+from .syntax import Binary, Call, Index, Name, Program
+from .tape import DEFAULT_MAX_ELEMENTS, ENGINE_PARAMS, slice_text
+from .transforms import backward
+
+
+def _guess_shape(program: Program) -> dict:
+    """Shapes for inputs that have no value when only the tape's structure is wanted:
+    2×2 for matrix operands, 2 for vectors, 4 for indexed names, else scalars."""
+    guesses: dict = {}
+
+    def mark(node, shape):
+        if type(node) is Name and len(shape) >= len(guesses.get(node.id, ())):
+            guesses[node.id] = shape
+
+    stack = [st.value for st in program.statements if hasattr(st, "value")]
+    while stack:
+        node = stack.pop()
+        t = type(node)
+        if t is Binary:
+            if node.op == "@":
+                mark(node.left, (2, 2))
+                mark(node.right, (2,))
+            stack += [node.left, node.right]
+        elif t is Call:
+            if node.func in ("matmul", "dot", "solve") and len(node.args) == 2:
+                mark(node.args[0], (2, 2))
+                mark(node.args[1], (2,))
+            elif node.func in ("det", "inv", "trace") and node.args:
+                mark(node.args[0], (2, 2))
+            stack += list(node.args) + [k.value for k in node.kwargs]
+        elif t is Index:
+            mark(node.value, (4,) * max(1, len(node.items)))
+            stack.append(node.value)
+        else:
+            stack += [n for n in walk_names(node) if n is not node]
+    return guesses
+
+
+def _stand_in(shape: tuple) -> np.ndarray:
+    """A value for an input that has none, when only the structure is wanted: 0.5 everywhere,
+    and 0.25 + 0.5 I for square matrices, so that log, sqrt, 1/x, asin and inv are defined
+    (zeros made log -inf and inv singular)."""
+    value = np.full(shape, 0.5)
+    if len(shape) >= 2 and shape[-1] == shape[-2]:
+        value = value * 0.5 + 0.5 * np.eye(shape[-1])
+    return value
+
+
+def _trace_with_stand_ins(program: Program, values: dict, max_elements) -> tuple:
+    """(traced program, inputs given stand-ins, inputs whose shape was guessed).
+
+    If the guessed shapes do not fit together, every guessed axis is made 4 long and the
+    trace is tried again; if that fails too, the first attempt's error is raised."""
+    guesses = _guess_shape(program)
+    filled: list = []
+    guessed: list = []
+
+    def attempt(uniform: bool) -> Traced:
+        filled.clear()
+        guessed.clear()
+
+        def sample(name, shape):
+            filled.append(name)
+            if not shape:  # no declared shape: a guess
+                guessed.append(name)
+                shape = guesses.get(name, ())
+                if uniform:
+                    shape = (4,) * len(shape)
+            return _stand_in(shape)
+        return trace(program, values, max_elements=max_elements, sample=sample)
+
+    try:
+        tr = attempt(False)
+    except (ShapeError, ValueError_) as err:
+        if not guessed:
+            raise
+        try:
+            tr = attempt(True)
+        except GradcalcError:
+            raise err from None
+    return tr, filled, guessed
+
+
+class _Nodes:
+    """The nodes of one graph, in order, made from a traced program's builder."""
+
+    def __init__(self, tr: Traced, show_values: bool):
+        self.builder = tr.builder
+        self.names_of: dict = {}  # var -> the first name given to it
+        for n, v in tr.tape.names.items():
+            self.names_of.setdefault(v, n)
+        self.show_values = show_values
+        self.list: list = []
+
+    def add(self, var, op, args=(), params=None, pos=None, phase="forward", extra=None) -> None:
+        b = self.builder
+        d = {"id": f"v{var}", "op": op, "args": [f"v{a}" for a in args],
+             "shape": list(b.shapes[var]), "phase": phase}
+        if var in self.names_of and phase == "forward":
+            d["name"] = self.names_of[var]
+        pos = to_pos(pos)  # (tape.positions holds locations)
+        if pos is not None:
+            d["line"], d["column"] = pos.line, pos.col
+        if params:
+            d["params"] = {k: _param_text(v) for k, v in params.items() if k not in ENGINE_PARAMS}
+        if self.show_values or op == "const":
+            d["value"] = b.values[var]
+        if extra:
+            d.update(extra)
+        self.list.append(d)
+
+    def forward(self, tape, guessed: list) -> None:
+        """The inputs, the constants the program reads or names, and the equations."""
+        used = {a for eq in tape.equations for a in eq.args}
+        for name, var in tape.inputs.items():
+            self.add(var, "input", pos=tape.positions.get(name), extra={"guessed_shape": name in guessed})
+        for var in tape.consts:
+            if var in used or var in self.names_of:
+                self.add(var, "const")
+        for eq in tape.equations:
+            self.add(eq.out, eq.prim.name, eq.args, eq.params, eq.pos)
+
+    def backward(self, tape) -> None:
+        """The backward pass grad runs, traced from a seed of ones: the equations each VJP
+        rule records (and their new constants), then one gradient node per input."""
+        b, output = self.builder, tape.output
+        out_var = tape.names[output]
+        rec_start = len(b.equations)
+        log: list = []
+        seed = b.const(np.ones(b.shapes[out_var]))
+        self.add(seed.var, "const", phase="backward", extra={"role": f"seed: d{output}/d{output} = 1"})
+        found = backward(b, tape.equations, {out_var: seed}, list(set(tape.inputs.values())), log=log)
+        for eq, first, end in log:
+            for k in range(first, end):
+                e = b.equations[k]
+                for a in e.args:
+                    if a in b.consts and a >= rec_start and not any(n["id"] == f"v{a}" for n in self.list):
+                        self.add(a, "const", phase="backward")
+                self.add(e.out, e.prim.name, e.args, e.params, e.pos, phase="backward",
+                         extra={"vjp_of": f"v{eq.out}"})
+        for name, var in tape.inputs.items():
+            g = found.get(var)
+            grad_node = {"id": f"d{output}/d{name}", "op": "gradient", "args": [f"v{g.var}"] if g else [],
+                         "shape": list(b.shapes[g.var if g else var]), "phase": "backward",
+                         "name": f"d{output}/d{name}"}
+            if g is None:  # no differentiable path: no variable to point at
+                grad_node["unconnected"] = True
+            self.list.append(grad_node)
+
+
+@quiet
+def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+    """The tape as a list of nodes (and, with backward_pass, the backward tape grad runs).
+
+    Inputs without a value get stand-in values (see _stand_in) of their declared shape, or
+    of a guessed small shape (the output says which) so that the structure can be shown.  If
+    the guessed shapes do not fit together, every guessed axis is made 4 long and the trace is
+    tried again.
+    """
+    tr, filled, guessed = _trace_with_stand_ins(parse(source), as_arrays(at), max_elements)
+    nodes = _Nodes(tr, show_values=bool(at) or not filled)
+    nodes.forward(tr.tape, guessed)
+    if backward_pass and tr.tape.output is not None:
+        nodes.backward(tr.tape)
+    return Result({}, nodes=nodes.list, output=tr.tape.output, guessed=guessed,
+                  warnings=[w.message for w in tr.warnings])
+
+
+def _param_text(v):
+    """A parameter as a graph node's JSON holds it: tuples as lists, slices as their text."""
+    if isinstance(v, tuple):
+        return [_param_text(i) for i in v]
+    if isinstance(v, slice):
+        return slice_text(v)
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    return v
