@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import GradcalcError, ShapeError, UsageError, ValueError_, to_pos
-from .lower import Traced, trace
-from .results import Result
-from .session import (as_arrays, eager_backward, identity_seed, inputs_only, jacobian_blocks, parse,
+from .errors import ShapeError, UsageError, option
+from .graphs import graph  # (re-exported: gradcalc.api.graph and gradcalc.graph)
+from .lower import Traced
+from .results import Result, symbolic_part
+from .session import (eager_backward, identity_seed, inputs_only, jacobian_blocks, parse,
                       quiet, select_names, select_output, trace_source)
-from .syntax import Program
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
 from .transforms import Recording, backward, basis, forward, needed, rows_to_jacobian
 
+__all__ = ["parse", "evaluate", "grad", "vjp", "jvp", "jacobian", "hessian", "graph", "Result"]
+
 UNCONNECTED = ("zero", "none", "error")
+#: The parts of a closed form that results carry (symbolic.py keeps more for itself).
+SYMBOLIC_PARTS = ("text", "latex", "value", "note")
 
 
 def _warnings(tr: Traced) -> list[str]:
@@ -28,15 +32,17 @@ def _warnings(tr: Traced) -> list[str]:
 def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
     """Fill in unconnected derivatives as zero / None, or raise; returns (values, names)."""
     if mode not in UNCONNECTED:
-        raise UsageError(f"--unconnected must be one of {', '.join(UNCONNECTED)}, not '{mode}'")
+        raise UsageError(f"{option('unconnected')} must be one of {', '.join(UNCONNECTED)}, not '{mode}'",
+                         option="unconnected")
     values, missing = {}, []
     for name in wrt:
         v = found.get(name)
         if v is None:
             missing.append(name)
             if mode == "error":
-                raise UsageError(f"'{name}' has no differentiable path to {of_desc}",
-                                 hint="remove it from --wrt, or use --unconnected zero").located(tr.program.source)
+                raise UsageError(f"'{name}' has no differentiable path to {of_desc}", name=name,
+                                 option="unconnected", hint=f"remove it from {option('wrt')}, or use "
+                                 f"{option('unconnected')} zero").located(tr.program.source)
             v = np.zeros(shape_of(name)) if mode == "zero" else None
         values[name] = None if v is None else np.asarray(v)
     return values, missing
@@ -54,8 +60,8 @@ def evaluate(source, at=None, of=None, all: bool = False, *, max_elements=DEFAUL
     elif of is None:
         names = [select_output(tr, None)]
     else:
-        names = select_names(tr, of, "--of", ())
-    return Result({n: tr.value(n) for n in names}, of=names, warnings=_warnings(tr))
+        names = select_names(tr, of, "of", ())
+    return Result({n: tr.value(n) for n in names}, command="eval", of=names, warnings=_warnings(tr))
 
 
 @quiet
@@ -68,30 +74,25 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
     """
     tr = trace_source(source, at, max_elements)
     out = select_output(tr, of)
-    wrt = select_names(tr, wrt, "--wrt", tr.tape.inputs)
+    wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     y = tr.value(out)
     if y.size != 1 and not sum:
         raise ShapeError(f"grad needs a scalar output, but '{out}' has shape {y.shape}",
-                         tr.tape.positions.get(out), hint="use 'gradcalc jacobian', 'gradcalc vjp --cotangent ...', or "
-                              "'grad --sum' for the gradient of its sum").located(tr.program.source)
+                         tr.tape.positions.get(out), name=out,
+                         hint=f"use 'gradcalc jacobian', 'gradcalc vjp {option('cotangent')} ...', or "
+                              f"'grad {option('sum')}' for the gradient of its sum").located(tr.program.source)
     values = eager_backward(tr, {tr.tape.names[out]: np.ones(y.shape)}, wrt)
     gradient, missing = _unconnected(tr, wrt, values, unconnected,
                                      lambda n: tr.value(n).shape, f"'{out}'")
     closed = None
     if symbolic:
         if sum:
-            raise UsageError("--symbolic differentiates a scalar output; with --sum, write sum(...) "
-                             "in the program instead")
+            raise UsageError(f"{option('symbolic')} differentiates a scalar output; with {option('sum')}, "
+                             "write sum(...) in the program instead", option="symbolic")
         from .symbolic import symbolic_gradient
-        closed = _public(symbolic_gradient(tr, out, wrt))
-    return Result(gradient, of=out, value=np.sum(y) if sum else y, unconnected=missing,
+        closed = symbolic_part(symbolic_gradient(tr, out, wrt), SYMBOLIC_PARTS)
+    return Result(gradient, command="grad", of=out, value=np.sum(y) if sum else y, unconnected=missing,
                   warnings=_warnings(tr), symbolic=closed)
-
-
-def _public(entries: dict) -> dict:
-    """The printable part of symbolic results: text, LaTeX, value, note."""
-    return {k: ({"text": v["text"], "latex": v["latex"], "value": v["value"], "note": v["note"]}
-                if "text" in v else _public(v)) for k, v in entries.items()}
 
 
 @quiet
@@ -104,18 +105,19 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
     """
     tr = trace_source(source, at, max_elements)
     if isinstance(cotangent, dict):
-        outs = select_names(tr, list(cotangent) if of is None else of, "--of", ())
+        outs = select_names(tr, list(cotangent) if of is None else of, "of", ())
         missing_ct = [o for o in outs if o not in cotangent]
         if missing_ct:
-            raise UsageError(f"no cotangent for output '{missing_ct[0]}'",
-                             hint=f"give --cotangent {missing_ct[0]}=...")
+            raise UsageError(f"no cotangent for output '{missing_ct[0]}'", name=missing_ct[0],
+                             option="cotangent", hint=f"give {option('cotangent')} {missing_ct[0]}=...")
         cts = {o: cotangent[o] for o in outs}
     else:
         outs = [select_output(tr, of)] if of is None or isinstance(of, str) or len(of) == 1 else None
         if outs is None:
-            raise UsageError("with several --of, give one --cotangent NAME=VALUE for each")
+            raise UsageError(f"with several {option('of')}, give one {option('cotangent')} NAME=VALUE for each",
+                             option="cotangent")
         cts = {outs[0]: cotangent}
-    wrt = select_names(tr, wrt, "--wrt", tr.tape.inputs)
+    wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     seeds = {}
     for o, v in cts.items():
         shape = tr.value(o).shape
@@ -130,7 +132,7 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
     result, missing = _unconnected(tr, wrt, values, unconnected, lambda n: tr.value(n).shape,
                                    "the outputs")
     value = tr.value(outs[0]) if len(outs) == 1 else {o: tr.value(o) for o in outs}
-    return Result(result, of=outs if len(outs) > 1 else outs[0], value=value,
+    return Result(result, command="vjp", of=outs if len(outs) > 1 else outs[0], value=value,
                   cotangent={o: np.broadcast_to(np.asarray(v, dtype=np.float64), tr.value(o).shape)
                              for o, v in cts.items()},
                   unconnected=missing, warnings=_warnings(tr))
@@ -141,7 +143,7 @@ def jvp(source, tangent: dict, at=None, of=None, *, max_elements=DEFAULT_MAX_ELE
     """J v: forward mode along tangent {input name: array}; missing inputs have zero tangent."""
     tr = trace_source(source, at, max_elements)
     out = select_output(tr, of)
-    names = select_names(tr, list(tangent), "--tangent", (), among=tr.tape.inputs)  # (jvp: inputs only)
+    names = select_names(tr, list(tangent), "tangent", (), among=tr.tape.inputs)  # (jvp: inputs only)
     inputs_only(tr, names, "jvp")
     b = tr.builder
     tangents = {}
@@ -160,12 +162,12 @@ def jvp(source, tangent: dict, at=None, of=None, *, max_elements=DEFAULT_MAX_ELE
     y = tr.value(out)
     t = tan.get(tr.tape.names[out])
     value = np.zeros(y.shape) if t is None else np.asarray(t)
-    return Result({out: value}, of=out, value=y, jvp=value, warnings=_warnings(tr))
+    return Result({out: value}, command="jvp", of=out, value=y, jvp=value, warnings=_warnings(tr))
 
 
 def _choose_mode(mode, out_size, wrt_size, intermediate):
     if mode not in ("auto", "rev", "fwd"):
-        raise UsageError(f"--mode must be auto, rev or fwd, not '{mode}'")
+        raise UsageError(f"{option('mode')} must be auto, rev or fwd, not '{mode}'", option="mode")
     if mode == "auto":
         return "rev" if intermediate or out_size <= wrt_size or wrt_size == 0 else "fwd"
     return mode
@@ -181,14 +183,14 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
     element).  ``mode="auto"`` picks the one with fewer rows.
     """
     tr = trace_source(source, at, max_elements)
-    outs = [select_output(tr, None)] if of is None else select_names(tr, of, "--of", ())
-    wrt = select_names(tr, wrt, "--wrt", tr.tape.inputs)
+    outs = [select_output(tr, None)] if of is None else select_names(tr, of, "of", ())
+    wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     out_size = sum(tr.value(o).size for o in outs)
     wrt_size = sum(tr.value(w).size for w in wrt)
     intermediate = any(w not in tr.tape.inputs for w in wrt)
     mode = _choose_mode(mode, out_size, wrt_size, intermediate)
     if mode == "fwd":
-        inputs_only(tr, wrt, "jacobian --mode fwd")
+        inputs_only(tr, wrt, f"jacobian {option('mode')} fwd")
     blocks = jacobian_blocks(tr, outs, wrt, mode)
     jac, missing = {}, []
     for o in outs:
@@ -199,8 +201,8 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
     closed = None
     if symbolic:
         from .symbolic import symbolic_jacobian
-        closed = _public(symbolic_jacobian(tr, outs, wrt))
-    return Result(jac, of=outs, value={o: tr.value(o) for o in outs}, mode=mode,
+        closed = symbolic_part(symbolic_jacobian(tr, outs, wrt), SYMBOLIC_PARTS)
+    return Result(jac, command="jacobian", of=outs, value={o: tr.value(o) for o in outs}, mode=mode,
                   unconnected=missing, warnings=_warnings(tr), symbolic=closed)
 
 
@@ -212,17 +214,18 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
     """
     tr = trace_source(source, at, max_elements)
     out = select_output(tr, of)
-    wrt = select_names(tr, wrt, "--wrt", tr.tape.inputs)
+    wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     inputs_only(tr, wrt, "hessian")
     names, b = tr.tape.names, tr.builder
     y = tr.value(out)
     if y.size != 1:
         raise ShapeError(f"hessian needs a scalar output, but '{out}' has shape {y.shape}",
-                         tr.tape.positions.get(out), hint="select a scalar with --of, or reduce it, e.g. sum(...)").located(tr.program.source)
+                         tr.tape.positions.get(out), name=out, option="of",
+                         hint=f"select a scalar with {option('of')}, or reduce it, e.g. sum(...)").located(tr.program.source)
     size = sum(tr.value(w).size for w in wrt)
     if size == 0:  # nothing to differentiate with respect to: empty blocks
         return Result({wi: {wj: np.zeros(tr.value(wi).shape + tr.value(wj).shape) for wj in wrt} for wi in wrt},
-                      of=out, value=y, warnings=_warnings(tr))
+                      command="hessian", of=out, value=y, warnings=_warnings(tr))
     n = size
     b.check_size((n, n), what="the Hessian")
     rec = Recording(b)
@@ -265,7 +268,7 @@ def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEM
                 check=True, describe=lambda e: f"the second derivative of '{origin.get(e.out, e.prim.name)}'")
         if len(b.warnings) == before:
             _nonfinite(hess, "hessian", tr, of=out)
-    return Result(hess, of=out, value=y, warnings=_warnings(tr))
+    return Result(hess, command="hessian", of=out, value=y, warnings=_warnings(tr))
 
 
 def _nonfinite(blocks: dict, what: str, tr: Traced, of: str | None = None):
@@ -285,160 +288,3 @@ def _nonfinite(blocks: dict, what: str, tr: Traced, of: str | None = None):
             for w in bad:
                 tr.builder.warnings.append(Warning_(f"the {what} block d{o}/d{w} has non-finite entries", None))
 
-
-# ==========================================================================
-# graph
-# ==========================================================================
-
-def _guess_shape(program: Program) -> dict:
-    """Shapes for inputs that have no value when only the tape's structure is wanted:
-    2×2 for matrix operands, 2 for vectors, 4 for indexed names, else scalars."""
-    from .lower import walk_names
-    from .syntax import Binary, Call, Index, Name
-
-    guesses: dict = {}
-
-    def mark(node, shape):
-        if type(node) is Name and len(shape) >= len(guesses.get(node.id, ())):
-            guesses[node.id] = shape
-
-    stack = [st.value for st in program.statements if hasattr(st, "value")]
-    while stack:
-        node = stack.pop()
-        t = type(node)
-        if t is Binary:
-            if node.op == "@":
-                mark(node.left, (2, 2))
-                mark(node.right, (2,))
-            stack += [node.left, node.right]
-        elif t is Call:
-            if node.func in ("matmul", "dot", "solve") and len(node.args) == 2:
-                mark(node.args[0], (2, 2))
-                mark(node.args[1], (2,))
-            elif node.func in ("det", "inv", "trace") and node.args:
-                mark(node.args[0], (2, 2))
-            stack += list(node.args) + [k.value for k in node.kwargs]
-        elif t is Index:
-            mark(node.value, (4,) * max(1, len(node.items)))
-            stack.append(node.value)
-        else:
-            stack += [n for n in walk_names(node) if n is not node]
-    return guesses
-
-
-def _stand_in(shape: tuple) -> np.ndarray:
-    """A value for an input that has none, when only the structure is wanted: 0.5 everywhere,
-    and 0.25 + 0.5 I for square matrices, so that log, sqrt, 1/x, asin and inv are defined
-    (zeros made log -inf and inv singular)."""
-    value = np.full(shape, 0.5)
-    if len(shape) >= 2 and shape[-1] == shape[-2]:
-        value = value * 0.5 + 0.5 * np.eye(shape[-1])
-    return value
-
-
-@quiet
-def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
-    """The tape as a list of nodes (and, with backward_pass, the backward tape grad runs).
-
-    Inputs without a value get stand-in values (see _stand_in) of their declared shape, or
-    of a guessed small shape (the output says which) so that the structure can be shown.  If
-    the guessed shapes do not fit together, every guessed axis is made 4 long and the trace is
-    tried again.
-    """
-    program = parse(source)
-    values = as_arrays(at)
-    guesses = _guess_shape(program)
-    filled: list = []
-    guessed: list = []
-
-    def attempt(uniform: bool) -> Traced:
-        filled.clear()
-        guessed.clear()
-
-        def sample(name, shape):
-            filled.append(name)
-            if not shape:  # no declared shape: a guess
-                guessed.append(name)
-                shape = guesses.get(name, ())
-                if uniform:
-                    shape = (4,) * len(shape)
-            return _stand_in(shape)
-        return trace(program, values, max_elements=max_elements, sample=sample)
-
-    try:
-        tr = attempt(False)
-    except (ShapeError, ValueError_) as err:
-        if not guessed:
-            raise
-        try:
-            tr = attempt(True)
-        except GradcalcError:
-            raise err from None
-    b, tape = tr.builder, tr.tape
-    names_of = {}
-    for n, v in tape.names.items():
-        names_of.setdefault(v, n)
-    show_values = bool(at) or not filled
-    nodes = []
-
-    def node(var, op, args=(), params=None, pos=None, phase="forward", extra=None):
-        d = {"id": f"v{var}", "op": op, "args": [f"v{a}" for a in args],
-             "shape": list(b.shapes[var]), "phase": phase}
-        if var in names_of and phase == "forward":
-            d["name"] = names_of[var]
-        pos = to_pos(pos)  # (tape.positions holds locations)
-        if pos is not None:
-            d["line"], d["column"] = pos.line, pos.col
-        if params:
-            d["params"] = {k: _param_text(v) for k, v in params.items() if k not in ("xshape", "nd", "ond")}
-        if show_values or op == "const":
-            d["value"] = b.values[var]
-        if extra:
-            d.update(extra)
-        nodes.append(d)
-
-    input_vars = set(tape.inputs.values())
-    used = {a for eq in tape.equations for a in eq.args}
-    for name, var in tape.inputs.items():
-        node(var, "input", pos=tape.positions.get(name), extra={"guessed_shape": name in guessed})
-    for var in tape.consts:
-        if var in used or var in names_of:
-            node(var, "const")
-    for eq in tape.equations:
-        node(eq.out, eq.prim.name, eq.args, eq.params, eq.pos)
-    output = tape.output
-    if backward_pass and output is not None:
-        out_var = tape.names[output]
-        rec_start = len(b.equations)
-        log: list = []
-        seed = b.const(np.ones(b.shapes[out_var]))
-        node(seed.var, "const", phase="backward", extra={"role": f"seed: d{output}/d{output} = 1"})
-        found = backward(b, tape.equations, {out_var: seed}, list(input_vars), log=log)
-        for eq, first, end in log:
-            for k in range(first, end):
-                e = b.equations[k]
-                for a in e.args:
-                    if a in b.consts and a >= rec_start and not any(n["id"] == f"v{a}" for n in nodes):
-                        node(a, "const", phase="backward")
-                node(e.out, e.prim.name, e.args, e.params, e.pos, phase="backward",
-                     extra={"vjp_of": f"v{eq.out}"})
-        for name, var in tape.inputs.items():
-            g = found.get(var)
-            grad_node = {"id": f"d{output}/d{name}", "op": "gradient", "args": [f"v{g.var}"] if g else [],
-                         "shape": list(b.shapes[g.var if g else var]), "phase": "backward",
-                         "name": f"d{output}/d{name}"}
-            if g is None:  # no differentiable path: no variable to point at
-                grad_node["unconnected"] = True
-            nodes.append(grad_node)
-    return Result({}, nodes=nodes, output=output, guessed=guessed, warnings=_warnings(tr))
-
-
-def _param_text(v):
-    if isinstance(v, tuple):
-        return [_param_text(i) for i in v]
-    if isinstance(v, slice):
-        return f"{'' if v.start is None else v.start}:{'' if v.stop is None else v.stop}" + \
-               ("" if v.step in (None, 1) else f":{v.step}")
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    return v

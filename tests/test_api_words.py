@@ -1,0 +1,71 @@
+"""The Python API speaks its own words: errors name keyword arguments, never command-line
+flags, and results carry the same JSON payload the command line writes."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+import gradcalc
+from gradcalc.codec import to_json
+from gradcalc.errors import GradcalcError
+
+FLAG = re.compile(r"(?<![\w-])--[a-z]")
+
+# Each call fails on an option given a wrong value; the CLI names these options by their flags.
+MISUSES = [
+    (lambda: gradcalc.grad("x*y", at={"x": 1.0, "y": 2.0}, wrt=["q"]), "wrt 'q' is not a name in the program", "q"),
+    (lambda: gradcalc.grad("x*y", at={"x": 1.0, "y": 2.0}, of="q"), "of 'q' is not a name in the program", "q"),
+    (lambda: gradcalc.grad("x*y", at={"x": 1.0, "y": 2.0}, unconnected="bogus"),
+     "unconnected must be one of zero, none, error, not 'bogus'", None),
+    (lambda: gradcalc.grad("a = x*y\nb = z", at={"x": 1.0, "y": 2.0, "z": 3.0}, of="a", unconnected="error"),
+     "'z' has no differentiable path to 'a'", "z"),
+    (lambda: gradcalc.grad("x*[1, 2]", at={"x": 1.0}), "grad needs a scalar output", "_"),
+    (lambda: gradcalc.grad("x*[1, 2]", at={"x": 1.0}, sum=True, symbolic=True),
+     "symbolic differentiates a scalar output; with sum, write sum(...)", None),
+    (lambda: gradcalc.jacobian("x*2", at={"x": 1.0}, mode="bogus"), "mode must be auto, rev or fwd, not 'bogus'", None),
+    (lambda: gradcalc.jacobian("a = x*2\nb = a*3", at={"x": 1.0}, wrt=["a"], mode="fwd"),
+     "jacobian mode fwd differentiates with respect to inputs only; 'a' is an intermediate value", "a"),
+    (lambda: gradcalc.vjp("a = x*2\nb = x*3", {"a": 1.0}, at={"x": 1.0}, of=["a", "b"]), "no cotangent for output 'b'", "b"),
+    (lambda: gradcalc.vjp("a = x*2\nb = x*3", 1.0, at={"x": 1.0}, of=["a", "b"]),
+     "with several of, give one cotangent NAME=VALUE for each", None),
+    (lambda: gradcalc.jvp("x*y", {"q": 1.0}, at={"x": 1.0, "y": 2.0}), "tangent 'q' is not a name in the program", "q"),
+    (lambda: gradcalc.hessian("x*[1, 2]", at={"x": 1.0}), "hessian needs a scalar output", "_"),
+    (lambda: gradcalc.hessian("a = x*2\nb = a*a", at={"x": 1.0}, wrt=["a"]),
+     "hessian differentiates with respect to inputs only", "a"),
+]
+
+
+@pytest.mark.parametrize("call, words, name", MISUSES)
+def test_an_api_user_never_reads_a_flag(call, words, name):
+    with pytest.raises(GradcalcError) as info:
+        call()
+    err = info.value
+    for text in (str(err), err.message, err.hint or ""):
+        assert not FLAG.search(text), text
+    assert words in err.message
+    assert err.name == name
+
+
+def test_the_command_line_words_the_same_error_with_flags():
+    from gradcalc.cli.errors import error_text
+    with pytest.raises(GradcalcError) as info:
+        gradcalc.grad("x*y", at={"x": 1.0, "y": 2.0}, wrt=["q"])
+    assert info.value.message == "wrt 'q' is not a name in the program"
+    assert "error: <expr>: --wrt 'q' is not a name in the program" in error_text(info.value)
+    assert info.value.option == "wrt"
+
+
+def test_results_carry_the_json_payload_of_their_command():
+    r = gradcalc.grad("x^2*y", at={"x": 3.0, "y": 2.0})
+    assert r.command == "grad"
+    payload = r.to_json()
+    assert list(payload) == ["command", "of", "value", "gradient", "unconnected", "warnings"]
+    assert json.loads(json.dumps(to_json(payload))) == {
+        "command": "grad", "of": "_", "value": 18.0, "gradient": {"x": 12.0, "y": 9.0},
+        "unconnected": [], "warnings": []}
+    jac = gradcalc.jacobian("y = [x*2, x^2]", at={"x": 3.0})
+    assert jac.to_json()["jacobian"]["y"]["x"].tolist() == [2.0, 6.0]
+    assert isinstance(gradcalc.evaluate("x", at={"x": np.ones(2)}).to_json()["values"]["_"], np.ndarray)
