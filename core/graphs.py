@@ -180,7 +180,7 @@ def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_
     nodes.forward(tr.tape, guessed)
     if backward_pass and tr.tape.output is not None:
         nodes.backward(tr.tape)
-    return Result({}, nodes=nodes.list, output=tr.tape.output, guessed=guessed,
+    return Result({}, command="graph", nodes=nodes.list, output=tr.tape.output, guessed=guessed,
                   warnings=[w.message for w in tr.warnings])
 
 
