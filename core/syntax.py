@@ -1,148 +1,56 @@
-"""Text -> tokens -> syntax tree, every node with its source position.
+"""Tokens -> syntax tree, every node with its source position.
 
-The lexer is a single loop over the text; the parser is a Pratt parser whose
-precedence table is the data below.  Left-associative chains (``x + x + ...``)
-are built in a loop, so their length never touches Python's recursion limit;
-only real nesting (brackets, prefix operators, ``^`` chains) recurses, and it
-is capped at :data:`MAX_DEPTH` levels with a clear error.
+The lexer (core/lexer.py) turns the text into three flat token lists; the
+parser below reads them.  It is a recursive-descent parser with one method of
+:class:`_Parser` per grammar rule, in the manner of tomli: a rule takes the
+index of its first token and returns ``(pos, node)``, ``pos`` being the index
+just past what it read.  Expressions are parsed Pratt-style, the binding powers
+being data (``_INFIX``).  Left-associative chains (``x + x + ...``) are built in
+a loop, so their length never touches Python's recursion limit; only real
+nesting (brackets, prefix operators, ``^`` chains) recurses, and it is capped
+at :data:`MAX_DEPTH` levels with a clear error.
+
+Grammar (a newline or ``;`` ends a statement; rule names are method names)::
+
+    program      = block up to the end of input
+    block        = { statement (newline | ';') }
+    statement    = assignment | input_statement | expression_statement
+    assignment   = NAME '=' expr
+    input_statement = 'input' input_decl {',' input_decl}      ('input' then a name)
+    input_decl   = NAME ['[' dimension {',' dimension} ']'] ['=' expr]
+    expr         = operand { INFIX expr | index }
+    operand      = NUM | NAME | call | unary | parenthesized | array
+
+To add a statement form: write a method ``rule(self, pos) -> (pos, node)`` and
+key it by its leading keyword in ``_STATEMENTS`` (``if``, ``for``, ``while``,
+``def``, ``return``, ``break``...).  A ``{ ... }`` body is ``self.block(pos,
+"}")``: the statements up to the closing token, as the program is ``block(0,
+"eof")``.  A form that starts with a name and an operator (``x += e``) is
+keyed by that operator in ``_ASSIGNMENTS`` instead.  Node classes are below.
+
+To add an operator: give it a token in the lexer, then one entry in a table.
+A binary operator is an entry in ``_INFIX`` (its binding powers and the Binary
+op it builds); a prefix one a method in ``_PREFIX``; one that builds more than
+a Binary (``x[i]``, and ``a if c else b`` to come) a method ``rule(self, pos,
+left, depth)`` in ``_POSTFIX``, with its left binding power.  Words used as
+operators (``and``, ``not``, ``if``) need a token kind of their own from the
+lexer (their text, as operators have), or they read as names.
 """
 from __future__ import annotations
 
-import re
-from itertools import repeat
 from typing import NamedTuple
 
-from .errors import LINE_SHIFT, Pos, Source, SyntaxError_, to_pos
+from .errors import Source, SyntaxError_, to_pos
+from .lexer import Token, scan, tokenize
+
+__all__ = ["ArrayLit", "Assign", "Binary", "Bool", "Call", "COMPARISONS", "ExprStmt", "Index", "InputDecl",
+           "Inputs", "Keyword", "MAX_DEPTH", "Name", "Num", "Program", "Slice", "Token", "TupleLit", "Unary",
+           "parse", "parse_expression", "tokenize"]
 
 #: Deepest nesting of brackets, prefix operators and ``^`` the parser accepts.
 MAX_DEPTH = 100
 
-# --------------------------------------------------------------------------
-# Tokens
-# --------------------------------------------------------------------------
-
-
-class Token(NamedTuple):
-    kind: str  # "num", "name", "op", "newline", "eof"
-    text: str
-    pos: Pos
-
-
-_NUMBER = r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
-_BLANK = r"[ \t\r\f\v]*(?:\#[^\n]*(?![^\n]))?"  # blanks, then perhaps a comment (to the newline)
-# One match per token, the blanks and comment before it included: they cost no
-# iteration of the lexer loop.  A comment matches only whole, up to its newline
-# or the end of the text (the lookahead): a match that fails after a comment
-# must not backtrack into it and read its tail as tokens (`x # ab` at the end of
-# the text).  Backtracking into the blanks is harmless: no token starts with a
-# blank or '#'.  (Possessive quantifiers would say the same, from Python 3.11.)
-# The groups are numbered for m.lastindex (an int compare, cheaper than m.lastgroup).
-_TOKEN = re.compile(
-    _BLANK + r"(?:([A-Za-z_][A-Za-z_0-9]*)|(\*\*|<=|>=|==|!=|[-+*/@^<>=,:;])|([(\[])|([)\]])"
-    rf"|({_NUMBER})([A-Za-z_])?|(\n))")
-_NAME, _OP, _OPEN, _CLOSE, _NUM, _GLUED, _NEWLINE = range(1, 8)
-_TRAILING = re.compile(_BLANK)  # what may follow the last token
-_OPENERS = {"(": ")", "[": "]"}
-_KINDS = {"name": "name", "num": "num", "newline": "newline", "eof": "eof"}  # other kinds are "op"
-
-
-_new = tuple.__new__  # Token(...) and the nodes without their Python-level __new__: hot paths
-
-
-def _scan(text: str) -> tuple[list, list, list]:
-    """The lexer: three parallel lists, one entry per token.
-
-    kinds[i] is "name", "num", "newline", "eof" or, for an operator, its text
-    (so the parser tests ``kinds[i] == "("`` in one compare); texts[i] is the
-    text; lcs[i] its location (line and column as one int, see
-    :func:`errors.to_loc`), which the node made from the token takes.  Three
-    lists rather than Token NamedTuples: fewer objects per token.
-    """
-    kinds: list[str] = []
-    texts: list[str] = []
-    lcs: list[int] = []
-    kind, txt, lc = kinds.append, texts.append, lcs.append
-    brackets: list[tuple[str, int]] = []  # the open brackets: (text, location)
-    line, before = 1, -1  # `before`: offset of the newline that ends the previous line, col = offset - before
-    base = (line << LINE_SHIFT) - before  # the location of offset k on this line is base + k
-    m = None
-    for m in iter(_TOKEN.scanner(text).match, None):  # stops at the first place no token starts
-        k = m.lastindex
-        if k == _NAME:
-            kind("name")
-            txt(m[k])
-            lc(base + m.start(k))
-        elif k == _OP:
-            op = m[k]
-            kind(op)
-            txt(op)
-            lc(base + m.start(k))
-        elif k == _NUM:
-            kind("num")
-            txt(m[k])
-            lc(base + m.start(k))
-        elif k == _NEWLINE:
-            start = m.start(k)
-            if not brackets:
-                kind("newline")
-                txt("\n")
-                lc(base + start)
-            line, before = line + 1, start
-            base = (line << LINE_SHIFT) - before
-        elif k == _OPEN:
-            op = m[k]
-            where = base + m.start(k)
-            brackets.append((op, where))
-            kind(op)
-            txt(op)
-            lc(where)
-        elif k == _CLOSE:
-            op = m[k]
-            where = base + m.start(k)
-            if not brackets:
-                raise SyntaxError_(f"unmatched '{op}'", where)
-            opener, opened = brackets.pop()
-            if _OPENERS[opener] != op:
-                raise SyntaxError_(f"'{op}' does not match '{opener}' at {to_pos(opened)}", where)
-            kind(op)
-            txt(op)
-            lc(where)
-        else:  # _GLUED: a number glued to a name
-            raise SyntaxError_(f"invalid number '{m[_NUM]}{m[_GLUED]}'", Pos(line, m.start(_GLUED) - before),
-                               hint="put an operator between a number and a name, e.g. 2*x")
-    i = _TRAILING.match(text, 0 if m is None else m.end()).end()
-    if i < len(text):  # a character no token starts with
-        message, where, hint = _bad_character(text[i], Pos(line, i - before))
-        raise SyntaxError_(message, where, hint=hint)
-    if brackets:
-        opener, opened = brackets[-1]
-        raise SyntaxError_(f"'{opener}' is never closed", opened, hint=f"add '{_OPENERS[opener]}'")
-    kind("eof")
-    txt("")
-    lc(base + len(text))
-    return kinds, texts, lcs
-
-
-def tokenize(text: str) -> list[Token]:
-    """Split program text into tokens.  Newlines inside brackets are dropped."""
-    kinds, texts, lcs = _scan(text)
-    # Token(kind, text, pos) for every token, in C-level loops (map/zip, no Python frame per token)
-    kinds = map(_KINDS.get, kinds, repeat("op"))
-    return list(map(_new, repeat(Token), zip(kinds, texts, map(to_pos, lcs))))
-
-
-def _bad_character(c: str, pos: Pos):
-    if c in "'\"":
-        return "string literals are not part of the language", pos, None
-    if c == "!":
-        return "unexpected character '!'", pos, "use '!=' for 'not equal'"
-    if not c.isascii() or not c.isprintable():
-        return f"unexpected character {c!r} (U+{ord(c):04X})", pos, "programs are written in ASCII"
-    hints = {".": "attribute access is not part of the language",
-             "&": "use where(...) or multiplication of masks", "|": "use maximum(...) of masks",
-             "%": "there is no modulo operator", "{": "array literals use [ ]"}
-    return f"unexpected character '{c}'", pos, hints.get(c)
-
+_new = tuple.__new__  # the nodes without their Python-level __new__: hot paths
 
 # --------------------------------------------------------------------------
 # Syntax tree
@@ -283,8 +191,9 @@ COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 #   '*' (lbp 30 < 40) does not, so '-' closes over x^2, and the outer loop
 #   (min_bp 0) then takes '*': (-(x^2))*y.  '^' has rbp 49 < lbp 50, so
 #   a^b^c nests to the right; its operand may start with a prefix '-' (2^-1).
+_COMPARISON_BP = 10  # no operator chains after a comparison: `a < b < c` is an error
 _INFIX = {  # operator: (lbp, rbp, the Binary op it builds)
-    **{op: (10, 11, op) for op in COMPARISONS},                     # non-associative
+    **{op: (_COMPARISON_BP, 11, op) for op in COMPARISONS},        # non-associative
     "+": (20, 21, "+"), "-": (20, 21, "-"),                          # additive, left
     "*": (30, 31, "*"), "/": (30, 31, "/"), "@": (30, 31, "@"),      # multiplicative, left
     "^": (50, 49, "^"), "**": (50, 49, "^"),                         # power, right
@@ -294,291 +203,300 @@ _POSTFIX_BP = 60  # calls and indexing
 _COMPARISON_SET = frozenset(COMPARISONS)
 _BOOLS = {"true": True, "True": True, "false": False, "False": False}
 _FOUND = {"eof": "end of input", "newline": "end of line"}
+_NO_STOP = (":", ",", "]")  # after a slice's first ':', the stop is left out
+_NO_STEP = (",", "]")  # after its second ':', the step is
 
 
 class _Parser:
-    """Parses the tokens of one text: ``_Parser(text).program()`` or ``.expression()``."""
+    """The grammar rules, over the tokens of one text: ``_Parser(text).program()``.
+
+    A rule ``rule(self, pos, ...)`` reads from token ``pos`` on and returns
+    ``(pos, node)``, pos now just past what it read; the expression rules also take
+    ``depth``, the number of ``expr`` calls active (the nesting cap).  The object
+    holds the token lists and the Name nodes made so far, and no bound method of
+    itself: it forms no reference cycle, and is freed as soon as parsing ends.
+    ``kinds[pos] == "("`` tests for an operator: its kind is its text.
+    """
 
     def __init__(self, text: str):
-        self.tokens = _scan(text)
-        self.reads: list = []  # filled by program(): see Program.reads
+        self.kinds, self.texts, self.lcs = scan(text)
+        self.names: list = []  # every Name node made, in textual order: see Program.reads
+        self.note_read = self.names.append  # a method of the list, not of self: no cycle
 
-    def program(self) -> tuple:
-        return _parse_tokens(*self.tokens, single_expression=False, reads=self.reads)
+    # -- the two entry points ------------------------------------------------------
+    def program(self) -> tuple[tuple, tuple]:
+        """The statements of the text, and per statement the Name nodes it reads."""
+        _, statements, reads = self.block(0, "eof")
+        return statements, reads
 
     def expression(self):
-        return _parse_tokens(*self.tokens, single_expression=True)
+        """The text as one expression (blank lines around it allowed)."""
+        kinds = self.kinds
+        pos = 0
+        while kinds[pos] == "newline":
+            pos += 1
+        pos, node = self.expr(pos, 0, 1)
+        while kinds[pos] == "newline":
+            pos += 1
+        if kinds[pos] != "eof":
+            self.fail(pos, "expected end of value")
+        return node
 
+    # -- errors ------------------------------------------------------------------
+    def fail(self, pos: int, message: str, hint: str | None = None):
+        found = _FOUND.get(self.kinds[pos]) or f"'{self.texts[pos]}'"
+        raise SyntaxError_(f"{message}, found {found}", self.lcs[pos], hint=hint)
 
-def _parse_tokens(kinds: list, texts: list, lcs: list, single_expression: bool, reads: list | None = None):
-    """Recursive descent over the parallel token lists of :func:`_scan`.
+    def expect(self, pos: int, text: str, what: str | None = None) -> int:
+        """The index past token `text`, which must be at pos."""
+        if self.kinds[pos] != text:
+            self.fail(pos, f"expected '{text}'" + (f" {what}" if what else ""))
+        return pos + 1
 
-    The grammar functions are closures over the token lists and the index `i`
-    of the current token: a cell variable is cheaper to read and write than an
-    attribute of a parser object, and these are the parser's hot paths.
-    Nesting depth is passed down as an argument (``depth`` = how many ``expr``
-    calls are active, counting this one) instead of a counter kept with
-    try/finally.  ``kinds[i] == "("`` tests for an operator: its kind is its text.
-    Name nodes are made in textual order; ``names`` collects them, and program()
-    appends each statement's share to ``reads``.
-    """
-    i = 0
-    names: list = []
-    name_read = names.append
-
-    def fail_here(message: str, hint: str | None = None):
-        found = _FOUND.get(kinds[i]) or f"'{texts[i]}'"
-        raise SyntaxError_(f"{message}, found {found}", lcs[i], hint=hint)
-
-    def expect(text: str, what: str | None = None):
-        nonlocal i
-        if kinds[i] != text:
-            fail_here(f"expected '{text}'" + (f" {what}" if what else ""))
-        i += 1
-
-    def too_deep(at: int):
-        raise SyntaxError_(f"expression nested deeper than {MAX_DEPTH} levels", lcs[at],
+    def too_deep(self, pos: int):
+        raise SyntaxError_(f"expression nested deeper than {MAX_DEPTH} levels", self.lcs[pos],
                            hint="split it into named intermediate statements")
 
-    # -- statements ---------------------------------------------------------
-    def program() -> tuple:
-        nonlocal i
-        statements = []
+    # -- statements ----------------------------------------------------------------
+    def block(self, pos: int, closer: str) -> tuple[int, tuple, tuple]:
+        """The statements up to the token `closer` (not read): (pos, statements, reads),
+        reads being per statement the Name nodes it reads, in textual order (those of a
+        nested block among them: they are read off ``self.names`` as they are made)."""
+        kinds, names, statement = self.kinds, self.names, self.statement
+        statements, reads = [], []
         while True:
-            k = kinds[i]
+            k = kinds[pos]
             if k == "newline" or k == ";":
-                i += 1
-                continue
-            if k == "eof":
-                return tuple(statements)
-            mark = len(names)
-            if k == "name" and kinds[i + 1] == "=":  # NAME = EXPR (here, not in statement(): the common case)
-                first = i
-                i += 2
-                statements.append(_new(Assign, (texts[first], expr(0, 1), lcs[first])))
+                pos += 1
+            elif k == closer:
+                return pos, tuple(statements), tuple(reads)
             else:
-                statements.append(statement())
-            reads.append(tuple(names[mark:]))
-            k = kinds[i]
-            if not (k == "newline" or k == "eof" or k == ";"):
-                hint = None
-                if k == "name" or k == "num":
-                    hint = "separate statements with a newline or ';', or add an operator"
-                fail_here("expected end of statement", hint)
+                mark = len(names)
+                pos, node = statement(pos)
+                statements.append(node)
+                reads.append(tuple(names[mark:]))
+                k = kinds[pos]
+                if not (k == "newline" or k == closer or k == ";"):
+                    self.statement_not_ended(pos)
 
-    def statement():
-        """An input declaration or a bare expression (program() parses assignments)."""
-        nonlocal i
-        first = i
-        if kinds[first] == "name" and kinds[first + 1] == "name" and texts[first] == "input":
-            i = first + 1
-            return Inputs(input_decls(), lcs[first])
-        return _new(ExprStmt, (expr(0, 1), lcs[first]))
+    def statement_not_ended(self, pos: int):
+        hint = None
+        if self.kinds[pos] in ("name", "num"):
+            hint = "separate statements with a newline or ';', or add an operator"
+        self.fail(pos, "expected end of statement", hint)
 
-    def input_decls() -> tuple:
-        nonlocal i
+    def statement(self, pos: int):
+        """One statement, chosen by its first token or two."""
+        if self.kinds[pos] == "name":
+            assignment = _ASSIGNMENTS.get(self.kinds[pos + 1])
+            if assignment is not None:  # NAME = ..., most statements
+                return assignment(self, pos)
+        rule = _STATEMENTS.get(self.texts[pos])
+        if rule is not None:
+            return rule(self, pos)
+        return self.expression_statement(pos)
+
+    def assignment(self, pos: int):
+        end, value = self.expr(pos + 2, 0, 1)
+        return end, _new(Assign, (self.texts[pos], value, self.lcs[pos]))
+
+    def expression_statement(self, pos: int):
+        end, value = self.expr(pos, 0, 1)
+        return end, _new(ExprStmt, (value, self.lcs[pos]))
+
+    def input_statement(self, pos: int):
+        """``input`` and its declarations; ``input`` not followed by a name is a variable."""
+        if self.kinds[pos + 1] != "name":
+            return self.expression_statement(pos)
         decls = []
+        end = pos
         while True:
-            if kinds[i] != "name":
-                fail_here("expected an input name")
-            name, name_pos = texts[i], lcs[i]
-            i += 1
-            shape = None
-            if kinds[i] == "[":
-                i += 1
-                dims = []
-                while kinds[i] != "]":
-                    if kinds[i] != "num" or not Num(0, texts[i], None).is_int:
-                        fail_here("expected an integer dimension", "shapes are integer literals: input W[3, 4]")
-                    dims.append(int(texts[i]))
-                    i += 1
-                    if kinds[i] != "]":
-                        expect(",", "between dimensions")
-                i += 1
-                shape = tuple(dims)
-            default = None
-            if kinds[i] == "=":
-                i += 1
-                default = expr(0, 1)
-            decls.append(InputDecl(name, shape, default, name_pos))
-            if kinds[i] != ",":
-                return tuple(decls)
-            i += 1
+            end, decl = self.input_decl(end + 1)
+            decls.append(decl)
+            if self.kinds[end] != ",":
+                return end, Inputs(tuple(decls), self.lcs[pos])
 
-    # -- expressions ----------------------------------------------------------
-    def expr(min_bp: int, depth: int):
-        """An expression whose infix operators all bind tighter than min_bp."""
-        nonlocal i
+    def input_decl(self, pos: int):
+        """``NAME``, then perhaps a shape ``[3, 4]``, then perhaps ``= default``."""
+        kinds = self.kinds
+        if kinds[pos] != "name":
+            self.fail(pos, "expected an input name")
+        end, shape, default = pos + 1, None, None
+        if kinds[end] == "[":
+            end, shape = self.comma_list(end + 1, "]", _Parser.dimension, "between dimensions", 0)
+        if kinds[end] == "=":
+            end, default = self.expr(end + 1, 0, 1)
+        return end, InputDecl(self.texts[pos], shape, default, self.lcs[pos])
+
+    def dimension(self, pos: int, depth: int):
+        """One dimension of an input's shape: an integer literal."""
+        text = self.texts[pos]
+        if self.kinds[pos] != "num" or not Num(0, text, None).is_int:
+            self.fail(pos, "expected an integer dimension", "shapes are integer literals: input W[3, 4]")
+        return pos + 1, int(text)
+
+    # -- expressions -----------------------------------------------------------------
+    def expr(self, pos: int, min_bp: int, depth: int):
+        """An expression whose infix operators all bind tighter than min_bp: an operand,
+        then the operators after it, in a loop.  Numbers and names, most operands, are
+        read here (a call saved on each); _PREFIX has the rules of the other operands."""
         if depth > MAX_DEPTH:
-            too_deep(i)
-        # The operand.  Numbers, names and calls (most operands) are parsed here
-        # as prefix() would, saving a call; prefix() does the rest.
-        at = i
-        k = kinds[at]
+            self.too_deep(pos)
+        kinds = self.kinds
+        k = kinds[pos]
         if k == "num":
-            i = at + 1
-            text = texts[at]
-            left = _new(Num, (float(text), text, lcs[at]))
-        elif k == "name" and texts[at] not in _BOOLS:
-            i = at + 1
-            if kinds[i] == "(":
-                left = call(at, depth)
+            text = self.texts[pos]
+            left = _new(Num, (float(text), text, self.lcs[pos]))
+            pos += 1
+        elif k == "name":
+            text = self.texts[pos]
+            if text in _BOOLS:
+                left = _new(Bool, (_BOOLS[text], self.lcs[pos]))
+                pos += 1
+            elif kinds[pos + 1] == "(":
+                pos, left = self.call(pos, depth)
             else:
-                left = _new(Name, (texts[at], lcs[at]))
-                name_read(left)
+                left = _new(Name, (text, self.lcs[pos]))
+                self.note_read(left)
+                pos += 1
         else:
-            left = prefix(depth)
+            prefix = _PREFIX.get(k)
+            if prefix is None:
+                self.fail(pos, "expected an expression")
+            pos, left = prefix(self, pos, depth)
         chained = 0
         while True:
-            at = i
-            k = kinds[at]
-            bp = _INFIX.get(k)  # None for names, numbers, newlines, ')' ...
+            at = pos
+            bp = _AFTER_OPERAND.get(kinds[at])  # None for names, numbers, newlines, ')' ...
             if bp is None:
-                if (k == "(" or k == "[") and _POSTFIX_BP > min_bp:
-                    chained += 1  # x[..][..]... nests like brackets do
-                    if depth + chained > MAX_DEPTH:
-                        too_deep(at)
-                    left = postfix(left, depth)
-                    continue
-                return left
+                return pos, left
             lbp, rbp, op = bp
             if lbp <= min_bp:
-                return left
-            i = at + 1
-            left = _new(Binary, (op, left, expr(rbp, depth + 1), lcs[at]))
-            if lbp == 10 and kinds[i] in _COMPARISON_SET:  # after a comparison (lbp 10)
-                raise SyntaxError_("comparisons cannot be chained", lcs[i],
+                return pos, left
+            if rbp is None:  # not a binary operator: op is the rule (x[i], ...)
+                chained += 1  # x[..][..]... nests like brackets do
+                if depth + chained > MAX_DEPTH:
+                    self.too_deep(at)
+                pos, left = op(self, at, left, depth)
+                continue
+            pos, right = self.expr(at + 1, rbp, depth + 1)
+            left = _new(Binary, (op, left, right, self.lcs[at]))
+            if lbp == _COMPARISON_BP and kinds[pos] in _COMPARISON_SET:
+                raise SyntaxError_("comparisons cannot be chained", self.lcs[pos],
                                    hint="combine masks with '*', e.g. (a < b) * (b < c)")
 
-    def prefix(depth: int):
-        nonlocal i
-        at = i
-        k = kinds[at]
-        if k == "num":
-            i = at + 1
-            text = texts[at]
-            return _new(Num, (float(text), text, lcs[at]))
-        if k == "name":
-            i = at + 1
-            text = texts[at]
-            if text in _BOOLS:
-                return _new(Bool, (_BOOLS[text], lcs[at]))
-            if kinds[i] == "(":
-                return call(at, depth)
-            node = _new(Name, (text, lcs[at]))
-            name_read(node)
-            return node
-        if k == "-" or k == "+":
-            i = at + 1
-            return _new(Unary, (k, expr(_PREFIX_BP, depth + 1), lcs[at]))
-        if k == "(":
-            i = at + 1
-            if kinds[i] == ")":
-                i += 1
-                return TupleLit((), lcs[at])
-            first = expr(0, depth + 1)
-            if kinds[i] == ")":
-                i += 1
-                return first
-            items = [first]
-            while kinds[i] == ",":
-                i += 1
-                if kinds[i] == ")":
-                    break
-                items.append(expr(0, depth + 1))
-            expect(")", "to close '('")
-            return TupleLit(tuple(items), lcs[at])
-        if k == "[":
-            i = at + 1
-            items = []
-            while kinds[i] != "]":
-                items.append(expr(0, depth + 1))
-                if kinds[i] != "]":
-                    expect(",", "between array elements")
-            i += 1
-            return ArrayLit(tuple(items), lcs[at])
-        fail_here("expected an expression")
+    def element(self, pos: int, depth: int):
+        """An expression inside brackets, one level deeper."""
+        return self.expr(pos, 0, depth + 1)
 
-    def call(name: int, depth: int) -> Call:
-        """The call whose function name is token `name`; the current token is its '('."""
-        nonlocal i
-        i += 1
+    def comma_list(self, pos: int, closer: str, item, between: str, depth: int) -> tuple[int, tuple]:
+        """``item, item, ...`` up to `closer` (a trailing comma allowed): (pos past the closer, items)."""
+        kinds = self.kinds
+        items = []
+        while kinds[pos] != closer:
+            pos, node = item(self, pos, depth)
+            items.append(node)
+            if kinds[pos] != closer:
+                pos = self.expect(pos, ",", between)
+        return pos + 1, tuple(items)
+
+    # -- operands other than numbers and names (the table _PREFIX) --------------------
+    def unary(self, pos: int, depth: int):
+        end, operand = self.expr(pos + 1, _PREFIX_BP, depth + 1)
+        return end, _new(Unary, (self.kinds[pos], operand, self.lcs[pos]))
+
+    def parenthesized(self, pos: int, depth: int):
+        """``( )``, ``(expr)``, or a tuple ``(a, b, ...)`` (a trailing comma allowed)."""
+        kinds = self.kinds
+        if kinds[pos + 1] == ")":
+            return pos + 2, TupleLit((), self.lcs[pos])
+        end, first = self.expr(pos + 1, 0, depth + 1)
+        if kinds[end] == ")":
+            return end + 1, first
+        items = [first]
+        while kinds[end] == ",":
+            end += 1
+            if kinds[end] == ")":
+                break
+            end, item = self.expr(end, 0, depth + 1)
+            items.append(item)
+        end = self.expect(end, ")", "to close '('")
+        return end, TupleLit(tuple(items), self.lcs[pos])
+
+    def array(self, pos: int, depth: int):
+        end, items = self.comma_list(pos + 1, "]", _Parser.element, "between array elements", depth)
+        return end, ArrayLit(items, self.lcs[pos])
+
+    def call(self, pos: int, depth: int):
+        """``NAME(arg, ..., key=value, ...)``: pos is the name's token, a '(' follows it."""
+        kinds, texts, lcs = self.kinds, self.texts, self.lcs
         args, kwargs = [], []
-        while kinds[i] != ")":
-            at = i
+        end = pos + 2
+        while kinds[end] != ")":
+            at = end
             if kinds[at] == "name" and kinds[at + 1] == "=":
                 key = texts[at]
-                i = at + 2
                 if any(kw.name == key for kw in kwargs):
                     raise SyntaxError_(f"keyword argument '{key}' given twice", lcs[at])
-                kwargs.append(Keyword(key, expr(0, depth + 1), lcs[at]))
+                end, value = self.expr(at + 2, 0, depth + 1)
+                kwargs.append(Keyword(key, value, lcs[at]))
             else:
                 if kwargs:
                     raise SyntaxError_("positional argument after a keyword argument", lcs[at])
-                args.append(expr(0, depth + 1))
-            if kinds[i] != ")":
-                expect(",", "between arguments")
-        i += 1
-        return _new(Call, (texts[name], tuple(args), tuple(kwargs), lcs[name]))
+                end, value = self.expr(at, 0, depth + 1)
+                args.append(value)
+            if kinds[end] != ")":
+                end = self.expect(end, ",", "between arguments")
+        return end + 1, _new(Call, (texts[pos], tuple(args), tuple(kwargs), lcs[pos]))
 
-    def postfix(left, depth: int):
-        nonlocal i
-        at = i
-        i = at + 1
-        if kinds[at] == "(":
-            raise SyntaxError_("only named functions can be called", lcs[at])
-        items = []
-        while kinds[i] != "]":
-            items.append(index_item(depth))
-            if kinds[i] != "]":
-                expect(",", "between indices")
-        i += 1
+    # -- after an operand (the table _POSTFIX) ---------------------------------------
+    def index(self, pos: int, left, depth: int):
+        """``left[i, a:b:c, ...]``: pos is the '['."""
+        end, items = self.comma_list(pos + 1, "]", _Parser.index_item, "between indices", depth)
         if not items:
-            raise SyntaxError_("empty index", lcs[at])
-        return Index(left, tuple(items), lcs[at])
+            raise SyntaxError_("empty index", self.lcs[pos])
+        return end, Index(left, items, self.lcs[pos])
 
-    def index_item(depth: int):
-        nonlocal i
-        start_pos = lcs[i]
-        start = None if kinds[i] == ":" else expr(0, depth + 1)
-        if kinds[i] != ":":
-            return start
-        i += 1
-        stop = step = None
-        if kinds[i] not in (":", ",", "]"):
-            stop = expr(0, depth + 1)
-        if kinds[i] == ":":
-            i += 1
-            if kinds[i] not in (",", "]"):
-                step = expr(0, depth + 1)
-        return Slice(start, stop, step, start_pos)
+    def index_item(self, pos: int, depth: int):
+        """An index, or a slice ``start:stop:step`` with each part optional."""
+        kinds = self.kinds
+        start = stop = step = None
+        end = pos
+        if kinds[pos] != ":":
+            end, start = self.expr(pos, 0, depth + 1)
+            if kinds[end] != ":":
+                return end, start
+        end += 1
+        if kinds[end] not in _NO_STOP:
+            end, stop = self.expr(end, 0, depth + 1)
+        if kinds[end] == ":":
+            end += 1
+            if kinds[end] not in _NO_STEP:
+                end, step = self.expr(end, 0, depth + 1)
+        return end, Slice(start, stop, step, self.lcs[pos])
 
-    try:
-        if not single_expression:
-            return program()
-        while kinds[i] == "newline":
-            i += 1
-        node = expr(0, 1)
-        while kinds[i] == "newline":
-            i += 1
-        if kinds[i] != "eof":
-            fail_here("expected end of value")
-        return node
-    finally:
-        # The grammar functions call each other through their closure cells: a reference
-        # cycle, which would keep them and the token lists alive until the cycle collector
-        # found them (11 ms after a 3,000-line program).  Emptying the cells breaks it.
-        del fail_here, expect, too_deep, program, statement, input_decls, expr, prefix, call
-        del postfix, index_item
+    def call_on_value(self, pos: int, left, depth: int):
+        raise SyntaxError_("only named functions can be called", self.lcs[pos])
+
+
+# The dispatch tables of the grammar (after the class: they name its rules).
+_STATEMENTS = {"input": _Parser.input_statement}  # a leading keyword: rule(self, pos)
+_ASSIGNMENTS = {"=": _Parser.assignment}  # the token after a leading name: rule(self, pos)
+_PREFIX = {  # an operand's first token (but numbers and names): rule(self, pos, depth)
+    "-": _Parser.unary, "+": _Parser.unary, "(": _Parser.parenthesized, "[": _Parser.array,
+}
+_POSTFIX = {  # a token after an operand, not a binary operator: (lbp, None, rule(self, pos, left, depth))
+    "[": (_POSTFIX_BP, None, _Parser.index), "(": (_POSTFIX_BP, None, _Parser.call_on_value),
+}
+_AFTER_OPERAND = {**_INFIX, **_POSTFIX}  # what expr() looks up after each operand: one lookup
 
 
 def parse(text: str, label: str = "<expr>") -> Program:
     """Parse program text into a :class:`Program`; raises SyntaxError_ with a position."""
     source = Source(text, label)
     try:
-        parser = _Parser(text)
-        statements = parser.program()
-        return Program(statements, source, tuple(parser.reads))
+        statements, reads = _Parser(text).program()
+        return Program(statements, source, reads)
     except SyntaxError_ as err:
         raise err.located(source)
 
