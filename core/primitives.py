@@ -8,13 +8,12 @@ Each :class:`Primitive` has
 - ``normalize(shapes, builder, **params) -> params``: checks the arguments'
   logical shapes and rewrites parameters to address axes *from the end*, which
   is what lets every primitive accept extra leading batch axes;
-- facts: ``differentiable`` (False cuts the graph: comparisons,
-  stop_gradient), ``analytic`` (evaluates on
-  complex input, for complex-step differences), ``kink(ans, *args, **params)``
-  (the signed distance of the arguments from where the function is not
-  differentiable, so that ``check`` can flag points near a kink),
-  ``keeps_finite`` (real finite arguments always give a finite value: tanh, sin;
-  the tracer then skips its look for nan and inf, which could only find what
+- facts: ``differentiable`` (False cuts the graph: comparisons, stop_gradient),
+  ``analytic`` (evaluates on complex input, for complex-step differences),
+  ``kink(ans, *args, **params)`` (the signed distance of the arguments from where
+  the function is not differentiable, so that ``check`` can flag points near a
+  kink), ``keeps_finite`` (real finite arguments always give a finite value: tanh,
+  sin; the tracer then skips its look for nan and inf, which could only find what
   an operand already had);
 - ``plain_vjp`` (matmul only): VJP rules whose matrix products skip the look for
   0 * inf terms, for a first-order eager pass that is re-run with the safe rules
@@ -28,6 +27,11 @@ rule; rules never deal with broadcasting.
 A zero cotangent (or tangent) contributes exactly zero: rules multiply by a
 derivative factor through ``safe_mul``/``safe_div``, which give 0 where the
 incoming cotangent is 0 even if the factor is inf or nan.
+
+A primitive's closed form for ``symbolic`` lives in :mod:`.symbolic` (``_rules``);
+a test walks the registry, so a new primitive needs one there, or a reason in
+``symbolic.NO_CLOSED_FORM``.  Primitives marked "(internal)" are recorded only by
+derivative rules or by the lowering, never named by a program.
 """
 from __future__ import annotations
 
