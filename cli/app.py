@@ -1,30 +1,37 @@
-"""The gradcalc command line: one Typer command per subcommand.
+"""The gradcalc command line: one Typer command per subcommand, each declared once.
 
-Each command reads its SOURCE and options, calls the library (gradcalc.api),
-and hands a payload to a renderer.  Errors become messages and exit codes in
-one place (``_run``).  No math lives here.
+A command (``@command``) declares its own arguments and options and takes ``opts``;
+the options every command shares (--format, --json, --precision, --debug,
+--max-elements) are added to it by :func:`build_app`.  Its body reads SOURCE and
+its options, calls the library (gradcalc.api...) and returns the library's Result:
+:func:`views.show` renders any result in any format, and ``_run`` turns errors into
+messages and exit codes in one place.  No math lives here, and no tolerances.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 from enum import Enum
-from typing import Annotated, Callable, List, Optional
+from typing import Annotated, Callable, List, NamedTuple, Optional
 
 import typer
 
-from gradcalc.errors import GradcalcError, LimitError
+from gradcalc.errors import GradcalcError, LimitError, UsageError
 from gradcalc.tape import DEFAULT_MAX_ELEMENTS
 
-from . import render
-from .errors import EXIT_INTERRUPTED, report_internal_error, report_user_error
+from . import views
+from .errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, report_internal_error, report_user_error
+from .views import Format, Shown
 
-COMMANDS: dict = {}  # name -> command function, in the order of the help text
+COMMANDS: dict = {}  # name -> (command function, its --precision default), in the order of the help text
 
 
-def command(name: str):
-    """Register a command function; build_app() turns the registry into a Typer app."""
+def command(name: str, *, precision: int = 6):
+    """Declare a command.  The function takes its own arguments and options, then ``opts``
+    (the shared options, as :class:`Options`), and returns its Result (or a views.Shown);
+    build_app() adds the shared options, --precision with this default."""
     def register(fn):
-        COMMANDS[name] = fn
+        COMMANDS[name] = (fn, precision)
         return fn
     return register
 
@@ -43,78 +50,74 @@ def build_app(names=None) -> typer.Typer:
         pass
 
     for name in names or COMMANDS:
-        new.command(name)(COMMANDS[name])
+        new.command(name)(_typer_function(name))
     return new
 
 
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    plain = "plain"
-
-
-class Unconnected(str, Enum):
-    zero = "zero"
-    none = "none"
-    error = "error"
-
-
-class Method(str, Enum):
-    central = "central"
-    forward = "forward"
-    richardson = "richardson"
-    complex = "complex"
-
-
-class Mode(str, Enum):
-    auto = "auto"
-    rev = "rev"
-    fwd = "fwd"
-
-
-# -- shared options ------------------------------------------------------------
-SourceArg = Annotated[str, typer.Argument(help="program text, a path to a .grad file, or - for stdin",
-                                          show_default=False)]
-AtOpt = Annotated[Optional[List[str]], typer.Option(
-    "--at", help="input values: NAME=VALUE[,NAME=VALUE...] or @FILE (.json/.npz); repeatable",
-    show_default=False)]
-OfOpt = Annotated[Optional[List[str]], typer.Option(
-    "--of", help="the output (default: the last statement)", show_default=False)]
-OfManyOpt = Annotated[Optional[List[str]], typer.Option(
-    "--of", help="an output (repeatable; default: the last statement)", show_default=False)]
-WrtOpt = Annotated[Optional[List[str]], typer.Option(
-    "--wrt", help="differentiate with respect to NAME (repeatable; default: every input)",
-    show_default=False)]
-InputsWrtOpt = Annotated[Optional[List[str]], typer.Option(
-    "--wrt", help="an input to differentiate with respect to (repeatable; default: every input)",
-    show_default=False)]
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="output format")]
+# -- the options every command shares ------------------------------------------
 JsonOpt = Annotated[bool, typer.Option("--json", help="same as --format json")]
 PrecisionOpt = Annotated[int, typer.Option("--precision", min=1, max=17,
                                            help="significant digits in tables")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="show a traceback on internal errors")]
 MaxElementsOpt = Annotated[int, typer.Option("--max-elements", min=1,
                                              help="refuse arrays with more elements than this")]
-SymbolicOpt = Annotated[bool, typer.Option("--symbolic", help="also print the closed-form derivative (sympy)")]
-UnconnectedOpt = Annotated[Unconnected, typer.Option(
-    "--unconnected", help="derivative of a name with no path to the output: zero, none (null) or error")]
 
 
-class Options:
-    """What every command shares: output format and error handling."""
-
-    def __init__(self, fmt: Format, json_flag: bool, precision: int, debug: bool, max_elements: int):
-        self.format = Format.json if json_flag else fmt
-        self.precision = precision
-        self.debug = debug
-        self.max_elements = max_elements
+def _format_option(name: str):
+    """--format, offering the formats the command's view has (graph's dot among them)."""
+    import click
+    choices = click.Choice([f.value for f in views.formats(name)])
+    return Annotated[Format, typer.Option("--format", "-f", help="output format", click_type=choices)]
 
 
-def _run(opts: Options, body: Callable[[], Optional[int]]) -> None:
-    """Run a command body; turn errors into messages and exit codes."""
+def _shared_parameters(name: str, precision: int) -> list:
+    option = inspect.Parameter.KEYWORD_ONLY
+    return [inspect.Parameter("format", option, annotation=_format_option(name), default=Format.table),
+            inspect.Parameter("json_", option, annotation=JsonOpt, default=False),
+            inspect.Parameter("precision", option, annotation=PrecisionOpt, default=precision),
+            inspect.Parameter("debug", option, annotation=DebugOpt, default=False),
+            inspect.Parameter("max_elements", option, annotation=MaxElementsOpt, default=DEFAULT_MAX_ELEMENTS)]
+
+
+class Options(NamedTuple):
+    """What every command shares: output format and digits, error handling, the element limit."""
+
+    format: Format
+    precision: int
+    debug: bool
+    max_elements: int
+
+    @classmethod
+    def taken_from(cls, kwargs: dict) -> "Options":
+        """The shared options, removed from a command's keyword arguments."""
+        fmt, json_flag = kwargs.pop("format"), kwargs.pop("json_")
+        return cls(Format.json if json_flag else fmt, kwargs.pop("precision"), kwargs.pop("debug"),
+                   kwargs.pop("max_elements"))
+
+
+def _typer_function(name: str) -> Callable:
+    """The command as Typer sees it: the function's own parameters, then the shared options.
+    Called, it runs the command and shows its result."""
+    fn, precision = COMMANDS[name]
+    own = inspect.signature(fn, eval_str=True)
+
+    def run(**kwargs):
+        opts = Options.taken_from(kwargs)
+        _run(opts, lambda: fn(**kwargs, opts=opts))
+
+    run.__signature__ = own.replace(parameters=[p for p in own.parameters.values() if p.name != "opts"] +
+                                    _shared_parameters(name, precision))
+    run.__name__, run.__doc__ = fn.__name__, fn.__doc__
+    return run
+
+
+# -- running a command: its result shown, its errors reported -------------------
+
+def _run(opts: Options, body: Callable[[], object]) -> None:
+    """Run a command body and show its result; turn errors into messages and exit codes."""
     try:
         try:
-            code = body() or 0
+            code = _show(body(), opts)
         except MemoryError:  # the machine's limit, not a bug: sizes within the element limit add up
             raise LimitError("out of memory: the arrays this command needs do not fit in this machine's "
                              "memory", hint="use smaller inputs: the element limit bounds each array, "
@@ -136,6 +139,18 @@ def _run(opts: Options, body: Callable[[], Optional[int]]) -> None:
     raise typer.Exit(code)
 
 
+def _show(item, opts: Options) -> int:
+    """Show a result; the exit code: 0, or 1 when check found a mismatch (kept even if the
+    reader of stdout goes away)."""
+    result = item.result if isinstance(item, Shown) else item
+    verdict = EXIT_OK if getattr(result, "ok", True) else EXIT_CHECK_FAILED
+    try:
+        views.show(item, opts.format, opts.precision)
+    except BrokenPipeError:
+        return _reader_gone(verdict)
+    return verdict
+
+
 def _reader_gone(code: int) -> int:
     """stdout's reader went away (gradcalc ... | head -1): stop writing, quietly."""
     import os
@@ -153,6 +168,8 @@ def _pipe_safe(write: Callable[[], int], code: int) -> int:
     except BrokenPipeError:
         return _reader_gone(code)
 
+
+# -- reading what the commands share --------------------------------------------
 
 def _source(arg: str):
     import re
@@ -177,77 +194,62 @@ def _at(items, opts: Options) -> dict:
     return parse_assignments(items, "--at", opts.max_elements)
 
 
-def _emit(opts: Options, payload: dict, plain_lines, show_table: Callable[[], None]) -> None:
-    if opts.format is Format.json:
-        render.dump_json(payload)
-    elif opts.format is Format.plain:
-        render.print_plain(plain_lines)
-    else:
-        show_table()
-    render.print_warnings(payload.get("warnings"))
-
-
-def _grad_exec(opts: Options, cmd: str, timeout: float, point: dict, wrt, method: str) -> None:
-    from gradcalc.blackbox import BlackBox, fd_gradient
-    from gradcalc.errors import UsageError
-    if not point:
-        raise UsageError("grad --exec needs the point: --at NAME=VALUE for every input of the program")
-    box = BlackBox(cmd, timeout)
-    result = fd_gradient(box, point, method=method, wrt=wrt, label=cmd)
-    gradient, error, value = dict(result), result.error_estimate, result.value
-    payload = {"command": "grad", "of": "value", "value": value, "gradient": gradient,
-               "error_estimate": error, "method": method, "exec": cmd, "requests": box.requests,
-               "unconnected": [], "warnings": []}
-
-    def table():
-        render.print_table(f"finite-difference gradient of '{cmd}' ({method}, {box.requests} request"
-                           f"{'s' if box.requests != 1 else ''})",
-                           [(f"d/d{k}", v) for k, v in gradient.items()] +
-                           [(f"error estimate d/d{k}", v) for k, v in error.items()],
-                           precision=opts.precision, caption=_point_caption(point, opts.precision))
-    _emit(opts, payload, list(gradient.values()), table)
-
-
-def _symbolic_payload(entries: dict) -> dict:
-    return {k: {"text": v["text"], "latex": v["latex"], "note": v["note"]} for k, v in entries.items()}
-
-
-def _print_symbolic(entries: dict) -> None:
-    out = render.console()
-    out.print("closed form (sympy)", style="bold")
-    for label, e in entries.items():
-        text = e["text"] if e["text"] is not None else "(too large to print)"
-        out.print(f"  {label} = {text}", markup=False)
-        if e["note"]:
-            out.print(f"    note: {e['note']}", markup=False)
-
-
 def _one(of, command: str):
     """The single --of of grad, jvp and hessian (repeated --of is for jacobian, vjp, check, eval)."""
     if of and len(of) > 1:
-        from gradcalc.errors import UsageError
         raise UsageError(f"{command} takes one --of, got {len(of)}",
                          hint="jacobian, vjp and check take several outputs")
     return of[0] if of else None
 
 
-def _of_label(name: str) -> str:
-    """How an output is named in tables: bare expressions (_, _2) read as f, f2."""
-    return "f" + name[1:] if name.startswith("_") else name
+class Unconnected(str, Enum):
+    zero = "zero"
+    none = "none"
+    error = "error"
 
 
-def _point_caption(at: dict, precision: int) -> str | None:
-    if not at:
-        return None
-    def shown(v):  # a value of more than 8 numbers by its shape alone
-        if getattr(v, "size", 1) <= 8:
-            return render.value_text(v, precision)
-        return f"({render.shape_text(v)} values)"
-    return "at " + ", ".join(f"{k}={shown(v)}" for k, v in at.items())
+class Method(str, Enum):
+    central = "central"
+    forward = "forward"
+    richardson = "richardson"
+    complex = "complex"
+
+
+class Mode(str, Enum):
+    auto = "auto"
+    rev = "rev"
+    fwd = "fwd"
+
+
+SourceArg = Annotated[str, typer.Argument(help="program text, a path to a .grad file, or - for stdin",
+                                          show_default=False)]
+AtOpt = Annotated[Optional[List[str]], typer.Option(
+    "--at", help="input values: NAME=VALUE[,NAME=VALUE...] or @FILE (.json/.npz); repeatable",
+    show_default=False)]
+OfOpt = Annotated[Optional[List[str]], typer.Option(
+    "--of", help="the output (default: the last statement)", show_default=False)]
+OfManyOpt = Annotated[Optional[List[str]], typer.Option(
+    "--of", help="an output (repeatable; default: the last statement)", show_default=False)]
+WrtOpt = Annotated[Optional[List[str]], typer.Option(
+    "--wrt", help="differentiate with respect to NAME (repeatable; default: every input)",
+    show_default=False)]
+InputsWrtOpt = Annotated[Optional[List[str]], typer.Option(
+    "--wrt", help="an input to differentiate with respect to (repeatable; default: every input)",
+    show_default=False)]
+SymbolicOpt = Annotated[bool, typer.Option("--symbolic", help="also print the closed-form derivative (sympy)")]
+UnconnectedOpt = Annotated[Unconnected, typer.Option(
+    "--unconnected", help="derivative of a name with no path to the output: zero, none (null) or error")]
+ExecOpt = Annotated[Optional[str], typer.Option(
+    "--exec", help="a black-box program speaking the JSON protocol (README: Black boxes)",
+    show_default=False)]
+ExecTimeoutOpt = Annotated[float, typer.Option("--exec-timeout", min=0.001,
+                                               help="seconds the --exec program may run per request")]
+OptionalSourceArg = Annotated[Optional[str], typer.Argument(
+    help="program text, a path to a .grad file, or - for stdin (omit with --exec)", show_default=False)]
 
 
 # ==========================================================================
-# eval
+# eval, grad
 # ==========================================================================
 
 @command("eval")
@@ -256,35 +258,11 @@ def eval_cmd(
     at: AtOpt = None,
     of: OfManyOpt = None,
     all_: Annotated[bool, typer.Option("--all", help="show every named value")] = False,
-    format: FormatOpt = Format.table,
-    json_: JsonOpt = False,
-    precision: PrecisionOpt = 6,
-    debug: DebugOpt = False,
-    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+    *, opts: Options,
 ):
     """Evaluate a program: the value of its output (or of every name with --all)."""
-    opts = Options(format, json_, precision, debug, max_elements)
-
-    def body():
-        from gradcalc.api import evaluate
-        r = evaluate(_source(source), _at(at, opts), of=of, all=all_, max_elements=max_elements)
-        payload = {"command": "eval", "values": dict(r), "warnings": r.warnings}
-        _emit(opts, payload, list(r.values()),
-              lambda: render.print_table("values", list(r.items()), precision=precision))
-    _run(opts, body)
-
-
-# ==========================================================================
-# grad
-# ==========================================================================
-
-ExecOpt = Annotated[Optional[str], typer.Option(
-    "--exec", help="a black-box program speaking the JSON protocol (README: Black boxes)",
-    show_default=False)]
-ExecTimeoutOpt = Annotated[float, typer.Option("--exec-timeout", min=0.001,
-                                               help="seconds the --exec program may run per request")]
-OptionalSourceArg = Annotated[Optional[str], typer.Argument(
-    help="program text, a path to a .grad file, or - for stdin (omit with --exec)", show_default=False)]
+    from gradcalc.api import evaluate
+    return evaluate(_source(source), _at(at, opts), of=of, all=all_, max_elements=opts.max_elements)
 
 
 @command("grad")
@@ -300,49 +278,34 @@ def grad_cmd(
     exec_timeout: ExecTimeoutOpt = 60.0,
     method: Annotated[Optional[Method], typer.Option(
         "--method", help="with --exec: central, forward or richardson (default)", show_default=False)] = None,
-    format: FormatOpt = Format.table,
-    json_: JsonOpt = False,
-    precision: PrecisionOpt = 6,
-    debug: DebugOpt = False,
-    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+    *, opts: Options,
 ):
     """The gradient of a scalar output with respect to inputs or intermediate values.
 
     With --exec CMD (and no SOURCE): the finite-difference gradient of a black box.
     """
-    opts = Options(format, json_, precision, debug, max_elements)
+    from gradcalc.api import grad
+    point = _at(at, opts)
+    if exec_ is not None:
+        if source is not None:
+            raise UsageError("grad --exec differentiates the black box alone; give no SOURCE",
+                             hint="to compare a program with a black box, use check SOURCE --exec CMD")
+        return _grad_exec(exec_, exec_timeout, point, wrt, method.value if method else "richardson")
+    if method is not None:
+        raise UsageError("--method applies to grad --exec only")
+    if source is None:
+        raise UsageError("missing SOURCE", hint="gradcalc grad 'sin(x)*y' --at x=1,y=2")
+    r = grad(_source(source), point, of=_one(of, "grad"), wrt=wrt, sum=sum_, unconnected=unconnected.value,
+             symbolic=symbolic, max_elements=opts.max_elements)
+    return Shown(r, at=point, sum=sum_)
 
-    def body():
-        from gradcalc.api import grad
-        from gradcalc.errors import UsageError
-        point = _at(at, opts)
-        if exec_ is not None:
-            if source is not None:
-                raise UsageError("grad --exec differentiates the black box alone; give no SOURCE",
-                                 hint="to compare a program with a black box, use check SOURCE --exec CMD")
-            return _grad_exec(opts, exec_, exec_timeout, point, wrt, method.value if method else "richardson")
-        if method is not None:
-            raise UsageError("--method applies to grad --exec only")
-        if source is None:
-            raise UsageError("missing SOURCE", hint="gradcalc grad 'sin(x)*y' --at x=1,y=2")
-        r = grad(_source(source), point, of=_one(of, "grad"), wrt=wrt, sum=sum_, unconnected=unconnected.value,
-                 symbolic=symbolic, max_elements=max_elements)
-        payload = {"command": "grad", "of": r.of, "value": r.value, "gradient": dict(r),
-                   "unconnected": r.unconnected, "warnings": r.warnings}
-        if r.symbolic is not None:
-            payload["symbolic"] = _symbolic_payload(r.symbolic)
-        f = _of_label(r.of)
-        f = f"sum({f})" if sum_ else f
-        title = f"gradient of {f} = {render.value_text(r.value.sum() if sum_ else r.value, precision)}"
 
-        def table():
-            rows = [(f"d{f}/d{k}" + (" (unconnected)" if k in r.unconnected else ""), v)
-                    for k, v in r.items()]
-            render.print_table(title, rows, precision=precision, caption=_point_caption(point, precision))
-            if r.symbolic is not None:
-                _print_symbolic({f"d{f}/d{k}": v for k, v in r.symbolic.items()})
-        _emit(opts, payload, list(r.values()), table)
-    _run(opts, body)
+def _grad_exec(cmd: str, timeout: float, point: dict, wrt, method: str) -> Shown:
+    from gradcalc.blackbox import BlackBox, fd_gradient
+    if not point:
+        raise UsageError("grad --exec needs the point: --at NAME=VALUE for every input of the program")
+    box = BlackBox(cmd, timeout)
+    return Shown(fd_gradient(box, point, method=method, wrt=wrt, label=cmd), at=point)
 
 
 # ==========================================================================
@@ -359,39 +322,12 @@ def jacobian_cmd(
                                                       "column per input element; auto: fewer passes")] = Mode.auto,
     unconnected: UnconnectedOpt = Unconnected.zero,
     symbolic: SymbolicOpt = False,
-    format: FormatOpt = Format.table,
-    json_: JsonOpt = False,
-    precision: PrecisionOpt = 6,
-    debug: DebugOpt = False,
-    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+    *, opts: Options,
 ):
     """The Jacobian d(of)/d(wrt), of shape of.shape + wrt.shape (JAX's convention)."""
-    opts = Options(format, json_, precision, debug, max_elements)
-
-    def body():
-        from gradcalc.api import jacobian
-        r = jacobian(_source(source), _at(at, opts), of=of, wrt=wrt, mode=mode.value,
-                     unconnected=unconnected.value, symbolic=symbolic, max_elements=max_elements)
-        payload = {"command": "jacobian", "of": r.of, "value": r.value, "jacobian": dict(r),
-                   "unconnected": r.unconnected, "warnings": r.warnings}
-        if r.symbolic is not None:
-            payload["symbolic"] = {o: _symbolic_payload(row) for o, row in r.symbolic.items()}
-        blocks = [(o, w, v) for o, row in r.items() for w, v in row.items()]
-
-        def table():
-            for o, w, v in blocks:
-                f = _of_label(o)
-                title = f"jacobian d{f}/d{w}  ({r.mode} mode: {'a row per output element' if r.mode == 'rev' else 'a column per input element'})"
-                if v is None:
-                    render.print_table(title, [(f"d{f}/d{w}", None)], precision=precision)
-                else:
-                    render.print_matrix(title, v, f, w, r.value[o].shape,
-                                        v.shape[r.value[o].ndim:], precision)
-            if r.symbolic is not None:
-                _print_symbolic({f"d{_of_label(o)}/d{w}": e for o, row in r.symbolic.items()
-                                 for w, e in row.items()})
-        _emit(opts, payload, [v for _, _, v in blocks], table)
-    _run(opts, body)
+    from gradcalc.api import jacobian
+    return jacobian(_source(source), _at(at, opts), of=of, wrt=wrt, mode=mode.value,
+                    unconnected=unconnected.value, symbolic=symbolic, max_elements=opts.max_elements)
 
 
 @command("vjp")
@@ -404,38 +340,17 @@ def vjp_cmd(
     of: OfManyOpt = None,
     wrt: WrtOpt = None,
     unconnected: UnconnectedOpt = Unconnected.zero,
-    format: FormatOpt = Format.table,
-    json_: JsonOpt = False,
-    precision: PrecisionOpt = 6,
-    debug: DebugOpt = False,
-    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+    *, opts: Options,
 ):
     """The vector-Jacobian product v^T J (TensorFlow's output_gradients / grad_ys)."""
-    opts = Options(format, json_, precision, debug, max_elements)
-
-    def body():
-        from gradcalc.api import vjp
-        from gradcalc.values import parse_assignments, parse_value
-        if len(cotangent) == 1 and not _is_assignment(cotangent[0]):
-            ct = parse_value(cotangent[0], "--cotangent", max_elements)
-        else:
-            ct = parse_assignments(cotangent, "--cotangent", max_elements, allow_files=False)
-        r = vjp(_source(source), ct, _at(at, opts), of=of, wrt=wrt, unconnected=unconnected.value,
-                max_elements=max_elements)
-        single = isinstance(r.of, str)
-        payload = {"command": "vjp", "of": r.of, "value": r.value,
-                   "cotangent": r.cotangent[r.of] if single else r.cotangent, "vjp": dict(r),
-                   "unconnected": r.unconnected, "warnings": r.warnings}
-        outs = [_of_label(o) for o in (r.of if not single else [r.of])]
-        title = "vjp: v^T J, one backward pass (no Jacobian is formed)"
-
-        def table():
-            render.print_table("cotangent v", [(_of_label(k), v) for k, v in r.cotangent.items()],
-                               precision=precision)
-            render.print_table(title, [(f"v^T d{'+'.join(outs)}/d{k}", v) for k, v in r.items()],
-                               precision=precision)
-        _emit(opts, payload, list(r.values()), table)
-    _run(opts, body)
+    from gradcalc.api import vjp
+    from gradcalc.values import parse_assignments, parse_value
+    if len(cotangent) == 1 and not _is_assignment(cotangent[0]):
+        ct = parse_value(cotangent[0], "--cotangent", opts.max_elements)
+    else:
+        ct = parse_assignments(cotangent, "--cotangent", opts.max_elements, allow_files=False)
+    return vjp(_source(source), ct, _at(at, opts), of=of, wrt=wrt, unconnected=unconnected.value,
+               max_elements=opts.max_elements)
 
 
 def _is_assignment(text: str) -> bool:
@@ -451,28 +366,14 @@ def jvp_cmd(
         show_default=False)],
     at: AtOpt = None,
     of: OfOpt = None,
-    format: FormatOpt = Format.table,
-    json_: JsonOpt = False,
-    precision: PrecisionOpt = 6,
-    debug: DebugOpt = False,
-    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+    *, opts: Options,
 ):
     """The Jacobian-vector product J v, by forward mode."""
-    opts = Options(format, json_, precision, debug, max_elements)
-
-    def body():
-        from gradcalc.api import jvp
-        from gradcalc.values import parse_assignments
-        tangents = parse_assignments(tangent, "--tangent", max_elements, allow_files=False)
-        r = jvp(_source(source), tangents, _at(at, opts), of=_one(of, "jvp"), max_elements=max_elements)
-        payload = {"command": "jvp", "of": r.of, "value": r.value, "jvp": r.jvp, "warnings": r.warnings}
-
-        def table():
-            render.print_table("tangent v", list(tangents.items()), precision=precision)
-            render.print_table("jvp: J v, one forward pass", [("J v", r.jvp), (_of_label(r.of), r.value)],
-                               precision=precision)
-        _emit(opts, payload, [r.jvp], table)
-    _run(opts, body)
+    from gradcalc.api import jvp
+    from gradcalc.values import parse_assignments
+    tangents = parse_assignments(tangent, "--tangent", opts.max_elements, allow_files=False)
+    r = jvp(_source(source), tangents, _at(at, opts), of=_one(of, "jvp"), max_elements=opts.max_elements)
+    return Shown(r, tangent=tangents)
 
 
 @command("hessian")
@@ -481,36 +382,19 @@ def hessian_cmd(
     at: AtOpt = None,
     of: OfOpt = None,
     wrt: InputsWrtOpt = None,
-    format: FormatOpt = Format.table,
-    json_: JsonOpt = False,
-    precision: PrecisionOpt = 6,
-    debug: DebugOpt = False,
-    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+    *, opts: Options,
 ):
     """Second derivatives of a scalar output: forward mode over the backward pass."""
-    opts = Options(format, json_, precision, debug, max_elements)
-
-    def body():
-        from gradcalc.api import hessian
-        import numpy as np
-        r = hessian(_source(source), _at(at, opts), of=_one(of, "hessian"), wrt=wrt, max_elements=max_elements)
-        payload = {"command": "hessian", "of": r.of, "value": r.value, "hessian": dict(r),
-                   "warnings": r.warnings}
-        blocks = [(a, b, v) for a, row in r.items() for b, v in row.items()]
-
-        def table():
-            names = list(r)
-            if all(np.shape(r[n][n]) == () for n in names):
-                grid = np.array([[r[a][b] for b in names] for a in names])
-                _named_matrix(f"hessian of {_of_label(r.of)}", grid, names, precision)
-                return
-            for a, b, v in blocks:
-                render.print_table(f"d²{r.of}/d{a}d{b}", [(f"d²{r.of}/d{a}d{b}", v)], precision=precision)
-        _emit(opts, payload, [v for _, _, v in blocks], table)
-    _run(opts, body)
+    from gradcalc.api import hessian
+    return hessian(_source(source), _at(at, opts), of=_one(of, "hessian"), wrt=wrt,
+                   max_elements=opts.max_elements)
 
 
-@command("check")
+# ==========================================================================
+# check
+# ==========================================================================
+
+@command("check", precision=3)
 def check_cmd(
     sources: Annotated[Optional[List[str]], typer.Argument(
         help="programs, .grad files or directories (every *.grad inside); none with --exec alone",
@@ -540,68 +424,41 @@ def check_cmd(
                                                      show_default=False)] = None,
     exec_: ExecOpt = None,
     exec_timeout: ExecTimeoutOpt = 60.0,
-    format: FormatOpt = Format.table,
-    json_: JsonOpt = False,
-    precision: Annotated[int, typer.Option("--precision", min=1, max=17,
-                                           help="significant digits in tables")] = 3,
-    debug: DebugOpt = False,
-    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+    *, opts: Options,
 ):
     """Check automatic derivatives against finite differences (and reverse against forward mode).
 
     Exit status 1 if any result fails.
     """
-    opts = Options(format, json_, precision, debug, max_elements)
+    from gradcalc.numerics import check
+    point = _at(at, opts)
+    stored = _load_expect(expect) if expect else None
+    if exec_ is not None:
+        _refuse_with_exec(sources, method, (("--points", points), ("--directions", directions),
+                                            ("--taylor", taylor), ("--expect", expect), ("--symbolic", symbolic)))
+        checked = _check_exec(exec_, exec_timeout, sources, point, of, wrt, method, rtol, atol, opts.max_elements)
+    elif not sources:
+        raise UsageError("missing SOURCE", hint="gradcalc check samples/ (or --exec CMD)")
+    else:
+        options = dict(of=of, wrt=wrt, points=points, seed=seed, method=method.value if method else "central",
+                       rtol=rtol, atol=atol, directions=directions, taylor=taylor, expect=stored,
+                       symbolic=symbolic, max_elements=opts.max_elements)
+        checked = _each_source(sources, lambda program: check(program, point, **options))
+    if junit_xml:
+        views.write_junit(junit_xml, checked.results)
+    return checked
 
-    def body():
-        from gradcalc.numerics import check, expand_sources
-        point = _at(at, opts)
-        stored = _load_expect(expect) if expect else None
-        results, tol = [], None
-        if exec_ is not None:
-            unused = [flag for flag, given in (("--points", points), ("--directions", directions),
-                                               ("--taylor", taylor), ("--expect", expect),
-                                               ("--symbolic", symbolic)) if given]
-            if unused or (sources and method is not None):
-                from gradcalc.errors import UsageError
-                flag = (unused or ["--method"])[0]
-                hint = ("check SOURCE --exec compares values, so it takes no --method" if flag == "--method"
-                        else "check --exec compares the black box's gradient with its own finite "
-                             "differences at the --at point")
-                raise UsageError(f"{flag} does not apply to check --exec", hint=hint)
-            results, tol = _check_exec(exec_, exec_timeout, sources or [], point, of, wrt,
-                                       method.value if method else "richardson", rtol, atol, max_elements)
-        elif not sources:
-            from gradcalc.errors import UsageError
-            raise UsageError("missing SOURCE", hint="gradcalc check samples/ (or --exec CMD)")
-        for s in expand_sources(sources or []) if exec_ is None else ():
-            program = _source(s)
-            r = check(program, point, of=of, wrt=wrt, points=points, seed=seed,
-                      method=method.value if method else "central", rtol=rtol, atol=atol, directions=directions,
-                      taylor=taylor, expect=stored, symbolic=symbolic, max_elements=max_elements)
-            results += r.results
-            tol = (r.rtol, r.atol)
-            if not r.results:  # (passing, but a CI job should hear that nothing was compared)
-                sys.stderr.write(f"warning: {program.source.label}: nothing to check: the program has no "
-                                 "inputs\n")
-        ok = all(x.ok for x in results)
-        if junit_xml:
-            _write_junit(junit_xml, results)
-        payload = {"command": "check", "ok": ok, "rtol": tol[0], "atol": tol[1],
-                   "results": [x.as_dict() for x in results]}
-        verdict = 0 if ok else 1  # kept even if the reader of stdout goes away
-        try:
-            _emit(opts, payload, [], lambda: _check_table(results, ok, precision, tol))
-            if opts.format is Format.plain:
-                for x in results:
-                    sys.stdout.write(f"{'ok' if x.ok else 'FAIL'} {x.source} point={x.point} "
-                                     f"{_result_label(x)} max_abs_err={x.max_abs_err:.3g} "
-                                     f"max_rel_err={x.max_rel_err:.3g}\n")
-                sys.stdout.flush()
-        except BrokenPipeError:
-            return _reader_gone(verdict)
-        return verdict
-    _run(opts, body)
+
+def _refuse_with_exec(sources, method, given) -> None:
+    """check --exec compares a black box's gradient with its own differences at one point, and
+    check SOURCE --exec compares values: the options given that do not apply are refused."""
+    unused = [flag for flag, value in given if value]
+    if unused or (sources and method is not None):
+        flag = (unused or ["--method"])[0]
+        hint = ("check SOURCE --exec compares values, so it takes no --method" if flag == "--method"
+                else "check --exec compares the black box's gradient with its own finite "
+                     "differences at the --at point")
+        raise UsageError(f"{flag} does not apply to check --exec", hint=hint)
 
 
 def _check_exec(cmd, timeout, sources, point, of, wrt, method, rtol, atol, max_elements):
@@ -609,21 +466,32 @@ def _check_exec(cmd, timeout, sources, point, of, wrt, method, rtol, atol, max_e
     check SOURCE --exec CMD (the program against gradcalc's own derivatives of SOURCE)."""
     from gradcalc.blackbox import BlackBox, check_against_source, check_blackbox
     from gradcalc.lower import trace
-    from gradcalc.numerics import expand_sources
     box = BlackBox(cmd, timeout)
     if not sources:
         if not point:
-            from gradcalc.errors import UsageError
             raise UsageError("check --exec needs the point: --at NAME=VALUE for every input")
-        r = check_blackbox(box, point, method=method, rtol=rtol, atol=atol, label=cmd, wrt=wrt)
-        return r.results, (r.rtol, r.atol)
-    results = []
+        return check_blackbox(box, point, method=method.value if method else "richardson", rtol=rtol, atol=atol,
+                              label=cmd, wrt=wrt)
+    return _each_source(sources, lambda program: check_against_source(
+        box, trace(program, point, max_elements=max_elements), rtol=rtol, atol=atol,
+        label=program.source.label, of=of, wrt=wrt))
+
+
+def _each_source(sources, check_one):
+    """check_one(program) for each source (a directory: each *.grad file inside), in one
+    Result: every result, and the tolerances applied."""
+    from gradcalc.checks import check_result
+    from gradcalc.numerics import expand_sources
+    results, tol = [], None
     for s in expand_sources(sources):
         program = _source(s)
-        tr = trace(program, point, max_elements=max_elements)
-        r = check_against_source(box, tr, rtol=rtol, atol=atol, label=program.source.label, of=of, wrt=wrt)
+        r = check_one(program)
         results += r.results
-    return results, (r.rtol, r.atol)  # (expand_sources gives at least one source)
+        tol = (r.rtol, r.atol)
+        if not r.results:  # (passing, but a CI job should hear that nothing was compared)
+            sys.stderr.write(f"warning: {program.source.label}: nothing to check: the program has no "
+                             "inputs\n")
+    return check_result(results, tol)
 
 
 def _load_expect(path: str) -> dict:
@@ -639,143 +507,25 @@ def _load_expect(path: str) -> dict:
     return data
 
 
-def _check_table(results, ok, precision, tol=None):
-    """One table per source, one row per result; the verdict first, so that it survives a
-    narrow terminal."""
-    from rich.table import Table
-    from rich.text import Text
-    methods = sorted({x.method for x in results})
-    one_method = len(methods) == 1
-    taylor = any("taylor_order" in x.extra for x in results)
-    out = render.console()
-    failed = sum(not x.ok for x in results)
-    how = f"; {methods[0]}" if one_method and results else ""
-    if tol and tol[0] is not None:
-        how += f", rtol {tol[0]:g}, atol {tol[1]:g}"
-    out.print(f"check: {len(results) - failed} passed, {failed} failed{how}", style="bold")
-    for source in dict.fromkeys(x.source for x in results):
-        table = Table(title=source, title_justify="left", title_style="bold")
-        table.add_column("", no_wrap=True, min_width=1)
-        table.add_column("pt", justify="right", no_wrap=True)
-        table.add_column("derivative", no_wrap=True)
-        table.add_column("abs err", justify="right", no_wrap=True, min_width=8)
-        table.add_column("rel err", justify="right", no_wrap=True, min_width=8)
-        table.add_column("worst", no_wrap=True)
-        if not one_method:
-            table.add_column("method", no_wrap=True)
-        table.add_column("step", justify="right", no_wrap=True)
-        if taylor:
-            table.add_column("order", justify="right", no_wrap=True)
-        table.add_column("notes", overflow="fold")
-        for x in results:
-            if x.source != source:
-                continue
-            cells = [Text("✓", style="green") if x.ok else Text("✗", style="red"), str(x.point), _result_label(x),
-                     render.fmt(x.max_abs_err, precision), render.fmt(x.max_rel_err, precision),
-                     "[" + ", ".join(map(str, x.worst_index)) + "]"]
-            if not one_method:
-                cells.append(x.method)
-            cells.append(render.fmt(x.step, precision))
-            if taylor:
-                order = x.extra.get("taylor_order")
-                cells.append("" if order is None else render.fmt(order, precision))
-            cells.append("; ".join(x.notes))
-            table.add_row(*cells)
-        out.print(table)
-
-
-def _result_label(x) -> str:
-    of = _of_label(x.of)
-    return f"{of} (value)" if not x.wrt else f"d{of}/d{x.wrt}"
-
-
-_NOT_XML = "[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]"  # what XML 1.0 cannot hold
-
-
-def _xml_text(text: str) -> str:
-    """text with each character XML cannot hold (a control character in a file name or an
-    --exec command, say) written as its escape, \\x01."""
-    import re
-    return re.sub(_NOT_XML, lambda m: repr(m.group())[1:-1], text)
-
-
-def _write_junit(path: str, results) -> None:
-    import xml.etree.ElementTree as ET
-    failures = sum(not x.ok for x in results)
-    suite = ET.Element("testsuite", name="gradcalc.check", tests=str(len(results)),
-                       failures=str(failures), errors="0")
-    for x in results:
-        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gradcalc.check.{x.source}"),
-                             name=_xml_text(f"point {x.point}: {_result_label(x)} ({x.method})"))
-        detail = (f"max_abs_err={x.max_abs_err!r} max_rel_err={x.max_rel_err!r} "
-                  f"worst_index={x.worst_index} step={x.step!r}")
-        notes = [_xml_text(n) for n in x.notes]
-        if not x.ok:
-            fail = ET.SubElement(case, "failure", message="; ".join(notes) or "derivative mismatch")
-            fail.text = detail + ("\n" + "\n".join(notes) if notes else "")
-        else:
-            ET.SubElement(case, "system-out").text = detail + (("\n" + "; ".join(notes)) if notes else "")
-    try:
-        ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
-    except OSError as err:
-        from gradcalc.errors import ValueError_
-        raise ValueError_(f"--junit-xml: cannot write '{path}': {err.strerror}") from None
-
-
-class GraphFormat(str, Enum):
-    table = "table"
-    json = "json"
-    plain = "plain"
-    dot = "dot"
-
+# ==========================================================================
+# graph
+# ==========================================================================
 
 @command("graph")
 def graph_cmd(
     source: SourceArg,
     at: AtOpt = None,
     backward: Annotated[bool, typer.Option("--backward", help="also show the backward tape that grad runs")] = False,
-    format: Annotated[GraphFormat, typer.Option("--format", "-f", help="output format")] = GraphFormat.table,
-    json_: JsonOpt = False,
-    precision: PrecisionOpt = 6,
-    debug: DebugOpt = False,
-    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
+    *, opts: Options,
 ):
     """The tape: one primitive equation per row (and with --backward, one VJP rule per equation)."""
-    fmt = GraphFormat.json if json_ else format
-    opts = Options(Format.json if fmt is GraphFormat.json else Format.table, False, precision, debug,
-                   max_elements)
-
-    def body():
-        from gradcalc.api import graph
-        from . import graphs
-        r = graph(_source(source), _at(at, opts), backward_pass=backward, max_elements=max_elements)
-        if fmt is GraphFormat.json:
-            render.dump_json({"command": "graph", "output": r.output, "nodes": r.nodes,
-                              "guessed_shapes": r.guessed, "warnings": r.warnings})
-        elif fmt is GraphFormat.dot:
-            sys.stdout.write(graphs.dot(r.nodes, r.output, r.guessed))
-        elif fmt is GraphFormat.plain:
-            sys.stdout.write(graphs.listing(r.nodes, precision, r.guessed))
-        else:
-            graphs.tables(r.nodes, r.output, r.guessed, precision)
-    _run(opts, body)
+    from gradcalc.api import graph
+    return graph(_source(source), _at(at, opts), backward_pass=backward, max_elements=opts.max_elements)
 
 
-def _named_matrix(title, grid, names, precision):
-    from rich.table import Table
-    table = Table()
-    table.add_column("")
-    for n in names:
-        table.add_column(n, justify="right")
-    for n, row in zip(names, grid):
-        table.add_row(n, *[render.fmt(float(v), precision) for v in row])
-    out = render.console()
-    out.print(title, style="bold")
-    out.print(table)
-
-
-app = build_app()
-
+# ==========================================================================
+# the console entry point
+# ==========================================================================
 
 def main() -> None:
     """Console entry point.  Only the command asked for is built: building every command's
@@ -785,7 +535,7 @@ def main() -> None:
 
     args = sys.argv[1:]
     name = args[0] if args else None
-    command_app = build_app([name]) if name in COMMANDS else app
+    command_app = build_app([name] if name in COMMANDS else None)
     if not args:
         command_app()  # help
         return
@@ -810,13 +560,20 @@ def main() -> None:
 
 def _usage_error(err, name: str, args: list) -> int:
     """A command-line usage error: error: message, a hint, exit 2 (and JSON with -f json)."""
-    from gradcalc.errors import UsageError
     command = name if name in COMMANDS else None
     hint = f"see 'gradcalc {command} --help'" if command else "see 'gradcalc --help'"
     wants_json = "--json" in args or any(a in ("json", "-fjson", "--format=json") and
                                          (a != "json" or i and args[i - 1] in ("-f", "--format"))
                                          for i, a in enumerate(args))
     return report_user_error(UsageError(err.format_message(), hint=hint), wants_json)
+
+
+def __getattr__(name: str):
+    """``app``: the Typer app with every command (for tests and embedding), built when asked
+    for; main() builds only the command it runs."""
+    if name == "app":
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

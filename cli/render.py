@@ -1,8 +1,8 @@
-"""Result payloads -> JSON, plain numbers, or rich tables.
+"""The pieces output is made of: a JSON document, plain numbers, rich tables.
 
-A command builds one payload: a dict with the JSON keys of SPEC §5 whose
-values are NumPy arrays (or dicts of them).  The renderers only format; they
-compute nothing.  rich is imported only when a table is printed.
+views.py lays out each command's result with them (a result's JSON payload comes
+from the result itself, SPEC §5).  They only format; they compute nothing.  rich is
+imported only when a table is printed.
 """
 from __future__ import annotations
 
@@ -46,12 +46,6 @@ def plain_line(a) -> str:
     if a is None:
         return "null"
     return " ".join(plain_number(float(v)) for v in np.asarray(a, dtype=np.float64).ravel())
-
-
-def print_plain(arrays, out=None) -> None:
-    out = out or sys.stdout
-    for a in arrays:
-        out.write(plain_line(a) + "\n")
 
 
 # -- tables -----------------------------------------------------------------

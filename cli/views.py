@@ -1,0 +1,338 @@
+"""How each command's result looks: one function, :func:`show`, renders any result in any format.
+
+The library's Result knows its own JSON payload (``to_json``); the rest is laid out
+here, one :class:`View` per command: its tables, its plain text (the numbers alone,
+unless the view says otherwise) and, for graph, Graphviz dot.  Nothing is computed
+here: every number shown comes from the result.  rich is imported only when a
+table is printed (see render.console).
+"""
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from . import render
+
+
+class Format(str, Enum):
+    """--format: every command has table, json and plain; graph has dot too (see View.dot)."""
+
+    table = "table"
+    json = "json"
+    plain = "plain"
+    dot = "dot"
+
+
+class Shown(NamedTuple):
+    """A result with what the user gave that its table quotes besides: the point (``at``,
+    in the caption), grad's ``sum`` and jvp's ``tangent``."""
+
+    result: object
+    at: dict | None = None
+    sum: bool = False
+    tangent: dict | None = None
+
+
+def show(item, fmt: Format, precision: int) -> None:
+    """Write a command's result (a Result, or a Shown) to stdout in the format asked for;
+    its warnings go to stderr in every format."""
+    shown = item if isinstance(item, Shown) else Shown(item)
+    result = shown.result
+    view = VIEWS[result.command]
+    if fmt is Format.json:
+        render.dump_json(result.to_json())
+    elif fmt is Format.dot:
+        sys.stdout.write(view.dot(result))
+    elif fmt is Format.plain:
+        sys.stdout.write(view.plain(result, precision))
+    else:
+        view.table(shown, precision)
+    if view.warns:
+        render.print_warnings(getattr(result, "warnings", None))
+    sys.stdout.flush()  # (a reader that went away is noticed here, where the exit code is known)
+
+
+def formats(command: str) -> list[Format]:
+    """The formats a command has: dot only where its view draws one."""
+    return [f for f in Format if f is not Format.dot or VIEWS[command].dot is not None]
+
+
+def of_label(name: str) -> str:
+    """How an output is named in tables: bare expressions (_, _2) read as f, f2."""
+    return "f" + name[1:] if name.startswith("_") else name
+
+
+# ==========================================================================
+# Plain text
+# ==========================================================================
+
+def _numbers(result, precision: int) -> str:
+    """The numbers alone: one line per array of the result (blocks of a Jacobian or a
+    Hessian in order), values in C order; an unconnected derivative reads null."""
+    return "".join(render.plain_line(a) + "\n" for a in _leaves(result))
+
+
+def _leaves(blocks: dict):
+    for v in blocks.values():
+        if isinstance(v, dict):
+            yield from _leaves(v)
+        else:
+            yield v
+
+
+# ==========================================================================
+# eval, grad (and grad --exec)
+# ==========================================================================
+
+def _eval_table(s: Shown, precision: int) -> None:
+    render.print_table("values", list(s.result.items()), precision=precision)
+
+
+def _grad_table(s: Shown, precision: int) -> None:
+    r = s.result
+    if getattr(r, "exec", None) is not None:
+        _grad_exec_table(s, precision)
+        return
+    f = of_label(r.of)
+    f = f"sum({f})" if s.sum else f
+    title = f"gradient of {f} = {render.value_text(r.value.sum() if s.sum else r.value, precision)}"
+    rows = [(f"d{f}/d{k}" + (" (unconnected)" if k in r.unconnected else ""), v) for k, v in r.items()]
+    render.print_table(title, rows, precision=precision, caption=_point_caption(s.at, precision))
+    if r.symbolic is not None:
+        _print_symbolic({f"d{f}/d{k}": v for k, v in r.symbolic.items()})
+
+
+def _grad_exec_table(s: Shown, precision: int) -> None:
+    r = s.result
+    render.print_table(f"finite-difference gradient of '{r.exec}' ({r.method}, {r.requests} request"
+                       f"{'s' if r.requests != 1 else ''})",
+                       [(f"d/d{k}", v) for k, v in r.items()] +
+                       [(f"error estimate d/d{k}", v) for k, v in r.error_estimate.items()],
+                       precision=precision, caption=_point_caption(s.at, precision))
+
+
+def _point_caption(at: dict | None, precision: int) -> str | None:
+    if not at:
+        return None
+
+    def shown(v):  # a value of more than 8 numbers by its shape alone
+        if getattr(v, "size", 1) <= 8:
+            return render.value_text(v, precision)
+        return f"({render.shape_text(v)} values)"
+    return "at " + ", ".join(f"{k}={shown(v)}" for k, v in at.items())
+
+
+def _print_symbolic(entries: dict) -> None:
+    out = render.console()
+    out.print("closed form (sympy)", style="bold")
+    for label, e in entries.items():
+        text = e["text"] if e["text"] is not None else "(too large to print)"
+        out.print(f"  {label} = {text}", markup=False)
+        if e["note"]:
+            out.print(f"    note: {e['note']}", markup=False)
+
+
+# ==========================================================================
+# jacobian, vjp, jvp, hessian
+# ==========================================================================
+
+def _jacobian_table(s: Shown, precision: int) -> None:
+    r = s.result
+    how = "a row per output element" if r.mode == "rev" else "a column per input element"
+    for o, row in r.items():
+        f = of_label(o)
+        for w, v in row.items():
+            title = f"jacobian d{f}/d{w}  ({r.mode} mode: {how})"
+            if v is None:
+                render.print_table(title, [(f"d{f}/d{w}", None)], precision=precision)
+            else:
+                render.print_matrix(title, v, f, w, r.value[o].shape, v.shape[r.value[o].ndim:], precision)
+    if r.symbolic is not None:
+        _print_symbolic({f"d{of_label(o)}/d{w}": e for o, row in r.symbolic.items() for w, e in row.items()})
+
+
+def _vjp_table(s: Shown, precision: int) -> None:
+    r = s.result
+    outs = [of_label(o) for o in ([r.of] if isinstance(r.of, str) else r.of)]
+    render.print_table("cotangent v", [(of_label(k), v) for k, v in r.cotangent.items()], precision=precision)
+    render.print_table("vjp: v^T J, one backward pass (no Jacobian is formed)",
+                       [(f"v^T d{'+'.join(outs)}/d{k}", v) for k, v in r.items()], precision=precision)
+
+
+def _jvp_table(s: Shown, precision: int) -> None:
+    r = s.result
+    render.print_table("tangent v", list(s.tangent.items()), precision=precision)
+    render.print_table("jvp: J v, one forward pass", [("J v", r.jvp), (of_label(r.of), r.value)],
+                       precision=precision)
+
+
+def _hessian_table(s: Shown, precision: int) -> None:
+    r = s.result
+    names = list(r)
+    if all(np.shape(r[n][n]) == () for n in names):
+        grid = np.array([[r[a][b] for b in names] for a in names])
+        _named_matrix(f"hessian of {of_label(r.of)}", grid, names, precision)
+        return
+    for a, row in r.items():
+        for b, v in row.items():
+            render.print_table(f"d²{r.of}/d{a}d{b}", [(f"d²{r.of}/d{a}d{b}", v)], precision=precision)
+
+
+def _named_matrix(title, grid, names, precision):
+    from rich.table import Table
+    table = Table()
+    table.add_column("")
+    for n in names:
+        table.add_column(n, justify="right")
+    for n, row in zip(names, grid):
+        table.add_row(n, *[render.fmt(float(v), precision) for v in row])
+    out = render.console()
+    out.print(title, style="bold")
+    out.print(table)
+
+
+# ==========================================================================
+# check
+# ==========================================================================
+
+def _check_table(s: Shown, precision: int) -> None:
+    """The verdict first, so that it survives a narrow terminal; then one table per source,
+    one row per result."""
+    r = s.result
+    results = r.results
+    methods = sorted({x.method for x in results})
+    failed = sum(not x.ok for x in results)
+    how = f"; {methods[0]}" if len(methods) == 1 and results else ""
+    if r.rtol is not None:
+        how += f", rtol {r.rtol:g}, atol {r.atol:g}"
+    out = render.console()
+    out.print(f"check: {len(results) - failed} passed, {failed} failed{how}", style="bold")
+    for source in dict.fromkeys(x.source for x in results):
+        out.print(_source_table(source, [x for x in results if x.source == source], methods,
+                                any("taylor_order" in x.extra for x in results), precision))
+
+
+def _source_table(source: str, results: list, methods: list, taylor: bool, precision: int):
+    from rich.table import Table
+    from rich.text import Text
+    one_method = len(methods) == 1
+    table = Table(title=source, title_justify="left", title_style="bold")
+    table.add_column("", no_wrap=True, min_width=1)
+    table.add_column("pt", justify="right", no_wrap=True)
+    table.add_column("derivative", no_wrap=True)
+    table.add_column("abs err", justify="right", no_wrap=True, min_width=8)
+    table.add_column("rel err", justify="right", no_wrap=True, min_width=8)
+    table.add_column("worst", no_wrap=True)
+    if not one_method:
+        table.add_column("method", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    if taylor:
+        table.add_column("order", justify="right", no_wrap=True)
+    table.add_column("notes", overflow="fold")
+    for x in results:
+        cells = [Text("✓", style="green") if x.ok else Text("✗", style="red"), str(x.point), result_label(x),
+                 render.fmt(x.max_abs_err, precision), render.fmt(x.max_rel_err, precision),
+                 "[" + ", ".join(map(str, x.worst_index)) + "]"]
+        if not one_method:
+            cells.append(x.method)
+        cells.append(render.fmt(x.step, precision))
+        if taylor:
+            order = x.extra.get("taylor_order")
+            cells.append("" if order is None else render.fmt(order, precision))
+        cells.append("; ".join(x.notes))
+        table.add_row(*cells)
+    return table
+
+
+def _check_lines(result, precision: int) -> str:
+    """One line per check result (plain text: check's results are verdicts, not arrays)."""
+    return "".join(f"{'ok' if x.ok else 'FAIL'} {x.source} point={x.point} {result_label(x)} "
+                   f"max_abs_err={x.max_abs_err:.3g} max_rel_err={x.max_rel_err:.3g}\n" for x in result.results)
+
+
+def result_label(x) -> str:
+    """A check result's derivative: df/dx, or f (value) for a comparison of values."""
+    of = of_label(x.of)
+    return f"{of} (value)" if not x.wrt else f"d{of}/d{x.wrt}"
+
+
+_NOT_XML = "[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]"  # what XML 1.0 cannot hold
+
+
+def _xml_text(text: str) -> str:
+    """text with each character XML cannot hold (a control character in a file name or an
+    --exec command, say) written as its escape, \\x01."""
+    import re
+    return re.sub(_NOT_XML, lambda m: repr(m.group())[1:-1], text)
+
+
+def write_junit(path: str, results) -> None:
+    """check --junit-xml: one testcase per result, a failure for each that failed."""
+    import xml.etree.ElementTree as ET
+    failures = sum(not x.ok for x in results)
+    suite = ET.Element("testsuite", name="gradcalc.check", tests=str(len(results)),
+                       failures=str(failures), errors="0")
+    for x in results:
+        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gradcalc.check.{x.source}"),
+                             name=_xml_text(f"point {x.point}: {result_label(x)} ({x.method})"))
+        detail = (f"max_abs_err={x.max_abs_err!r} max_rel_err={x.max_rel_err!r} "
+                  f"worst_index={x.worst_index} step={x.step!r}")
+        notes = [_xml_text(n) for n in x.notes]
+        if not x.ok:
+            fail = ET.SubElement(case, "failure", message="; ".join(notes) or "derivative mismatch")
+            fail.text = detail + ("\n" + "\n".join(notes) if notes else "")
+        else:
+            ET.SubElement(case, "system-out").text = detail + (("\n" + "; ".join(notes)) if notes else "")
+    try:
+        ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    except OSError as err:
+        from gradcalc.errors import ValueError_
+        raise ValueError_(f"--junit-xml: cannot write '{path}': {err.strerror}") from None
+
+
+# ==========================================================================
+# graph
+# ==========================================================================
+
+def _graph_table(s: Shown, precision: int) -> None:
+    from . import graphs
+    r = s.result
+    graphs.tables(r.nodes, r.output, r.guessed, precision)
+
+
+def _graph_listing(result, precision: int) -> str:
+    from . import graphs
+    return graphs.listing(result.nodes, precision, result.guessed)
+
+
+def _graph_dot(result) -> str:
+    from . import graphs
+    return graphs.dot(result.nodes, result.output, result.guessed)
+
+
+# ==========================================================================
+
+class View(NamedTuple):
+    """How one command's result looks, format by format (JSON: the result's own to_json).
+    (NamedTuples, not dataclasses, here and in app.py: a frozen dataclass costs a one-liner
+    a millisecond to create.)"""
+
+    table: Callable  # (Shown, precision) -> None: prints rich tables
+    plain: Callable = _numbers  # (result, precision) -> the text to write
+    dot: Callable | None = None  # (result) -> Graphviz dot text; None: no -f dot
+    warns: bool = True  # also write the result's warnings to stderr (graph's stay in its JSON)
+
+
+VIEWS = {
+    "eval": View(_eval_table),
+    "grad": View(_grad_table),
+    "jacobian": View(_jacobian_table),
+    "vjp": View(_vjp_table),
+    "jvp": View(_jvp_table),
+    "hessian": View(_hessian_table),
+    "check": View(_check_table, plain=_check_lines),
+    "graph": View(_graph_table, plain=_graph_listing, dot=_graph_dot, warns=False),
+}
