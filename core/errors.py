@@ -86,12 +86,8 @@ class GradcalcError(Exception):
                  source: Source | None = None, hint: str | None = None,
                  name: str | None = None, option: str | None = None):
         super().__init__(message)
-        self.message = message
-        self.pos = pos
-        self.source = source
-        self.hint = hint
-        self.name = name
-        self.option = option
+        self.message, self.hint, self.pos, self.source = message, hint, pos, source
+        self.name, self.option = name, option
 
     @property
     def message(self) -> str:
@@ -140,28 +136,13 @@ class GradcalcError(Exception):
         return f"{where} {self.message}" if where else self.message
 
 
-class SyntaxError_(GradcalcError):
-    kind = "syntax"
-
-
-class NameError_(GradcalcError):
-    kind = "name"
-
-
-class ShapeError(GradcalcError):
-    kind = "shape"
-
-
-class ValueError_(GradcalcError):
-    kind = "value"
-
-
-class UsageError(GradcalcError):
-    kind = "usage"
-
-
-class LimitError(GradcalcError):
-    kind = "limit"
+# The kinds of user error (the "kind" of the JSON error object).
+class SyntaxError_(GradcalcError): kind = "syntax"   # noqa: E701
+class NameError_(GradcalcError): kind = "name"       # noqa: E701
+class ShapeError(GradcalcError): kind = "shape"      # noqa: E701
+class ValueError_(GradcalcError): kind = "value"     # noqa: E701
+class UsageError(GradcalcError): kind = "usage"      # noqa: E701
+class LimitError(GradcalcError): kind = "limit"      # noqa: E701
 
 
 def did_you_mean(name: str, candidates) -> str | None:
