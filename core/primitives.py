@@ -398,6 +398,18 @@ mul = _binary("mul", np.multiply, (lambda g, ans, x, y, **_: safe_mul(g, y),
                                    lambda g, ans, x, y, **_: safe_mul(g, x)), operator.mul)
 div = _binary("div", np.divide, (lambda g, ans, x, y, **_: safe_div(g, y),
                                  lambda g, ans, x, y, **_: -safe_mul(g, ans / y)), operator.truediv)
+def _multiple_gap(ans, a, b, **_):
+    # how far a is from a multiple of b, where a // b and a % b jump
+    return a - b * np.round(a / b)
+
+
+# a // b: piecewise constant (zero derivative), but connected, as floor is
+floor_divide = _binary("floor_divide", np.floor_divide, (_zero_rule, _zero_rule), operator.floordiv,
+                       analytic=False, kink=_multiple_gap)
+# a % b, NumPy's mod (the sign of the divisor): a - b (a // b), so d/da = 1, d/db = -(a // b)
+mod = _binary("mod", np.mod, (lambda g, ans, a, b, **_: g,
+                              lambda g, ans, a, b, **_: -safe_mul(g, floor_divide(a, b))), operator.mod,
+              analytic=False, kink=_multiple_gap)
 # (internal) g * d, and exactly 0 where g or d is 0 and the product is nan
 safe_mul = _binary("safe_mul", safe_multiply, (lambda gg, ans, g, d, **_: safe_mul(gg, d),
                                            lambda gg, ans, g, d, **_: safe_mul(gg, g)))
@@ -480,6 +492,16 @@ gt = _comparison("gt", np.greater)
 ge = _comparison("ge", np.greater_equal)
 eq = _comparison("eq", np.equal)
 ne = _comparison("ne", np.not_equal)
+
+def _logical(name, fn):
+    # Masks of masks: nonzero is true, as in where and in conditions; no derivative and, on
+    # masks, no jump to flag
+    return _def(name, _elementwise(_mask(fn)), None, None, _broadcast_params, differentiable=False)
+
+
+logical_and = _logical("logical_and", np.logical_and)
+logical_or = _logical("logical_or", np.logical_or)
+logical_not = _def("logical_not", lambda x: (np.real(x) == 0).astype(np.float64), differentiable=False)
 
 maximum = _extremum("maximum", np.maximum, gt)
 minimum = _extremum("minimum", np.minimum, lt)
@@ -793,45 +815,264 @@ sum_to = _def("sum_to", _sum_to,
               _sum_to_params)
 
 
+# ==========================================================================
+# Indexing: NumPy's basic and advanced indexing, gathers and functional updates
+# ==========================================================================
+# An index, once normalised (normalize_index), addresses every axis of the operand in
+# order: ints (non-negative), slices, None (a new axis) and read-only intp arrays (a mask
+# becomes its np.nonzero arrays; `...` becomes slices).  The operand may carry leading batch
+# axes: the index is applied as x[(..., *idx)].  One NumPy rule needs care there: advanced
+# indices (arrays, and the ints among them) that are not adjacent put their block of axes
+# first, in front of the batch axes too; _batch_first and _numpy_order move the batch axes
+# back and forth around that block.
+
+def _is_int(item) -> bool:
+    return isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_))
+
+
+def _index_array(item, axis: int, size: int):
+    """An integer index array, checked against the axis and wrapped to non-negative values."""
+    arr = np.asarray(item)
+    if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
+        arr = arr.astype(np.intp)
+    if arr.dtype.kind not in "iu":
+        raise ShapeError(f"index arrays must hold integers, not {arr.dtype} values (axis {axis})")
+    if arr.ndim == 0:
+        return _index_int(int(arr), axis, size)
+    if arr.size:
+        low, high = int(arr.min()), int(arr.max())
+        if low < -size or high >= size:
+            raise ShapeError(f"index {low if low < -size else high} is out of range for axis {axis} "
+                             f"with size {size}")
+    arr = np.where(arr < 0, arr + size, arr).astype(np.intp)  # (a fresh array: safe to freeze)
+    arr.setflags(write=False)
+    return arr
+
+
+def _index_int(item, axis: int, size: int) -> int:
+    if not -size <= item < size:
+        raise ShapeError(f"index {item} is out of range for axis {axis} with size {size}")
+    return int(item) % size
+
+
+def _index_mask(item, axis: int, xshape: tuple) -> tuple:
+    """A boolean mask over the axes from axis on: its np.nonzero integer arrays."""
+    covered = xshape[axis:axis + item.ndim]
+    if item.ndim == 0 or item.shape != covered:
+        raise ShapeError(f"a mask of shape {item.shape} does not match the indexed axes {covered} "
+                         f"(from axis {axis})")
+    return tuple(_index_array(a, axis + k, xshape[axis + k]) for k, a in enumerate(np.nonzero(item)))
+
+
+def _axes_taken(item) -> int:
+    if item is None or item is Ellipsis:
+        return 0
+    return item.ndim if isinstance(item, np.ndarray) and item.dtype.kind == "b" else 1
+
+
+def normalize_index(idx, xshape: tuple) -> tuple:
+    """NumPy's index idx (ints, slices, None, ..., integer arrays, masks) for an operand of
+    logical shape xshape, in the form the index primitives keep (see the banner above)."""
+    idx = tuple(np.asarray(i) if isinstance(i, (list, tuple)) else i for i in idx)
+    nd = len(xshape)
+    taken = sum(_axes_taken(i) for i in idx)
+    if taken > nd:
+        raise ShapeError(f"too many indices ({taken}) for an array of dimension {nd}")
+    dots = [k for k, i in enumerate(idx) if i is Ellipsis]
+    if len(dots) > 1:
+        raise ShapeError("an index can have only one '...'")
+    at = dots[0] if dots else len(idx)
+    idx = idx[:at] + (slice(None),) * (nd - taken) + idx[at + 1:]
+    out, axis = [], 0
+    for item in idx:
+        if item is None or type(item) is slice:
+            out.append(item)  # NumPy clips a slice's bounds, whatever the step's sign
+        elif isinstance(item, np.ndarray) and item.dtype.kind == "b":
+            masks = _index_mask(item, axis, xshape)
+            out += masks
+            axis += len(masks)
+            continue
+        elif _is_int(item):
+            out.append(_index_int(item, axis, xshape[axis]))
+        elif isinstance(item, np.ndarray):
+            out.append(_index_array(item, axis, xshape[axis]))
+        else:
+            raise ShapeError(f"an index must be an integer, a slice, None, '...', an integer array "
+                             f"or a mask, not {item!r}")
+        axis += item is not None
+    return tuple(out)
+
+
+def _advanced(idx) -> tuple:
+    """(positions in idx, broadcast shape) of the advanced indices; ints count only beside
+    an array, as in NumPy.  ((), None) for a basic index."""
+    if not any(isinstance(i, np.ndarray) for i in idx):
+        return (), None
+    pos = tuple(k for k, i in enumerate(idx) if isinstance(i, np.ndarray) or _is_int(i))
+    try:
+        block = broadcast_shapes(*[np.shape(idx[k]) for k in pos])
+    except ValueError:
+        shown = " and ".join(str(np.shape(idx[k])) for k in pos if isinstance(idx[k], np.ndarray))
+        raise ShapeError(f"index arrays of shapes {shown} do not broadcast") from None
+    return pos, block
+
+
+def _front(idx) -> int:
+    """The rank of the block of axes NumPy puts first (advanced indices not adjacent), or 0."""
+    pos, block = _advanced(idx)
+    return len(block) if pos and pos[-1] - pos[0] != len(pos) - 1 else 0
+
+
+def _indexed_shape(idx, xshape: tuple) -> tuple:
+    """The logical shape of x[idx], for a normalised idx (NumPy's rules, without an array)."""
+    pos, block = _advanced(idx)
+    shape, at, axis = [], None, 0
+    for k, item in enumerate(idx):
+        if item is None:
+            shape.append(1)
+            continue
+        if type(item) is slice:
+            shape.append(len(range(*item.indices(xshape[axis]))))
+        elif pos and at is None:
+            at = len(shape)  # where an adjacent block goes: at its first index
+        axis += 1
+    if not pos:
+        return tuple(shape)
+    at = 0 if _front(idx) else at
+    return tuple(shape[:at]) + tuple(block) + tuple(shape[at:])
+
+
+def _batch_first(r, idx, b: int):
+    """x[(..., *idx)] with b batch axes, its batch axes moved back in front of NumPy's block."""
+    k = _front(idx) if b else 0
+    return np.moveaxis(r, range(k, k + b), range(b)) if k else r
+
+
+def _numpy_order(v, idx, b: int):
+    """A batched value (batch axes first) in the order NumPy's x[(..., *idx)] has."""
+    k = _front(idx) if b else 0
+    return np.moveaxis(v, range(b), range(k, k + b)) if k else v
+
+
+def _has_arrays(idx) -> bool:
+    return any(isinstance(i, np.ndarray) for i in idx)
+
+
 def _index_params(shapes, builder, idx):
     xshape = tuple(shapes[0])
     nd = len(xshape)
     idx = tuple(idx)
-    if len(idx) > nd:
-        raise ShapeError(f"too many indices ({len(idx)}) for an array of dimension {nd}")
-    if len(idx) == 1 and type(idx[0]) is slice:  # x[a:b]: the loop below, for one slice
+    if len(idx) == 1 and type(idx[0]) is slice and nd:  # x[a:b]: normalize_index, for one slice
         return {"idx": idx + (slice(None),) * (nd - 1), "xshape": xshape}
-    out = []
-    for axis, (item, size) in enumerate(zip(idx, xshape)):
-        if isinstance(item, slice):
-            out.append(item)  # NumPy clips the bounds, whatever the step's sign
-        else:
-            if not -size <= item < size:
-                raise ShapeError(f"index {item} is out of range for axis {axis} with size {size}")
-            out.append(int(item) % size)
-    out += [slice(None)] * (nd - len(idx))
-    return {"idx": tuple(out), "xshape": xshape}
+    idx = normalize_index(idx, xshape)
+    if _has_arrays(idx) or any(i is None for i in idx):
+        builder.check_size(_indexed_shape(idx, xshape))
+    return {"idx": idx, "xshape": xshape}
 
 
-def _index_put(g, idx, shape):
-    if len(idx) == 1:  # the sum below, for one index
-        nd = 1 if type(idx[0]) is slice else 0
+def _gather(x, idx, xshape):
+    r = x[(Ellipsis,) + idx]
+    b = x.ndim - len(xshape)
+    return _batch_first(r, idx, b) if b and _has_arrays(idx) else r
+
+
+def _index_put(g, idx, shape, nd):
+    """Zeros of shape with g added at idx: repeated indices accumulate (np.add.at)."""
+    b = g.ndim - nd
+    out = np.zeros(g.shape[:b] + shape, dtype=g.dtype)
+    if _has_arrays(idx):
+        np.add.at(out, (Ellipsis,) + idx, _numpy_order(g, idx, b))
     else:
-        nd = sum(isinstance(i, slice) for i in idx)
-    out = np.zeros(_batch(g, nd) + shape, dtype=g.dtype)
-    out[(Ellipsis,) + idx] = g
+        out[(Ellipsis,) + idx] = g
     return out
 
 
-index = _def("index", lambda x, idx, xshape: x[(Ellipsis,) + idx],
+def _index_put_params(shapes, builder, idx, shape, nd=None):
+    return {"idx": tuple(idx), "shape": tuple(shape), "nd": len(shapes[0])}
+
+
+index = _def("index", _gather,
              (lambda g, ans, x, idx, xshape: index_put(g, idx=idx, shape=xshape),),
              (lambda t, ans, x, idx, xshape: index(t, idx=idx),),
              _index_params)
-# (internal) zeros of shape with x placed at idx
+# (internal) zeros of shape with x added at idx (nd: x's logical rank)
 index_put = _def("index_put", _index_put,
-                 (lambda g, ans, x, idx, shape: index(g, idx=idx),),
-                 (lambda t, ans, x, idx, shape: index_put(t, idx=idx, shape=shape),),
-                 lambda shapes, builder, idx, shape: {"idx": tuple(idx), "shape": tuple(shape)})
+                 (lambda g, ans, x, idx, shape, nd: index(g, idx=idx),),
+                 (lambda t, ans, x, idx, shape, nd: index_put(t, idx=idx, shape=shape),),
+                 _index_put_params)
+
+
+def _scatter_params(verb: str):
+    def params(shapes, builder, idx):
+        xshape, vshape = tuple(shapes[0]), tuple(shapes[1])
+        idx = normalize_index(idx, xshape)
+        ishape = _indexed_shape(idx, xshape)
+        try:
+            fits = broadcast_shapes(vshape, ishape) == ishape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ShapeError(f"cannot {verb} a value of shape {vshape} to the selection x[index] of "
+                             f"shape {ishape}")
+        return {"idx": idx, "xshape": xshape, "nd": len(vshape)}
+    return params
+
+
+def _scatter(accumulate: bool):
+    """x with v written (or, accumulating, added) at idx; nd: v's logical rank."""
+    def impl(x, v, idx, xshape, nd):
+        bx, bv = x.ndim - len(xshape), v.ndim - nd
+        batch = broadcast_shapes(x.shape[:bx], v.shape[:bv]) if bx or bv else ()
+        out = np.empty(batch + xshape, dtype=np.result_type(x, v))
+        out[...] = x
+        if bv or (bx and _front(idx)):  # line v up with out[(..., *idx)] as NumPy orders it
+            ishape = _indexed_shape(idx, xshape)
+            v = _numpy_order(np.broadcast_to(_align(v, nd, len(ishape)), batch + ishape), idx, len(batch))
+        site = (Ellipsis,) + idx
+        if not accumulate:
+            out[site] = v
+        elif _has_arrays(idx):
+            np.add.at(out, site, v)
+        else:
+            out[site] += v  # (no index repeats: the same sum, without add.at's cost)
+        return out
+    return impl
+
+
+def _last_writes(idx, xshape):
+    """1.0 where an element of x[idx] = v is the write that stays (NumPy keeps the last of a
+    repeated index), 0.0 where a later one overwrites it; None if nothing is overwritten.
+    Found by NumPy's own assignment, so the winners are the ones it picks."""
+    if not _has_arrays(idx):
+        return None
+    ishape = _indexed_shape(idx, xshape)
+    order = np.arange(math.prod(ishape), dtype=np.intp).reshape(ishape)
+    stamp = np.zeros(xshape, dtype=np.intp)
+    stamp[idx] = order
+    won = stamp[idx] == order
+    return None if won.all() else won.astype(np.float64)
+
+
+def _update_vjp_v(g, ans, x, v, idx, xshape, nd):
+    # the cotangent at each written place goes to the write that stayed there
+    picked = index(g, idx=idx)
+    won = _last_writes(idx, xshape)
+    return picked if won is None else safe_mul(picked, won)
+
+
+# x with x[idx] = v (v broadcast to x[idx]'s shape): `x[i] = e` in a program
+index_update = _def("index_update", _scatter(accumulate=False),
+                    (lambda g, ans, x, v, idx, xshape, nd: index_update(g, 0.0, idx=idx), _update_vjp_v),
+                    (lambda t, ans, x, v, idx, xshape, nd: index_update(t, 0.0, idx=idx),
+                     lambda t, ans, x, v, idx, xshape, nd: index_update(zeros_like(x), t, idx=idx)),
+                    _scatter_params("assign"))
+# x with v added at idx, repeated indices accumulating (numpy.add.at): `x[i] += e`
+index_add = _def("index_add", _scatter(accumulate=True),
+                 (lambda g, ans, x, v, idx, xshape, nd: g,
+                  lambda g, ans, x, v, idx, xshape, nd: index(g, idx=idx)),
+                 (lambda t, ans, x, v, idx, xshape, nd: t,
+                  lambda t, ans, x, v, idx, xshape, nd: index_add(zeros_like(x), t, idx=idx)),
+                 _scatter_params("add"))
 
 
 def _concat_params(shapes, builder, axis=0):

@@ -327,6 +327,12 @@ def _truth(c):
     return sp.Ne(c, 0)
 
 
+def _mask_of(cond):
+    """1 where cond holds, else 0: a mask, as comparisons give it."""
+    sp, _ = _sympy()
+    return sp.Piecewise((1, cond), (0, True))
+
+
 def _mask(relation):
     sp, _ = _sympy()
 
@@ -335,7 +341,7 @@ def _mask(relation):
             cond = relation(a, b)
         except TypeError:  # nan compared: false, as in NumPy (and != is true)
             cond = sp.true if relation is sp.Ne else sp.false
-        return sp.Piecewise((1, cond), (0, True))
+        return _mask_of(cond)
     return fn
 
 
@@ -416,6 +422,13 @@ def _rules():
         "ge": _elementwise(_mask(lambda a, b: a >= b), 2),
         "eq": _elementwise(_mask(sp.Eq), 2),
         "ne": _elementwise(_mask(sp.Ne), 2),
+        # a // b is floor(a / b) and a % b is a - b floor(a / b) (floor's derivative is 0, so
+        # d/da = 1 and d/db = -floor(a / b), as SPEC §2.5 states)
+        "floor_divide": _elementwise(lambda a, b: unary["floor"](a / b), 2),
+        "mod": _elementwise(lambda a, b: a - b * unary["floor"](a / b), 2),
+        "logical_and": _elementwise(lambda a, b: _mask_of(sp.And(_truth(a), _truth(b))), 2),
+        "logical_or": _elementwise(lambda a, b: _mask_of(sp.Or(_truth(a), _truth(b))), 2),
+        "logical_not": _elementwise(lambda a: _mask_of(sp.Not(_truth(a))), 1),
         "zeros_like": lambda x, **_: np.full(x.shape, sp.S.Zero, dtype=object),
         "sum": reduction(lambda items: sp.Add(*items)),
         "prod": reduction(lambda items: sp.Mul(*items)),
@@ -432,8 +445,8 @@ def _rules():
 
 # Primitives whose NumPy forward function works as it is on object arrays: pure data movement
 # and linear maps (indexing, reshapes, matmul by dot products, zero-filled embeddings).
-_STRUCTURAL = frozenset({"copy", "reshape", "transpose", "index", "index_put", "concat", "broadcast_to",
-                         "sum_to", "diag", "diag_embed", "matmul"})
+_STRUCTURAL = frozenset({"copy", "reshape", "transpose", "index", "index_put", "index_update", "index_add",
+                         "concat", "broadcast_to", "sum_to", "diag", "diag_embed", "matmul"})
 
 #: The primitives with no sympy form, and why.  Every other primitive of the registry has one
 #: (a rule in _rules, or a forward function that works on expressions): a test walks the

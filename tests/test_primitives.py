@@ -52,6 +52,11 @@ DOMAINS: dict[str, Callable] = {
     "hi": lambda rng, s: rng.uniform(0.2, 1.0, s),
     "wellcond": lambda rng, s: 2.0 * np.eye(s[-1]) + rng.uniform(-0.5, 0.5, s),  # det, inv, solve
     "mask": lambda rng, s: (rng.uniform(size=s) > 0.5).astype(np.float64),
+    # nonzero is true: masks of 0 and other values (logical_and, logical_or, logical_not)
+    "truthy": lambda rng, s: rng.choice([0.0, 0.0, 1.0, 2.5, -0.5], s),
+    # with "offgrid" numerators (k + 0.1..0.4), a / b is at least 0.05 from an integer: a // b
+    # and a % b are smooth within a finite-difference step
+    "divisor": lambda rng, s: rng.choice([-2.0, -1.0, 1.0, 2.0], s),
 }
 
 # ==========================================================================
@@ -256,6 +261,25 @@ def _build_table() -> dict[str, list[Case]]:
                     x=((2, 3), "real"), y=((3,), "real")))
     add("eq", E("(x == x) * y", lambda x, y: y + 0 * x, unconnected=("x",),
                 x=((3,), "real"), y=((3,), "real")))
+    for name, ref in [("logical_and", np.logical_and), ("logical_or", np.logical_or)]:
+        prim = REGISTRY[name]
+        for sm, sn in [((3,), (3,)), ((2, 3), (3,)), ((), (2, 1))]:
+            add(name, D(f"{name}(m, n) * y", lambda m, n, y, prim=prim: prim(m, n) * y,
+                        (sm, "truthy"), (sn, "truthy"), ((2, 3), "real"), const=(0, 1),
+                        ref=lambda m, n, y, ref=ref: ref(m != 0, n != 0) * y))
+    for shape in [(), (4,), (2, 3)]:
+        add("logical_not", D("logical_not(m) * y", lambda m, y: P.logical_not(m) * y,
+                             (shape, "truthy"), (shape, "real"), const=(0,),
+                             ref=lambda m, y: (m == 0) * y))
+    for sa, sb in PAIRS:
+        add("floor_divide", D("floor_divide(a, b)", lambda a, b: P.floor_divide(a, b),
+                              (sa, "offgrid"), (sb, "divisor"), ref=np.floor_divide))
+        add("mod", D("mod(a, b)", lambda a, b: P.mod(a, b), (sa, "offgrid"), (sb, "divisor"),
+                     ref=np.mod))
+    add("floor_divide", D("floor_divide(a, b) * a", lambda a, b: P.floor_divide(a, b) * a,
+                          ((3,), "offgrid"), ((2, 1), "divisor"), ref=lambda a, b: np.floor_divide(a, b) * a))
+    add("mod", D("mod(a, b) * b", lambda a, b: P.mod(a, b) * b, ((2, 3), "offgrid"), ((3,), "divisor"),
+                 ref=lambda a, b: np.mod(a, b) * b))
     add("stop_gradient",
         E("stop_gradient(x) * y", lambda x, y: x * y, zero=("x",), unconnected=("x",),
           x=((3,), "real"), y=((2, 3), "real")))
@@ -350,6 +374,7 @@ def _build_table() -> dict[str, list[Case]]:
              lambda a: _put(a, np.s_[3::-2], 4), None)]:
         add("index_put", D(label, lambda a, idx=idx, shape=shape: P.index_put(a, idx=idx, shape=shape),
                            (xs, "real"), ref=ref, bug=bug))
+    _add_indexing_cases(add)
     add("concat",
         E("concat(x, y)", lambda x, y: np.concatenate([x, y]), x=((2,), "real"), y=((3,), "real")),
         E("concat(x, y, axis=1)", lambda x, y: np.concatenate([x, y], 1),
@@ -421,6 +446,56 @@ def _build_table() -> dict[str, list[Case]]:
         D("diag_embed(k=1, shape=(3, 4))", lambda a: P.diag_embed(a, k=1, shape=(3, 4)),
           ((3,), "real"), ref=lambda a: np.eye(3, 4, 1) * np.pad(a, (1, 0))[None, :]))
     return t
+
+
+def _add_indexing_cases(add):
+    """Gathers, index_put's scatter-add, index_update and index_add, traced directly (the
+    language reaches them once it has integer-array indexing): repeated, negative, 2-D,
+    non-adjacent advanced indices, None and '...', masks.  check_traced also runs each
+    derivative pass with a leading batch axis."""
+    rep = np.array([0, 0, 2, -1])
+    for label, idx, shape in [
+            ("x[[0, 0, 2, -1]]", (rep,), (4,)),
+            ("x[[[1, 0], [1, 1]]]", (np.array([[1, 0], [1, 1]]),), (3,)),
+            ("x[[0, 0, 2, -1], 1:]", (rep, slice(1, None)), (4, 3)),
+            ("x[:, [2, 2, 0]]", (slice(None), np.array([2, 2, 0])), (2, 3)),
+            ("x[[1, 0, 1], [2, 2, 0]]", (np.array([1, 0, 1]), np.array([2, 2, 0])), (2, 3)),
+            ("x[[1, 0, 1], :, [2, 2, 0]]", (np.array([1, 0, 1]), slice(None), np.array([2, 2, 0])), (2, 3, 4)),
+            ("x[0, :, [1, 1]]", (0, slice(None), np.array([1, 1])), (2, 3, 4)),
+            ("x[[0, 1], None, [1, 1]]", (np.array([0, 1]), None, np.array([1, 1])), (2, 3)),
+            ("x[None, ..., [1, -1]]", (None, Ellipsis, np.array([1, -1])), (2, 3)),
+            ("x[..., None, 1]", (Ellipsis, None, 1), (2, 3)),
+            ("x[mask]", (np.array([[True, False, True], [False, False, True]]),), (2, 3)),
+            ("x[[]]", (np.array([], dtype=np.intp),), (3,))]:
+        add("index", D(label, lambda a, idx=idx: P.index(a, idx=idx), (shape, "real"),
+                       ref=lambda a, idx=idx: a[idx]))
+    add("index_put", D("index_put([[0, 0, 2, -1]], (4,))",
+                       lambda a: P.index_put(a, idx=(rep,), shape=(4,)), ((4,), "real"),
+                       ref=lambda a: _np_add_at(np.zeros(4), (rep,), a)))
+    for label, idx, xs, vs in [
+            ("[[0, 0, 2, -1]]", (rep,), (5,), (4,)),
+            ("[[0, 0, 2, -1]], v scalar", (rep,), (5,), ()),
+            ("[[1, 1], :, [0, 0]]", (np.array([1, 1]), slice(None), np.array([0, 0])), (2, 3, 4), (3,)),
+            ("[[1, 0], :, [0, 3]]", (np.array([1, 0]), slice(None), np.array([0, 3])), (2, 3, 4), (2, 3)),
+            ("[:, [2, 0, 2]]", (slice(None), np.array([2, 0, 2])), (2, 3), (2, 1)),
+            ("[1:3]", (slice(1, 3),), (4, 2), (2,)),
+            ("[None, 1]", (None, 1), (3,), (1,)),
+            ("[mask]", (np.array([True, False, True, True]),), (4,), (3,))]:
+        for name, ref in [("index_update", _np_set), ("index_add", _np_add_at)]:
+            prim = REGISTRY[name]
+            add(name, D(f"{name}{label}", lambda x, v, idx=idx, prim=prim: prim(x, v, idx=idx),
+                        (xs, "real"), (vs, "real"),
+                        ref=lambda x, v, idx=idx, ref=ref: ref(x.copy(), idx, v)))
+
+
+def _np_set(x, idx, v):
+    x[idx] = v
+    return x
+
+
+def _np_add_at(x, idx, v):
+    np.add.at(x, idx, v)
+    return x
 
 
 def _put(a, idx, shape):
