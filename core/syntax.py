@@ -7,47 +7,68 @@ index of its first token and returns ``(pos, node)``, ``pos`` being the index
 just past what it read.  Expressions are parsed Pratt-style, the binding powers
 being data (``_INFIX``).  Left-associative chains (``x + x + ...``) are built in
 a loop, so their length never touches Python's recursion limit; only real
-nesting (brackets, prefix operators, ``^`` chains) recurses, and it is capped
-at :data:`MAX_DEPTH` levels with a clear error.
+nesting (brackets, prefix operators, ``^`` chains, blocks) recurses, and it is
+capped at :data:`MAX_DEPTH` levels with a clear error.
 
 Grammar (a newline or ``;`` ends a statement; rule names are method names)::
 
     program      = block up to the end of input
     block        = { statement (newline | ';') }
-    statement    = assignment | input_statement | expression_statement
+    body         = '{' block '}'                    (newlines may come before the '{')
+    statement    = assignment | aug_assignment | destructuring | input_statement
+                 | if_statement | for_statement | while_statement | def_statement
+                 | return_statement | 'break' | 'continue' | expression_statement
     assignment   = NAME '=' expr
+    aug_assignment = NAME ('+=' | '-=' | '*=' | '/=') expr
+    destructuring = NAME ',' [NAME {',' NAME} [',']] '=' expr
+    expression_statement = expr                     (or NAME[INDEX] ('=' | '+=') expr)
     input_statement = 'input' input_decl {',' input_decl}      ('input' then a name)
     input_decl   = NAME ['[' dimension {',' dimension} ']'] ['=' expr]
-    expr         = operand { INFIX expr | index }
-    operand      = NUM | NAME | call | unary | parenthesized | array
+    if_statement = 'if' branch {'elif' branch} ['else' body]   (newlines may come before
+    branch       = expr body                                    'elif' and 'else')
+    for_statement = 'for' NAME 'in' expr body
+    while_statement = 'while' expr body
+    def_statement = 'def' NAME '(' [parameter {',' parameter} [',']] ')' ('=' expr | body)
+    parameter    = NAME ['=' expr]
+    return_statement = 'return' [expr {',' expr}]
+    expr         = operand { INFIX expr | postfix }
+    operand      = NUM | NAME | STRING | 'None' | call | unary | parenthesized | array
+    postfix      = index | '(' arguments ')' | 'if' expr 'else' expr
 
-To add a statement form: write a method ``rule(self, pos) -> (pos, node)`` and
-key it by its leading keyword in ``_STATEMENTS`` (``if``, ``for``, ``while``,
-``def``, ``return``, ``break``...).  A ``{ ... }`` body is ``self.block(pos,
-"}")``: the statements up to the closing token, as the program is ``block(0,
-"eof")``.  A form that starts with a name and an operator (``x += e``) is
-keyed by that operator in ``_ASSIGNMENTS`` instead.  Node classes are below.
+Where a statement may stand is checked as it is parsed, from a :class:`_Context`
+passed down the blocks: ``def`` and ``input`` at the top level only, ``return``
+inside a ``def``, ``break`` and ``continue`` inside a loop.
+
+To add a statement form: write a method ``rule(self, pos, ctx) -> (pos, node)``
+and key it by its leading keyword in ``_STATEMENTS`` (reserve the keyword in
+lexer.RESERVED, so that it gets a token kind of its own).  A ``{ ... }`` body is
+``self.body(pos, ctx, where)``.  A form that starts with a name and an operator
+(``x += e``) is keyed by that operator in ``_ASSIGNMENTS`` instead.  Node classes
+are below.
 
 To add an operator: give it a token in the lexer, then one entry in a table.
 A binary operator is an entry in ``_INFIX`` (its binding powers and the Binary
 op it builds); a prefix one a method in ``_PREFIX``; one that builds more than
-a Binary (``x[i]``, and ``a if c else b`` to come) a method ``rule(self, pos,
+a Binary (``x[i]``, ``f(a)(b)``, ``a if c else b``) a method ``rule(self, pos,
 left, depth)`` in ``_POSTFIX``, with its left binding power.  Words used as
-operators (``and``, ``not``, ``if``) need a token kind of their own from the
-lexer (their text, as operators have), or they read as names.
+operators (``and``, ``not``, ``if``) are reserved words: their token kind is their
+text, as an operator's is.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from .errors import Source, SyntaxError_, to_pos
-from .lexer import Token, scan, tokenize
+from .lexer import RESERVED, Token, scan, tokenize
 
-__all__ = ["ArrayLit", "Assign", "Binary", "Bool", "Call", "COMPARISONS", "ExprStmt", "Index", "InputDecl",
-           "Inputs", "Keyword", "MAX_DEPTH", "Name", "Num", "Program", "Slice", "Token", "TupleLit", "Unary",
-           "parse", "parse_expression", "tokenize"]
+__all__ = ["Apply", "ArrayLit", "Assign", "AugAssign", "Binary", "Bool", "Branch", "Break", "Call", "COMPARISONS",
+           "CondExpr", "Continue", "Def", "Destructure", "EllipsisLit", "ExprStmt", "For", "If", "Index",
+           "IndexAssign", "InputDecl", "Inputs", "Keyword", "MAX_DEPTH", "Name", "NoneLit", "Num", "Param",
+           "Program", "RESERVED", "Return", "Slice", "Str", "Token", "TupleLit", "Unary", "While", "parse",
+           "parse_expression", "tokenize", "walk_names"]
 
-#: Deepest nesting of brackets, prefix operators and ``^`` the parser accepts.
+#: Deepest nesting of brackets, prefix operators and ``^`` the parser accepts in an
+#: expression, and of ``{ }`` blocks in a program.
 MAX_DEPTH = 100
 
 _new = tuple.__new__  # the nodes without their Python-level __new__: hot paths
@@ -57,7 +78,8 @@ _new = tuple.__new__  # the nodes without their Python-level __new__: hot paths
 # --------------------------------------------------------------------------
 
 #: Every node's last field is its location (see errors.to_loc): an int, which the
-#: lexer makes cheaply for every token; ``node.pos`` is its Pos.
+#: lexer makes cheaply for every token; ``node.pos`` is its Pos.  A *body* is a
+#: tuple of statements.
 _POS = property(lambda node: to_pos(node[-1]), doc="the node's position, a Pos")
 
 
@@ -84,18 +106,45 @@ class Bool(NamedTuple):
     pos = _POS
 
 
+class Str(NamedTuple):
+    value: str  # without its quotes
+    loc: int
+    pos = _POS
+
+
+class NoneLit(NamedTuple):
+    loc: int
+    pos = _POS
+
+
+class EllipsisLit(NamedTuple):  # `...`, in an index only
+    loc: int
+    pos = _POS
+
+
 class Unary(NamedTuple):
-    op: str  # "-" or "+"
+    op: str  # "-", "+" or "not"
     operand: object
     loc: int
     pos = _POS
 
 
 class Binary(NamedTuple):
-    op: str  # + - * / @ ^ and comparisons
+    op: str  # + - * / // % @ ^, comparisons, "and", "or"
     left: object
     right: object
     loc: int  # the operator's location
+    pos = _POS
+
+
+class CondExpr(NamedTuple):
+    """``then if cond else orelse``."""
+
+    then: object
+    cond: object
+    orelse: object
+    cond_loc: int  # the condition's first token (what a path-change flag names)
+    loc: int  # the 'if'
     pos = _POS
 
 
@@ -114,6 +163,16 @@ class Call(NamedTuple):
     pos = _POS
 
 
+class Apply(NamedTuple):
+    """A call of the value of a call: ``grad(f)(a, b)``."""
+
+    callee: object  # the Call, `grad(f)`
+    args: tuple
+    kwargs: tuple  # of Keyword
+    loc: int  # the second '('
+    pos = _POS
+
+
 class Slice(NamedTuple):
     start: object  # expression or None
     stop: object
@@ -124,7 +183,7 @@ class Slice(NamedTuple):
 
 class Index(NamedTuple):
     value: object
-    items: tuple  # expressions and Slices
+    items: tuple  # expressions, Slices, NoneLit and EllipsisLit
     loc: int  # the '[' location
     pos = _POS
 
@@ -162,8 +221,101 @@ class Assign(NamedTuple):
     pos = _POS
 
 
+class AugAssign(NamedTuple):
+    """``name op= value``."""
+
+    name: str
+    op: str  # "+", "-", "*" or "/"
+    value: object
+    loc: int  # the name's
+    pos = _POS
+
+
+class IndexAssign(NamedTuple):
+    """``name[items] = value`` and ``name[items] += value``: a functional update."""
+
+    name: str
+    items: tuple  # as Index.items
+    op: str  # "=" or "+="
+    value: object
+    loc: int  # the name's
+    pos = _POS
+
+
+class Destructure(NamedTuple):
+    """``a, b = value`` (``a, = value``: names is ("a",))."""
+
+    names: tuple  # of str
+    value: object
+    loc: int  # the first name's
+    pos = _POS
+
+
 class ExprStmt(NamedTuple):
     value: object
+    loc: int
+    pos = _POS
+
+
+class Branch(NamedTuple):
+    """``cond { body }``: the if's or an elif's."""
+
+    cond: object
+    body: tuple
+    loc: int  # the condition's first token (what a path-change flag names)
+    pos = _POS
+
+
+class If(NamedTuple):
+    branches: tuple  # of Branch: the if's, then each elif's
+    orelse: tuple | None  # the else body, or None
+    loc: int  # the 'if'
+    pos = _POS
+
+
+class For(NamedTuple):
+    var: str
+    iterable: object  # a Call of `range` (integers), or any expression (its first axis)
+    body: tuple
+    loc: int  # the 'for'
+    pos = _POS
+
+
+class While(NamedTuple):
+    cond: object
+    body: tuple
+    cond_loc: int  # the condition's first token
+    loc: int  # the 'while'
+    pos = _POS
+
+
+class Break(NamedTuple):
+    loc: int
+    pos = _POS
+
+
+class Continue(NamedTuple):
+    loc: int
+    pos = _POS
+
+
+class Param(NamedTuple):
+    name: str
+    default: object  # expression or None
+    loc: int
+    pos = _POS
+
+
+class Def(NamedTuple):
+    name: str
+    params: tuple  # of Param
+    body: tuple  # `def f(x) = e` has the body (Return((e,), e's location),)
+    loc: int  # the 'def'
+    pos = _POS
+
+
+class Return(NamedTuple):
+    values: tuple  # expressions; empty for a bare `return`
     loc: int
     pos = _POS
 
@@ -173,12 +325,35 @@ class Program(NamedTuple):
 
     statements: tuple
     source: Source = Source("")
-    #: Per statement, the Name nodes it reads, in textual order (what ``find_inputs``
-    #: needs; the parser notes them as it makes them).  Empty when not known.
+    #: Per statement, the Name nodes its text reads, in textual order (what ``find_inputs``
+    #: needs; the parser notes them as it makes them, and :func:`walk_names` finds the
+    #: same): for a compound statement (if, for, while, def), every Name read anywhere in
+    #: it, whatever the scope; ``a += e`` and ``a[i] = e`` read their target first.
+    #: Parameters, loop variables and function names are not reads.  Empty when not known.
     reads: tuple = ()
 
 
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+def walk_names(node):
+    """The Name nodes that `node` reads (any node, or a tuple of them such as a body), in
+    textual order, without recursion: what Program.reads notes for a statement.
+
+    A node's fields are in textual order (``then if cond else orelse`` included), so a
+    plain walk of them is one; ``a += e`` and ``a[i] = e`` read their target first, a
+    Name of the target's text and location."""
+    stack = [node]
+    push, pop = stack.extend, stack.pop
+    while stack:
+        n = pop()
+        cls = n.__class__
+        if cls is Name:
+            yield n
+        elif isinstance(n, tuple):  # a node (its fields) or a tuple of nodes
+            if cls is AugAssign or cls is IndexAssign:
+                yield Name(n.name, n.loc)
+            push(reversed(n))
 
 # --------------------------------------------------------------------------
 # Parser
@@ -191,11 +366,16 @@ COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 #   '*' (lbp 30 < 40) does not, so '-' closes over x^2, and the outer loop
 #   (min_bp 0) then takes '*': (-(x^2))*y.  '^' has rbp 49 < lbp 50, so
 #   a^b^c nests to the right; its operand may start with a prefix '-' (2^-1).
+# And `not a < b and c`: prefix 'not' parses its operand with min_bp 8, which
+#   '<' (lbp 10) joins and 'and' (lbp 6) does not: (not (a < b)) and c.
+_COND_BP = 2  # `a if c else b`: a postfix rule (see conditional), right-associative
+_NOT_BP = 8  # the operand of a prefix `not`: tighter than and/or, looser than comparisons
 _COMPARISON_BP = 10  # no operator chains after a comparison: `a < b < c` is an error
 _INFIX = {  # operator: (lbp, rbp, the Binary op it builds)
-    **{op: (_COMPARISON_BP, 11, op) for op in COMPARISONS},        # non-associative
+    "or": (4, 5, "or"), "and": (6, 7, "and"),                         # logical, left
+    **{op: (_COMPARISON_BP, 11, op) for op in COMPARISONS},          # non-associative
     "+": (20, 21, "+"), "-": (20, 21, "-"),                          # additive, left
-    "*": (30, 31, "*"), "/": (30, 31, "/"), "@": (30, 31, "@"),      # multiplicative, left
+    **{op: (30, 31, op) for op in ("*", "/", "//", "%", "@")},       # multiplicative, left
     "^": (50, 49, "^"), "**": (50, 49, "^"),                         # power, right
 }
 _PREFIX_BP = 40  # unary - and +
@@ -205,17 +385,35 @@ _BOOLS = {"true": True, "True": True, "false": False, "False": False}
 _FOUND = {"eof": "end of input", "newline": "end of line"}
 _NO_STOP = (":", ",", "]")  # after a slice's first ':', the stop is left out
 _NO_STEP = (",", "]")  # after its second ':', the step is
+_STATEMENT_ENDS = frozenset(("newline", ";", "}", "eof"))
+_AUGMENTED = ("+=", "-=", "*=", "/=")
+_UPDATES = frozenset(("=", *_AUGMENTED))  # what may follow NAME[INDEX] in a statement
+_TARGET_NEXT = frozenset(("=", *_AUGMENTED, ","))  # after a reserved word, these say it is a target
+_RESERVED_HINT = "pick another name"
+_BLOCK_HINT = "a block is written { ... }"
+
+
+class _Context(NamedTuple):
+    """Where the statements of a block stand: what they may be."""
+
+    in_def: bool  # inside a def's body: `return` allowed
+    in_loop: bool  # inside a loop's body (not across a def): `break` and `continue` allowed
+    depth: int  # the blocks open around them (0: the top level)
+
+
+_TOP = _Context(False, False, 0)
 
 
 class _Parser:
     """The grammar rules, over the tokens of one text: ``_Parser(text).program()``.
 
     A rule ``rule(self, pos, ...)`` reads from token ``pos`` on and returns
-    ``(pos, node)``, pos now just past what it read; the expression rules also take
+    ``(pos, node)``, pos now just past what it read; the statement rules also take
+    ``ctx``, the :class:`_Context` of their block, and the expression rules
     ``depth``, the number of ``expr`` calls active (the nesting cap).  The object
     holds the token lists and the Name nodes made so far, and no bound method of
     itself: it forms no reference cycle, and is freed as soon as parsing ends.
-    ``kinds[pos] == "("`` tests for an operator: its kind is its text.
+    ``kinds[pos] == "("`` tests for an operator or a reserved word: its kind is its text.
     """
 
     def __init__(self, text: str):
@@ -226,25 +424,23 @@ class _Parser:
     # -- the two entry points ------------------------------------------------------
     def program(self) -> tuple[tuple, tuple]:
         """The statements of the text, and per statement the Name nodes it reads."""
-        _, statements, reads = self.block(0, "eof")
+        _, statements, reads = self.block(0, "eof", _TOP)
         return statements, reads
 
     def expression(self):
         """The text as one expression (blank lines around it allowed)."""
         kinds = self.kinds
-        pos = 0
-        while kinds[pos] == "newline":
-            pos += 1
+        pos = self.skip_newlines(0)
         pos, node = self.expr(pos, 0, 1)
-        while kinds[pos] == "newline":
-            pos += 1
+        pos = self.skip_newlines(pos)
         if kinds[pos] != "eof":
             self.fail(pos, "expected end of value")
         return node
 
     # -- errors ------------------------------------------------------------------
     def fail(self, pos: int, message: str, hint: str | None = None):
-        found = _FOUND.get(self.kinds[pos]) or f"'{self.texts[pos]}'"
+        kind, text = self.kinds[pos], self.texts[pos]
+        found = _FOUND.get(kind) or (f"the string {text}" if kind == "str" else f"'{text}'")
         raise SyntaxError_(f"{message}, found {found}", self.lcs[pos], hint=hint)
 
     def expect(self, pos: int, text: str, what: str | None = None) -> int:
@@ -257,12 +453,26 @@ class _Parser:
         raise SyntaxError_(f"expression nested deeper than {MAX_DEPTH} levels", self.lcs[pos],
                            hint="split it into named intermediate statements")
 
+    def reserved(self, pos: int, hint: str = _RESERVED_HINT):
+        """The word at pos is reserved, and was written where a name goes."""
+        raise SyntaxError_(f"'{self.texts[pos]}' is a reserved word", self.lcs[pos], hint=hint)
+
+    def misplaced(self, pos: int, message: str, hint: str):
+        """The statement at pos may not stand where it is."""
+        raise SyntaxError_(message, self.lcs[pos], hint=hint)
+
+    def skip_newlines(self, pos: int) -> int:
+        kinds = self.kinds
+        while kinds[pos] == "newline":
+            pos += 1
+        return pos
+
     # -- statements ----------------------------------------------------------------
-    def block(self, pos: int, closer: str) -> tuple[int, tuple, tuple]:
+    def block(self, pos: int, closer: str, ctx: _Context) -> tuple[int, tuple, tuple]:
         """The statements up to the token `closer` (not read): (pos, statements, reads),
         reads being per statement the Name nodes it reads, in textual order (those of a
         nested block among them: they are read off ``self.names`` as they are made)."""
-        kinds, names, statement = self.kinds, self.names, self.statement
+        kinds, names, assignments = self.kinds, self.names, _ASSIGNMENTS
         statements, reads = [], []
         while True:
             k = kinds[pos]
@@ -272,7 +482,10 @@ class _Parser:
                 return pos, tuple(statements), tuple(reads)
             else:
                 mark = len(names)
-                pos, node = statement(pos)
+                rule = assignments.get(kinds[pos + 1]) if k == "name" else None  # NAME = ..., most statements
+                if rule is None:
+                    rule = self.statement_rule(pos)
+                pos, node = rule(self, pos, ctx)  # (a call of the rule from here: one frame less per block)
                 statements.append(node)
                 reads.append(tuple(names[mark:]))
                 k = kinds[pos]
@@ -285,29 +498,99 @@ class _Parser:
             hint = "separate statements with a newline or ';', or add an operator"
         self.fail(pos, "expected end of statement", hint)
 
-    def statement(self, pos: int):
-        """One statement, chosen by its first token or two."""
-        if self.kinds[pos] == "name":
-            assignment = _ASSIGNMENTS.get(self.kinds[pos + 1])
-            if assignment is not None:  # NAME = ..., most statements
-                return assignment(self, pos)
-        rule = _STATEMENTS.get(self.texts[pos])
-        if rule is not None:
-            return rule(self, pos)
-        return self.expression_statement(pos)
+    def statement_rule(self, pos: int):
+        """The rule of the statement at pos, chosen by its first token (block() has
+        chosen the assignments already, by their second)."""
+        k = self.kinds[pos]
+        if k in RESERVED and self.kinds[pos + 1] in _TARGET_NEXT:  # `for = 1`, `in += 1`
+            self.reserved(pos)
+        return _STATEMENTS.get(self.texts[pos], _Parser.expression_statement)  # a keyword, or `input`
 
-    def assignment(self, pos: int):
+    def body(self, pos: int, ctx: _Context, where: str, hint: str = _BLOCK_HINT) -> tuple[int, tuple]:
+        """``{ statements }`` (newlines may come before the '{'), one block deeper than
+        ctx: (pos past the '}', the statements).  `where` completes "expected '{' ..."."""
+        kinds = self.kinds
+        at = self.skip_newlines(pos)
+        if kinds[at] != "{":  # (named where it was due: at the end of the line, if it ends there)
+            if kinds[pos] == ":" and hint is _BLOCK_HINT:
+                hint = "blocks are written in { }, not after ':'"
+            self.fail(pos, f"expected '{{' {where}", hint)
+        if ctx.depth >= MAX_DEPTH:
+            raise SyntaxError_(f"blocks nested deeper than {MAX_DEPTH} levels", self.lcs[at],
+                               hint="move the inner part into a function (def)")
+        end, statements, _ = self.block(at + 1, "}", _Context(ctx.in_def, ctx.in_loop, ctx.depth + 1))
+        return end + 1, statements
+
+    # -- assignments (the table _ASSIGNMENTS: NAME, then the token each is keyed by) ----------
+    def assignment(self, pos: int, ctx: _Context):
         end, value = self.expr(pos + 2, 0, 1)
         return end, _new(Assign, (self.texts[pos], value, self.lcs[pos]))
 
-    def expression_statement(self, pos: int):
-        end, value = self.expr(pos, 0, 1)
-        return end, _new(ExprStmt, (value, self.lcs[pos]))
+    def aug_assignment(self, pos: int, ctx: _Context):
+        """``NAME += e`` (and -=, *=, /=): it reads NAME too."""
+        self.note_read(_new(Name, (self.texts[pos], self.lcs[pos])))
+        end, value = self.expr(pos + 2, 0, 1)
+        return end, AugAssign(self.texts[pos], self.kinds[pos + 1][0], value, self.lcs[pos])
 
-    def input_statement(self, pos: int):
+    def destructuring(self, pos: int, ctx: _Context):
+        """``a, b = e``, ``a, = e``; pos is the first name, a ',' follows it.  Anything
+        else that starts so is an expression statement (whose error names the ',')."""
+        kinds = self.kinds
+        at = pos + 1
+        while kinds[at] == ",":  # look ahead: names and commas up to an '='
+            at += 1
+            if kinds[at] == "=":
+                break
+            if kinds[at] != "name" and kinds[at] not in RESERVED:
+                return self.expression_statement(pos, ctx)
+            at += 1
+        if kinds[at] != "=":
+            return self.expression_statement(pos, ctx)
+        names = tuple(self.new_name(k, "a name") for k in range(pos, at, 2))
+        end, value = self.expr(at + 1, 0, 1)
+        return end, Destructure(names, value, self.lcs[pos])
+
+    def expression_statement(self, pos: int, ctx: _Context):
+        """A bare expression, or, when an '=' or '+=' follows it, ``NAME[INDEX] = e``."""
+        end, value = self.expr(pos, 0, 1)
+        if self.kinds[end] in _UPDATES and type(value) is Index:
+            return self.index_assignment(pos, end, value)
+        return end, _new(ExprStmt, (value, self.lcs[pos]))  # (`f(x) = 1`: the block names the '=')
+
+    def index_assignment(self, pos: int, at: int, target: Index):
+        """``NAME[INDEX] = e`` or ``+= e``: target is NAME[INDEX], at its operator."""
+        if type(target.value) is not Name:
+            hint = "index once: x[i, j] = ..." if type(target.value) is Index else "assign to NAME[INDEX]"
+            raise SyntaxError_("only a name's elements can be assigned", self.lcs[pos], hint=hint)
+        op, name = self.kinds[at], target.value.id
+        if op not in ("=", "+="):
+            raise SyntaxError_(f"'{op}' cannot update elements: only '=' and '+=' can", self.lcs[at],
+                               hint=f"write {name}[...] = {name}[...] {op[0]} (...)")
+        end, value = self.expr(at + 1, 0, 1)
+        return end, IndexAssign(name, target.items, op, value, self.lcs[pos])
+
+    def new_name(self, pos: int, what: str) -> str:
+        """The name that a statement binds at pos (a parameter, a loop variable...)."""
+        kind, text = self.kinds[pos], self.texts[pos]
+        if kind in RESERVED:
+            self.reserved(pos)
+        if kind != "name":
+            self.fail(pos, f"expected {what}")
+        if text in _BOOLS:
+            raise SyntaxError_(f"'{text}' is a literal, not a name", self.lcs[pos], hint=_RESERVED_HINT)
+        return text
+
+    # -- statements that start with a keyword (the table _STATEMENTS) -----------------
+    def input_statement(self, pos: int, ctx: _Context):
         """``input`` and its declarations; ``input`` not followed by a name is a variable."""
-        if self.kinds[pos + 1] != "name":
-            return self.expression_statement(pos)
+        k = self.kinds[pos + 1]
+        if k != "name":
+            if k in RESERVED and k not in _AFTER_OPERAND:  # `input def`, not `input if c else 0`
+                self.reserved(pos + 1)
+            return self.expression_statement(pos, ctx)
+        if ctx.depth:
+            self.misplaced(pos, "'input' is allowed only at the top level",
+                           "declare inputs at the top level, before the blocks that use them")
         decls = []
         end = pos
         while True:
@@ -320,6 +603,8 @@ class _Parser:
         """``NAME``, then perhaps a shape ``[3, 4]``, then perhaps ``= default``."""
         kinds = self.kinds
         if kinds[pos] != "name":
+            if kinds[pos] in RESERVED:
+                self.reserved(pos)
             self.fail(pos, "expected an input name")
         end, shape, default = pos + 1, None, None
         if kinds[end] == "[":
@@ -334,6 +619,127 @@ class _Parser:
         if self.kinds[pos] != "num" or not Num(0, text, None).is_int:
             self.fail(pos, "expected an integer dimension", "shapes are integer literals: input W[3, 4]")
         return pos + 1, int(text)
+
+    def if_statement(self, pos: int, ctx: _Context):
+        """``if COND { } elif COND { } else { }``: pos is the 'if'."""
+        kinds, branches, orelse = self.kinds, [], None
+        end = pos
+        while True:  # end is at the 'if' or an 'elif'
+            end, branch = self.branch(end + 1, ctx)
+            branches.append(branch)
+            after = self.skip_newlines(end)  # `}` and the next keyword may be on different lines
+            if kinds[after] != "elif":
+                break
+            end = after
+        if kinds[after] == "else":
+            hint = "write 'elif COND { ... }'" if kinds[after + 1] == "if" else _BLOCK_HINT
+            end, orelse = self.body(after + 1, ctx, "after 'else'", hint)
+            after = self.skip_newlines(end)
+            if kinds[after] in ("elif", "else"):
+                self.misplaced(after, f"'{kinds[after]}' after 'else'", "'else' comes last in an if")
+        return end, If(tuple(branches), orelse, self.lcs[pos])
+
+    def branch(self, pos: int, ctx: _Context):
+        """``COND { body }``: pos is the condition's first token."""
+        end, cond = self.condition(pos)
+        end, body = self.body(end, ctx, "after the condition")
+        return end, Branch(cond, body, self.lcs[pos])
+
+    def condition(self, pos: int):
+        if self.kinds[pos] == "{":
+            self.fail(pos, "expected a condition")
+        return self.expr(pos, 0, 1)
+
+    def bare_block(self, pos: int, ctx: _Context):
+        """``{`` where a statement starts: a block out of place if statements follow it,
+        else a literal of another language (``{1}``), which the expression rules name."""
+        kinds = self.kinds
+        k = kinds[pos + 1]
+        if k in ("newline", "}") or k in _STATEMENTS or kinds[pos + 2] in _ASSIGNMENTS:
+            self.fail(pos, "expected a statement", "a block { ... } follows if, elif, else, for, while or def")
+        return self.expression_statement(pos, ctx)
+
+    def stray_branch(self, pos: int, ctx: _Context):
+        """``elif`` or ``else`` where a statement starts: no if before it."""
+        word = self.texts[pos]
+        self.misplaced(pos, f"'{word}' without an 'if'", f"'{word}' follows the '}}' of an if's block")
+
+    def for_statement(self, pos: int, ctx: _Context):
+        """``for NAME in EXPR { body }``: pos is the 'for'."""
+        var = self.new_name(pos + 1, "a loop variable")
+        end = self.expect(pos + 2, "in", "after the loop variable")
+        end, iterable = self.expr(end, 0, 1)
+        end, body = self.body(end, ctx._replace(in_loop=True), "after the loop's range")
+        return end, For(var, iterable, body, self.lcs[pos])
+
+    def while_statement(self, pos: int, ctx: _Context):
+        """``while COND { body }``: pos is the 'while'."""
+        end, cond = self.condition(pos + 1)
+        end, body = self.body(end, ctx._replace(in_loop=True), "after the condition")
+        return end, While(cond, body, self.lcs[pos + 1], self.lcs[pos])
+
+    def loop_jump(self, pos: int, ctx: _Context):
+        """``break`` or ``continue``, inside a loop."""
+        word = self.texts[pos]
+        if not ctx.in_loop:
+            self.misplaced(pos, f"'{word}' outside a loop", f"'{word}' goes inside the body of a for or while loop")
+        return pos + 1, (Break if word == "break" else Continue)(self.lcs[pos])
+
+    def return_statement(self, pos: int, ctx: _Context):
+        """``return``, ``return e`` or ``return e1, e2, ...``, inside a def's body."""
+        if not ctx.in_def:
+            self.misplaced(pos, "'return' outside a function", "'return' goes inside a def's body: "
+                                                                 "def f(x) { ...; return ... }")
+        values = []
+        end = pos + 1
+        if self.kinds[end] not in _STATEMENT_ENDS:
+            end, value = self.expr(end, 0, 1)
+            values.append(value)
+            while self.kinds[end] == ",":
+                end, value = self.expr(end + 1, 0, 1)
+                values.append(value)
+        return end, Return(tuple(values), self.lcs[pos])
+
+    def def_statement(self, pos: int, ctx: _Context):
+        """``def NAME(params) = e`` or ``def NAME(params) { body }``, at the top level."""
+        if ctx.depth:
+            self.misplaced(pos, "'def' is allowed only at the top level",
+                           "move it out of the block: a function is visible everywhere in the program")
+        name = self.new_name(pos + 1, "a function name")
+        end = self.expect(pos + 2, "(", "after the function name")
+        end, params = self.comma_list(end, ")", _Parser.parameter, "between parameters", 0)
+        self.check_parameters(params)
+        if self.kinds[end] == "=":
+            at = end + 1
+            end, value = self.expr(at, 0, 1)
+            body = (Return((value,), self.lcs[at]),)
+        else:
+            end, body = self.body(end, _Context(True, False, 0), "or '=' after the parameters",
+                                  "def f(x) = x^2, or def f(x) { ...; return ... }")
+        return end, Def(name, params, body, self.lcs[pos])
+
+    def parameter(self, pos: int, depth: int):
+        """``NAME`` or ``NAME = default``."""
+        name = self.new_name(pos, "a parameter name")
+        if self.kinds[pos + 1] != "=":
+            return pos + 1, Param(name, None, self.lcs[pos])
+        end, default = self.expr(pos + 2, 0, depth + 1)
+        return end, Param(name, default, self.lcs[pos])
+
+    @staticmethod
+    def check_parameters(params: tuple):
+        """Each name once, and the parameters with defaults last (as Python has them)."""
+        seen, defaulted = set(), None
+        for p in params:
+            if p.name in seen:
+                raise SyntaxError_(f"parameter '{p.name}' appears twice", p.loc,
+                                   hint="give each parameter its own name")
+            seen.add(p.name)
+            if p.default is not None:
+                defaulted = p
+            elif defaulted is not None:
+                raise SyntaxError_(f"parameter '{p.name}' has no default but follows '{defaulted.name}', which has one",
+                                   p.loc, hint="put the parameters with defaults last")
 
     # -- expressions -----------------------------------------------------------------
     def expr(self, pos: int, min_bp: int, depth: int):
@@ -362,7 +768,7 @@ class _Parser:
         else:
             prefix = _PREFIX.get(k)
             if prefix is None:
-                self.fail(pos, "expected an expression")
+                self.not_an_operand(pos)
             pos, left = prefix(self, pos, depth)
         chained = 0
         while True:
@@ -383,7 +789,17 @@ class _Parser:
             left = _new(Binary, (op, left, right, self.lcs[at]))
             if lbp == _COMPARISON_BP and kinds[pos] in _COMPARISON_SET:
                 raise SyntaxError_("comparisons cannot be chained", self.lcs[pos],
-                                   hint="combine masks with '*', e.g. (a < b) * (b < c)")
+                                   hint="combine them with 'and': a < b and b < c")
+
+    def not_an_operand(self, pos: int):
+        """The error for a token that cannot start an expression."""
+        k = self.kinds[pos]
+        if k in RESERVED and k not in _INFIX:  # (`and`, `or` there are operators out of place)
+            self.reserved(pos, _RESERVED_HINT + (" (a conditional expression is A if COND else B)"
+                                                 if k == "if" else ""))
+        if k == "...":
+            raise SyntaxError_("'...' is allowed only in an index", self.lcs[pos], hint="e.g. x[..., 0]")
+        self.fail(pos, "expected an expression", "array literals use [ ]" if k == "{" else None)
 
     def element(self, pos: int, depth: int):
         """An expression inside brackets, one level deeper."""
@@ -404,6 +820,16 @@ class _Parser:
     def unary(self, pos: int, depth: int):
         end, operand = self.expr(pos + 1, _PREFIX_BP, depth + 1)
         return end, _new(Unary, (self.kinds[pos], operand, self.lcs[pos]))
+
+    def logical_not(self, pos: int, depth: int):
+        end, operand = self.expr(pos + 1, _NOT_BP, depth + 1)
+        return end, Unary("not", operand, self.lcs[pos])
+
+    def string(self, pos: int, depth: int):
+        return pos + 1, Str(self.texts[pos][1:-1], self.lcs[pos])
+
+    def none(self, pos: int, depth: int):
+        return pos + 1, NoneLit(self.lcs[pos])
 
     def parenthesized(self, pos: int, depth: int):
         """``( )``, ``(expr)``, or a tuple ``(a, b, ...)`` (a trailing comma allowed)."""
@@ -429,9 +855,14 @@ class _Parser:
 
     def call(self, pos: int, depth: int):
         """``NAME(arg, ..., key=value, ...)``: pos is the name's token, a '(' follows it."""
+        end, args, kwargs = self.arguments(pos + 2, depth)
+        return end, _new(Call, (self.texts[pos], args, kwargs, self.lcs[pos]))
+
+    def arguments(self, pos: int, depth: int) -> tuple[int, tuple, tuple]:
+        """``arg, ..., key=value, ...)`` from pos (past the '('): (pos past the ')', args, kwargs)."""
         kinds, texts, lcs = self.kinds, self.texts, self.lcs
         args, kwargs = [], []
-        end = pos + 2
+        end = pos
         while kinds[end] != ")":
             at = end
             if kinds[at] == "name" and kinds[at + 1] == "=":
@@ -447,7 +878,7 @@ class _Parser:
                 args.append(value)
             if kinds[end] != ")":
                 end = self.expect(end, ",", "between arguments")
-        return end + 1, _new(Call, (texts[pos], tuple(args), tuple(kwargs), lcs[pos]))
+        return end + 1, tuple(args), tuple(kwargs)
 
     # -- after an operand (the table _POSTFIX) ---------------------------------------
     def index(self, pos: int, left, depth: int):
@@ -458,10 +889,12 @@ class _Parser:
         return end, Index(left, items, self.lcs[pos])
 
     def index_item(self, pos: int, depth: int):
-        """An index, or a slice ``start:stop:step`` with each part optional."""
+        """An index, ``...``, or a slice ``start:stop:step`` with each part optional."""
         kinds = self.kinds
         start = stop = step = None
         end = pos
+        if kinds[pos] == "...":
+            return pos + 1, EllipsisLit(self.lcs[pos])
         if kinds[pos] != ":":
             end, start = self.expr(pos, 0, depth + 1)
             if kinds[end] != ":":
@@ -476,17 +909,42 @@ class _Parser:
         return end, Slice(start, stop, step, self.lcs[pos])
 
     def call_on_value(self, pos: int, left, depth: int):
-        raise SyntaxError_("only named functions can be called", self.lcs[pos])
+        """``grad(f)(x)``: a call of the value of a call; pos is the second '('."""
+        if type(left) is not Call:
+            raise SyntaxError_("only named functions can be called", self.lcs[pos])
+        end, args, kwargs = self.arguments(pos + 1, depth)
+        return end, Apply(left, args, kwargs, self.lcs[pos])
+
+    def conditional(self, pos: int, then, depth: int):
+        """``then if cond else orelse``: pos is the 'if'.  The condition binds tighter than
+        a conditional (`a if b if c else d else e` is an error), the else side as loose
+        (`a if c else b if d else e` nests to the right)."""
+        end, cond = self.expr(pos + 1, _COND_BP, depth + 1)
+        if self.kinds[end] != "else":
+            hint = "an if statement starts its line: if COND { ... }" if self.kinds[end] == "{" else \
+                "a conditional expression is A if COND else B"
+            self.fail(end, "expected 'else' in a conditional expression", hint)
+        end, orelse = self.expr(end + 1, _COND_BP - 1, depth + 1)
+        return end, CondExpr(then, cond, orelse, self.lcs[pos + 1], self.lcs[pos])
 
 
 # The dispatch tables of the grammar (after the class: they name its rules).
-_STATEMENTS = {"input": _Parser.input_statement}  # a leading keyword: rule(self, pos)
-_ASSIGNMENTS = {"=": _Parser.assignment}  # the token after a leading name: rule(self, pos)
+_STATEMENTS = {  # a leading keyword (or `input`): rule(self, pos, ctx)
+    "input": _Parser.input_statement, "if": _Parser.if_statement, "for": _Parser.for_statement,
+    "while": _Parser.while_statement, "def": _Parser.def_statement, "return": _Parser.return_statement,
+    "break": _Parser.loop_jump, "continue": _Parser.loop_jump,
+    "elif": _Parser.stray_branch, "else": _Parser.stray_branch, "{": _Parser.bare_block,
+}
+_ASSIGNMENTS = {  # the token after a leading name: rule(self, pos, ctx)
+    "=": _Parser.assignment, **dict.fromkeys(_AUGMENTED, _Parser.aug_assignment), ",": _Parser.destructuring,
+}
 _PREFIX = {  # an operand's first token (but numbers and names): rule(self, pos, depth)
-    "-": _Parser.unary, "+": _Parser.unary, "(": _Parser.parenthesized, "[": _Parser.array,
+    "-": _Parser.unary, "+": _Parser.unary, "not": _Parser.logical_not, "(": _Parser.parenthesized,
+    "[": _Parser.array, "str": _Parser.string, "None": _Parser.none,
 }
 _POSTFIX = {  # a token after an operand, not a binary operator: (lbp, None, rule(self, pos, left, depth))
     "[": (_POSTFIX_BP, None, _Parser.index), "(": (_POSTFIX_BP, None, _Parser.call_on_value),
+    "if": (_COND_BP, None, _Parser.conditional),
 }
 _AFTER_OPERAND = {**_INFIX, **_POSTFIX}  # what expr() looks up after each operand: one lookup
 

@@ -4,7 +4,9 @@ core/syntax.py was rewritten for speed (one regex match per token, parallel
 token lists, closures); these tests pin its observable behaviour: error
 messages, positions and hints for broken programs (recorded from the previous,
 straightforward implementation), node positions for valid ones, and the
-nesting limit.
+nesting limit.  Issue 15 changed the language: strings, '%', '{ }' blocks and
+`grad(f)(x)` are part of it now, and hints name 'and', 'or' and 'not'
+(tests/test_syntax_blocks.py covers the new forms).
 """
 from __future__ import annotations
 
@@ -35,14 +37,14 @@ _BROKEN = [  # (source, str(error), (line, col), hint), as the reference impleme
     ('(\n\n', "prog.grad:1:1: '(' is never closed", (1, 1), "add ')'"),
     ('$', "prog.grad:1:1: unexpected character '$'", (1, 1), None),
     ('x $ y', "prog.grad:1:3: unexpected character '$'", (1, 3), None),
-    ("'a'", 'prog.grad:1:1: string literals are not part of the language', (1, 1), None),
-    ('"s"', 'prog.grad:1:1: string literals are not part of the language', (1, 1), None),
-    ('!x', "prog.grad:1:1: unexpected character '!'", (1, 1), "use '!=' for 'not equal'"),
+    ("'a", 'prog.grad:1:1: string literal is never closed', (1, 1), "end it with ' on the same line"),
+    ('x = "s\n"', 'prog.grad:1:5: string literal is never closed', (1, 5), 'end it with " on the same line'),
+    ('!x', "prog.grad:1:1: unexpected character '!'", (1, 1), "use 'not' for negation, '!=' for 'not equal'"),
     ('a.b', "prog.grad:1:2: unexpected character '.'", (1, 2), 'attribute access is not part of the language'),
-    ('a & b', "prog.grad:1:3: unexpected character '&'", (1, 3), 'use where(...) or multiplication of masks'),
-    ('a | b', "prog.grad:1:3: unexpected character '|'", (1, 3), 'use maximum(...) of masks'),
-    ('a % b', "prog.grad:1:3: unexpected character '%'", (1, 3), 'there is no modulo operator'),
-    ('{1}', "prog.grad:1:1: unexpected character '{'", (1, 1), 'array literals use [ ]'),
+    ('a & b', "prog.grad:1:3: unexpected character '&'", (1, 3), "use 'and' (elementwise, on masks)"),
+    ('a | b', "prog.grad:1:3: unexpected character '|'", (1, 3), "use 'or' (elementwise, on masks)"),
+    ('a ? b', "prog.grad:1:3: unexpected character '?'", (1, 3), None),
+    ('{1}', "prog.grad:1:1: expected an expression, found '{'", (1, 1), 'array literals use [ ]'),
     ('é', "prog.grad:1:1: unexpected character 'é' (U+00E9)", (1, 1), 'programs are written in ASCII'),
     ('x\x00', "prog.grad:1:2: unexpected character '\\x00' (U+0000)", (1, 2), 'programs are written in ASCII'),
     ('  #c\n @@', "prog.grad:2:2: expected an expression, found '@'", (2, 2), None),
@@ -54,9 +56,9 @@ _BROKEN = [  # (source, str(error), (line, col), hint), as the reference impleme
     ('1.5.3', "prog.grad:1:4: expected end of statement, found '.3'", (1, 4), "separate statements with a newline or ';', or add an operator"),
     ('(2x', "prog.grad:1:3: invalid number '2x'", (1, 3), 'put an operator between a number and a name, e.g. 2*x'),
     ('2x)', "prog.grad:1:2: invalid number '2x'", (1, 2), 'put an operator between a number and a name, e.g. 2*x'),
-    ('a < b < c', 'prog.grad:1:7: comparisons cannot be chained', (1, 7), "combine masks with '*', e.g. (a < b) * (b < c)"),
-    ('a <= b == c', 'prog.grad:1:8: comparisons cannot be chained', (1, 8), "combine masks with '*', e.g. (a < b) * (b < c)"),
-    ('a < b + c < d', 'prog.grad:1:11: comparisons cannot be chained', (1, 11), "combine masks with '*', e.g. (a < b) * (b < c)"),
+    ('a < b < c', 'prog.grad:1:7: comparisons cannot be chained', (1, 7), "combine them with 'and': a < b and b < c"),
+    ('a <= b == c', 'prog.grad:1:8: comparisons cannot be chained', (1, 8), "combine them with 'and': a < b and b < c"),
+    ('a < b + c < d', 'prog.grad:1:11: comparisons cannot be chained', (1, 11), "combine them with 'and': a < b and b < c"),
     ('x[]', 'prog.grad:1:2: empty index', (1, 2), None),
     ('x[,]', "prog.grad:1:3: expected an expression, found ','", (1, 3), None),
     ('x[a:b:c:d]', "prog.grad:1:8: expected ',' between indices, found ':'", (1, 8), None),
@@ -92,7 +94,7 @@ _BROKEN = [  # (source, str(error), (line, col), hint), as the reference impleme
     ('x +', 'prog.grad:1:4: expected an expression, found end of input', (1, 4), None),
     ('1 +\n$', "prog.grad:2:1: unexpected character '$'", (2, 1), None),
     ('x = 1\ny = \n', 'prog.grad:2:5: expected an expression, found end of line', (2, 5), None),
-    ('sin(x)(1)', 'prog.grad:1:7: only named functions can be called', (1, 7), None),
+    ('sin(x)(1)(2)', 'prog.grad:1:10: only named functions can be called', (1, 10), None),
     ('(x)(1)', 'prog.grad:1:4: only named functions can be called', (1, 4), None),
     ('2(3)', 'prog.grad:1:2: only named functions can be called', (1, 2), None),
     ('true(1)', 'prog.grad:1:5: only named functions can be called', (1, 5), None),
