@@ -17,6 +17,7 @@ from typing import Annotated, Callable, List, NamedTuple, Optional
 import typer
 
 from gradcalc.errors import GradcalcError, LimitError, UsageError
+from gradcalc.lower import DEFAULT_MAX_STEPS
 from gradcalc.tape import DEFAULT_MAX_ELEMENTS
 
 from . import views
@@ -61,6 +62,8 @@ PrecisionOpt = Annotated[int, typer.Option("--precision", min=1, max=17,
 DebugOpt = Annotated[bool, typer.Option("--debug", help="show a traceback on internal errors")]
 MaxElementsOpt = Annotated[int, typer.Option("--max-elements", min=1,
                                              help="refuse arrays with more elements than this")]
+MaxStepsOpt = Annotated[int, typer.Option("--max-steps", min=1,
+                                          help="stop a run that records more operations plus loop iterations")]
 
 
 def _format_option(name: str):
@@ -76,7 +79,8 @@ def _shared_parameters(name: str, precision: int) -> list:
             inspect.Parameter("json_", option, annotation=JsonOpt, default=False),
             inspect.Parameter("precision", option, annotation=PrecisionOpt, default=precision),
             inspect.Parameter("debug", option, annotation=DebugOpt, default=False),
-            inspect.Parameter("max_elements", option, annotation=MaxElementsOpt, default=DEFAULT_MAX_ELEMENTS)]
+            inspect.Parameter("max_elements", option, annotation=MaxElementsOpt, default=DEFAULT_MAX_ELEMENTS),
+            inspect.Parameter("max_steps", option, annotation=MaxStepsOpt, default=DEFAULT_MAX_STEPS)]
 
 
 class Options(NamedTuple):
@@ -86,13 +90,14 @@ class Options(NamedTuple):
     precision: int
     debug: bool
     max_elements: int
+    max_steps: int = DEFAULT_MAX_STEPS
 
     @classmethod
     def taken_from(cls, kwargs: dict) -> "Options":
         """The shared options, removed from a command's keyword arguments."""
         fmt, json_flag = kwargs.pop("format"), kwargs.pop("json_")
         return cls(Format.json if json_flag else fmt, kwargs.pop("precision"), kwargs.pop("debug"),
-                   kwargs.pop("max_elements"))
+                   kwargs.pop("max_elements"), kwargs.pop("max_steps"))
 
 
 def _typer_function(name: str) -> Callable:
@@ -262,7 +267,8 @@ def eval_cmd(
 ):
     """Evaluate a program: the value of its output (or of every name with --all)."""
     from gradcalc.api import evaluate
-    return evaluate(_source(source), _at(at, opts), of=of, all=all_, max_elements=opts.max_elements)
+    return evaluate(_source(source), _at(at, opts), of=of, all=all_, max_elements=opts.max_elements,
+                    max_steps=opts.max_steps)
 
 
 @command("grad")
@@ -296,7 +302,7 @@ def grad_cmd(
     if source is None:
         raise UsageError("missing SOURCE", hint="gradcalc grad 'sin(x)*y' --at x=1,y=2")
     r = grad(_source(source), point, of=_one(of, "grad"), wrt=wrt, sum=sum_, unconnected=unconnected.value,
-             symbolic=symbolic, max_elements=opts.max_elements)
+             symbolic=symbolic, max_elements=opts.max_elements, max_steps=opts.max_steps)
     return Shown(r, at=point, sum=sum_)
 
 
@@ -327,7 +333,8 @@ def jacobian_cmd(
     """The Jacobian d(of)/d(wrt), of shape of.shape + wrt.shape (JAX's convention)."""
     from gradcalc.api import jacobian
     return jacobian(_source(source), _at(at, opts), of=of, wrt=wrt, mode=mode.value,
-                    unconnected=unconnected.value, symbolic=symbolic, max_elements=opts.max_elements)
+                    unconnected=unconnected.value, symbolic=symbolic, max_elements=opts.max_elements,
+                    max_steps=opts.max_steps)
 
 
 @command("vjp")
@@ -350,7 +357,7 @@ def vjp_cmd(
     else:
         ct = parse_assignments(cotangent, "--cotangent", opts.max_elements, allow_files=False)
     return vjp(_source(source), ct, _at(at, opts), of=of, wrt=wrt, unconnected=unconnected.value,
-               max_elements=opts.max_elements)
+               max_elements=opts.max_elements, max_steps=opts.max_steps)
 
 
 def _is_assignment(text: str) -> bool:
@@ -372,7 +379,8 @@ def jvp_cmd(
     from gradcalc.api import jvp
     from gradcalc.values import parse_assignments
     tangents = parse_assignments(tangent, "--tangent", opts.max_elements, allow_files=False)
-    r = jvp(_source(source), tangents, _at(at, opts), of=_one(of, "jvp"), max_elements=opts.max_elements)
+    r = jvp(_source(source), tangents, _at(at, opts), of=_one(of, "jvp"), max_elements=opts.max_elements,
+            max_steps=opts.max_steps)
     return Shown(r, tangent=tangents)
 
 
@@ -387,7 +395,7 @@ def hessian_cmd(
     """Second derivatives of a scalar output: forward mode over the backward pass."""
     from gradcalc.api import hessian
     return hessian(_source(source), _at(at, opts), of=_one(of, "hessian"), wrt=wrt,
-                   max_elements=opts.max_elements)
+                   max_elements=opts.max_elements, max_steps=opts.max_steps)
 
 
 # ==========================================================================

@@ -11,7 +11,7 @@ import numpy as np
 
 from .errors import ShapeError, UsageError, option
 from .graphs import graph  # (re-exported: gradcalc.api.graph and gradcalc.graph)
-from .lower import Traced
+from .lower import DEFAULT_MAX_STEPS, Traced
 from .results import Result, symbolic_part
 from .session import (eager_backward, identity_seed, inputs_only, jacobian_blocks, parse,
                       quiet, select_names, select_output, trace_source)
@@ -52,9 +52,10 @@ def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
 
 
 @quiet
-def evaluate(source, at=None, of=None, all: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+def evaluate(source, at=None, of=None, all: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS,
+        max_steps=DEFAULT_MAX_STEPS) -> Result:
     """The values of the output (or of every name with all=True, or of each name in of)."""
-    tr = trace_source(source, at, max_elements)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps)
     if all:
         names = list(tr.tape.names)
     elif of is None:
@@ -66,13 +67,14 @@ def evaluate(source, at=None, of=None, all: bool = False, *, max_elements=DEFAUL
 
 @quiet
 def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str = "zero", *,
-         symbolic: bool = False, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+         symbolic: bool = False, max_elements=DEFAULT_MAX_ELEMENTS,
+        max_steps=DEFAULT_MAX_STEPS) -> Result:
     """The gradient of a scalar output (of its sum with sum=True) with respect to wrt.
 
     With symbolic=True, ``Result.symbolic`` also holds sympy's closed forms
     {wrt: {"text", "latex", "value", "note"}}.
     """
-    tr = trace_source(source, at, max_elements)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps)
     out = select_output(tr, of)
     wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     y = tr.value(out)
@@ -97,13 +99,14 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
 
 @quiet
 def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero", *,
-        max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+        max_elements=DEFAULT_MAX_ELEMENTS,
+        max_steps=DEFAULT_MAX_STEPS) -> Result:
     """v^T J: the cotangent pulled back to wrt.
 
     ``cotangent`` is an array for one output, or {output name: array} for
     several (the result is then the sum of their VJPs).  A scalar broadcasts.
     """
-    tr = trace_source(source, at, max_elements)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps)
     if isinstance(cotangent, dict):
         outs = select_names(tr, list(cotangent) if of is None else of, "of", ())
         missing_ct = [o for o in outs if o not in cotangent]
@@ -139,9 +142,10 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
 
 
 @quiet
-def jvp(source, tangent: dict, at=None, of=None, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+def jvp(source, tangent: dict, at=None, of=None, *, max_elements=DEFAULT_MAX_ELEMENTS,
+        max_steps=DEFAULT_MAX_STEPS) -> Result:
     """J v: forward mode along tangent {input name: array}; missing inputs have zero tangent."""
-    tr = trace_source(source, at, max_elements)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps)
     out = select_output(tr, of)
     names = select_names(tr, list(tangent), "tangent", (), among=tr.tape.inputs)  # (jvp: inputs only)
     inputs_only(tr, names, "jvp")
@@ -175,14 +179,15 @@ def _choose_mode(mode, out_size, wrt_size, intermediate):
 
 @quiet
 def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected: str = "zero", *,
-             symbolic: bool = False, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+             symbolic: bool = False, max_elements=DEFAULT_MAX_ELEMENTS,
+        max_steps=DEFAULT_MAX_STEPS) -> Result:
     """d of / d wrt for each output and wrt, of shape of.shape + wrt.shape (JAX's convention).
 
     Reverse mode runs one batched backward pass per output (a row per output
     element); forward mode one batched tangent pass (a column per input
     element).  ``mode="auto"`` picks the one with fewer rows.
     """
-    tr = trace_source(source, at, max_elements)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps)
     outs = [select_output(tr, None)] if of is None else select_names(tr, of, "of", ())
     wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     out_size = sum(tr.value(o).size for o in outs)
@@ -207,12 +212,13 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
 
 
 @quiet
-def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEMENTS,
+        max_steps=DEFAULT_MAX_STEPS) -> Result:
     """Second derivatives of a scalar output: forward mode over the traced backward pass.
 
     The block for (wrt_i, wrt_j) has shape wrt_i.shape + wrt_j.shape.
     """
-    tr = trace_source(source, at, max_elements)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps)
     out = select_output(tr, of)
     wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     inputs_only(tr, wrt, "hessian")

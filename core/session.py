@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .errors import GradcalcError, Source, UsageError, ValueError_, did_you_mean, option
-from .lower import Traced, trace
+from .lower import DEFAULT_MAX_STEPS, Traced, trace
 from .syntax import Program
 from .syntax import parse as parse_text
 from .tape import all_finite
@@ -49,9 +49,9 @@ def parse(source: str | Program, label: str = "<expr>") -> Program:
     return source if isinstance(source, Program) else parse_text(source, label)
 
 
-def trace_source(source, at, max_elements, sample=None) -> Traced:
+def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_STEPS) -> Traced:
     program = parse(source)
-    return trace(program, as_arrays(at), max_elements=max_elements, sample=sample)
+    return trace(program, as_arrays(at), max_elements=max_elements, sample=sample, max_steps=max_steps)
 
 
 def as_arrays(at) -> dict:
@@ -92,7 +92,7 @@ def select_names(tr: Traced, names, what: str, default, among=None) -> list[str]
 def select_output(tr: Traced, of) -> str:
     if of is None:
         if tr.tape.output is None:
-            raise UsageError("the program has no output")
+            raise tr.output_error or UsageError("the program has no output")
         return tr.tape.output
     (name,) = select_names(tr, [of] if isinstance(of, str) else of, "of", ())
     return name

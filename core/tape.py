@@ -145,6 +145,7 @@ class Tape(NamedTuple):
     shapes: dict  # var -> shape
     output: str | None
     positions: dict  # name -> location of its definition (errors.to_pos makes it a Pos)
+    guards: tuple = ()  # of Guard: the decisions the run took (its path)
 
     def __str__(self) -> str:
         """One line per equation, in the manner of JAX's autodidax: the inputs
@@ -161,6 +162,20 @@ class Tape(NamedTuple):
 
 
 _new_equation = tuple.__new__  # Equation(...) without the Python-level __new__
+
+
+class Guard(NamedTuple):
+    """A decision the program took while it was traced, which fixes the path recorded:
+    variable ``var`` had the value ``expected`` (a condition's truth, or the integer, the
+    integer array or the mask an index, a bound or a shape was taken from).  ``loc`` is
+    where in the source (a condition's first token); ``what`` says which kind ("if",
+    "while", "conditional", "index", "range"...).  On another point the tape holds only
+    where every guard's variable has the same value."""
+
+    var: int
+    expected: Any
+    loc: int | None
+    what: str
 
 
 class Warning_(NamedTuple):
@@ -243,6 +258,7 @@ class Builder:
         # location of a call -> the builtin called there, where it records several primitives
         # (mean: sum and div), so that warnings name what the program wrote
         self.labels: dict[int, str] = {}
+        self.guards: list[Guard] = []  # the path taken (see Guard), in the order it was taken
         self._next = 0
 
     # -- variables ------------------------------------------------------------
@@ -371,7 +387,7 @@ class Builder:
 
     def tape(self, inputs: dict, names: dict, output: str | None, positions=None) -> Tape:
         return Tape(tuple(self.equations), dict(self.consts), dict(inputs), dict(names),
-                    dict(self.shapes), output, dict(positions or {}))
+                    dict(self.shapes), output, dict(positions or {}), tuple(self.guards))
 
 
 def _count(n) -> str:

@@ -448,7 +448,7 @@ def test_error_json_object_without_position():
 
 @pytest.mark.parametrize("args, first_line", [
     (["eval", "a < b < c", "--at", "a=1,b=2,c=3"], "error: <expr>:1:7: comparisons cannot be chained"),
-    (["eval", "a = 1\na = 2"], "error: <expr>:2:1: 'a' is already assigned at line 1"),
+    (["eval", "b = a\na = 2"], "error: <expr>:1:5: 'a' has no value yet: it is assigned at line 2, column 1, which has not run"),
     (["eval", "input x\nx = 2", "--at", "x=1"], "error: <expr>:2:1: cannot assign to 'x': it is an input (line 1)"),
     (["eval", "sin + 1"], "error: <expr>:1:1: 'sin' is a function; call it as sin(...)"),
     (["eval", "[1, 2] + [1, 2, 3]"], "error: <expr>:1:8: shapes (2,) and (3,) do not broadcast"),

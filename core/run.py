@@ -1,0 +1,1032 @@
+"""Syntax tree -> tape: the interpreter.
+
+A program runs once, eagerly, on the concrete values of its inputs (SPEC §2.1),
+as a tree-walk interpreter in the manner of Crafting Interpreters' jlox: one
+method per statement kind, a scope per call, and ``break``/``continue``/``return``
+as control signals (exceptions private to this module).  Every arithmetic
+operation is a call of a primitive on tracers, which records it, so the tape is
+the path that ran: an ``if`` records the branch taken, a loop each iteration, a
+call its body.  Each decision is kept as a :class:`~.tape.Guard` on the builder.
+
+What is known from the text before the run (inputs, names assigned at the top
+level, functions, the default output) is worked out by :func:`analyse`.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import NamedTuple
+
+import numpy as np
+
+from . import primitives as P
+from .builtins import (CONSTANTS, FUNCTIONS, NotStatic, fold_literal, is_constructor, stack,
+                       static_value, usage)
+from .errors import (GradcalcError, LimitError, NameError_, Pos, ShapeError, SyntaxError_,
+                     UsageError, ValueError_, did_you_mean, option, to_loc, to_pos)
+from .syntax import (Apply, ArrayLit, Assign, AugAssign, Binary, Bool, Break, Call, CondExpr,
+                     Continue, Def, Destructure, EllipsisLit, ExprStmt, For, If, Index,
+                     IndexAssign, Inputs, Name, NoneLit, Num, Program, Return, Slice, Str,
+                     TupleLit, Unary, While, parse_expression, walk_names)
+from .tape import DEFAULT_MAX_ELEMENTS, MAX_NDIM, NO_PARAMS, Builder, Guard, Tape, Tracer
+from .transforms import backward
+
+#: Primitive operations recorded plus loop iterations a run may take (SPEC §7).
+DEFAULT_MAX_STEPS = 10**7
+#: Calls of the program's functions that may be active at once (SPEC §2.2).
+MAX_CALL_DEPTH = 100
+
+_BOOLEANS = frozenset(("true", "false", "True", "False"))
+_DERIVATIVES = ("grad", "jacobian")  # grad(f)(x), jacobian(f)(x): SPEC §2.4
+
+# ==========================================================================
+# What the text says: inputs, assigned names, functions, the output
+# ==========================================================================
+
+
+class InputInfo(NamedTuple):
+    name: str
+    pos: Pos  # declaration, or first read
+    shape: tuple | None  # declared shape
+    default: object  # default expression, or None
+    declared: bool
+
+
+class Facts(NamedTuple):
+    """A program as its text describes it, before it runs."""
+
+    inputs: list  # of InputInfo, in order
+    assigned: dict  # top-level name -> location of its first assignment (loop variables too)
+    functions: dict  # name -> Def
+    local_names: dict  # function name -> frozenset of its locals (parameters, names assigned)
+    bare: dict  # location of a bare expression outside defs -> its name (_, _2, ...)
+    output: str | None  # the default output's name (SPEC §2.2)
+    output_loc: int | None  # the statement it comes from
+
+
+_NO_FACTS = Facts([], {}, {}, {}, {}, None, None)
+
+#: The targets of each assigning statement form.
+_TARGETS = {Assign: lambda st: (st.name,), AugAssign: lambda st: (st.name,),
+            IndexAssign: lambda st: (st.name,), Destructure: lambda st: st.names,
+            For: lambda st: (st.var,)}
+
+
+def _blocks(st) -> tuple:
+    """The bodies nested directly in a statement (its branches' bodies, a loop's body)."""
+    t = type(st)
+    if t is If:
+        return tuple(b.body for b in st.branches) + ((st.orelse,) if st.orelse else ())
+    if t is For or t is While:
+        return (st.body,)
+    return ()
+
+
+def _walk_statements(body):
+    """Every statement of a body, nested blocks included, in textual order (not into defs)."""
+    stack_ = [iter(body)]
+    while stack_:
+        st = next(stack_[-1], None)
+        if st is None:
+            stack_.pop()
+            continue
+        yield st
+        inner = _blocks(st)
+        if inner:
+            stack_.extend(iter(b) for b in reversed(inner))
+
+
+def _declared_inputs(program: Program) -> dict:
+    declared: dict[str, InputInfo] = {}
+    for st in program.statements:
+        if type(st) is Inputs:
+            for d in st.decls:
+                if d.name in declared:
+                    raise NameError_(f"input '{d.name}' is declared twice", d.pos)
+                if d.name in FUNCTIONS:
+                    raise NameError_(f"'{d.name}' is a built-in function and cannot be an input", d.pos)
+                if d.name in _BOOLEANS:
+                    raise NameError_(f"'{d.name}' is a literal and cannot be an input", d.pos)
+                declared[d.name] = InputInfo(d.name, d.pos, d.shape, d.default, True)
+    return declared
+
+
+def _def_name_loc(program: Program, st: Def) -> int:
+    """Where a def's name is (the node keeps the 'def''s location): past 'def' and blanks."""
+    pos = to_pos(st.loc)
+    line = program.source.line(pos.line)
+    col = pos.col - 1 + 3
+    while col < len(line) and line[col] in " \t":
+        col += 1
+    return to_loc(pos.line, col + 1)
+
+
+def _functions(program: Program) -> dict:
+    """The program's defs by name; a def may not take a built-in's, a constant's or
+    another def's name."""
+    functions: dict[str, Def] = {}
+    for st in program.statements:
+        if type(st) is not Def:
+            continue
+        what = ("a built-in function" if st.name in FUNCTIONS or st.name in _DERIVATIVES
+                else "a constant" if st.name in CONSTANTS or st.name in _BOOLEANS
+                else f"already a function (line {to_pos(functions[st.name].loc).line})"
+                if st.name in functions else None)
+        if what is not None:
+            raise NameError_(f"a function cannot be named '{st.name}': it is {what}",
+                             _def_name_loc(program, st), hint="pick another name")
+        functions[st.name] = st
+    return functions
+
+
+def _locals_of(fdef: Def) -> frozenset:
+    names = {p.name for p in fdef.params}
+    for st in _walk_statements(fdef.body):
+        target = _TARGETS.get(type(st))
+        if target is not None:
+            names.update(target(st))
+    return frozenset(names)
+
+
+def _check_target(name: str, loc, declared: dict, functions: dict) -> None:
+    """A top-level assignment's target must be a plain name of the program."""
+    info = declared.get(name)
+    if info is not None:
+        raise NameError_(f"cannot assign to '{name}': it is an input (line {info.pos.line})", loc,
+                         hint="an input always means the value the program was given; assign to a new name")
+    if name in FUNCTIONS:
+        raise NameError_(f"cannot assign to '{name}': it is a built-in function", loc)
+    if name in functions:
+        raise NameError_(f"cannot assign to '{name}': it is a function of the program", loc,
+                         hint="pick another name")
+    if name in _BOOLEANS:
+        raise NameError_(f"cannot assign to '{name}': it is a literal", loc)
+
+
+def _outside_defs(program: Program, declared: dict, functions: dict):
+    """(assigned names -> first location, bare expression locations -> names, the output
+    statement), from the statements outside defs."""
+    assigned: dict = {}
+    bare: dict = {}
+    output = None
+    for st in _walk_statements(program.statements):
+        t = type(st)
+        if t is ExprStmt:
+            bare[st.loc] = "_" if not bare else f"_{len(bare) + 1}"
+            assigned.setdefault(bare[st.loc], st.loc)
+            output = (bare[st.loc], st.loc)
+            continue
+        if t is Inputs:
+            output = (st.decls[-1].name, st.loc)
+            continue
+        target = _TARGETS.get(t)
+        if target is None:
+            continue
+        for name in target(st):
+            _check_target(name, st.loc, declared, functions)
+            if name not in assigned:
+                assigned[name] = st.loc
+        if t is not For:
+            output = (target(st)[-1], st.loc)
+    return assigned, bare, output
+
+
+def _function_read(n: Name, st) -> None:
+    """A function's name read as a value: only grad(f) and jacobian(f) may do that."""
+    stack_ = [st]
+    while stack_:
+        node = stack_.pop()
+        if type(node) is Call and node.func in _DERIVATIVES and node.args and node.args[0] is n:
+            return
+        if isinstance(node, tuple):
+            stack_.extend(node)
+    raise NameError_(f"'{n.id}' is a function; call it as {n.id}(...)", n.pos)
+
+
+def analyse(program: Program) -> Facts:
+    """What the text says (SPEC §2.2): inputs, top-level names, functions, the output."""
+    declared = _declared_inputs(program)
+    functions = _functions(program)
+    assigned, bare, output = _outside_defs(program, declared, functions)
+    local_names = {name: _locals_of(f) for name, f in functions.items()}
+    free: dict[str, InputInfo] = {}
+    statements = program.statements
+    reads = program.reads if len(program.reads) == len(statements) else None
+    for k, st in enumerate(statements):
+        t = type(st)
+        if t is Inputs:
+            continue
+        names = reads[k] if reads is not None else walk_names(st)
+        local = local_names[st.name] if t is Def else ()
+        for n in names:
+            nid = n.id
+            if (nid in declared or nid in free or nid in assigned or nid in local or nid in CONSTANTS
+                    or nid in _BOOLEANS):
+                continue
+            if nid in functions:
+                _function_read(n, st)
+                continue
+            if nid in FUNCTIONS:
+                raise NameError_(f"'{nid}' is a function; call it as {nid}(...)", n.pos)
+            free[nid] = InputInfo(nid, n.pos, None, None, False)
+    name, loc = output if output is not None else (None, None)
+    return Facts([*declared.values(), *free.values()], assigned, functions, local_names, bare, name, loc)
+
+
+def find_inputs(program: Program) -> list[InputInfo]:
+    """Inputs in order: declared ones, then names read and assigned nowhere at the top level."""
+    return analyse(program).inputs
+
+
+# ==========================================================================
+# The interpreter
+# ==========================================================================
+
+
+class Traced:
+    """A program traced at one point: its tape and the builder holding its values."""
+
+    __slots__ = ("program", "tape", "builder", "inputs", "output_error")
+
+    def __init__(self, program: Program, tape: Tape, builder: Builder, inputs: list, output_error=None):
+        self.program, self.tape, self.builder = program, tape, builder
+        self.inputs = inputs  # of InputInfo
+        # Why tape.output is None when the text has an output statement (it never ran).
+        self.output_error = output_error
+
+    def value(self, name: str) -> np.ndarray:
+        return self.builder.values[self.tape.names[name]]
+
+    @property
+    def warnings(self):
+        return self.builder.warnings
+
+
+class _Break(Exception):
+    pass
+
+
+class _Continue(Exception):
+    pass
+
+
+class _Return(Exception):
+    def __init__(self, values: tuple):
+        self.values = values
+
+
+_NO_VALUE = ()  # what a call that ended without `return` gives
+
+
+def _primitive(name: str):
+    """A primitive by name, None while core/primitives.py lacks it."""
+    return getattr(P, name, None)
+
+
+_BINARY = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div, "@": P.matmul, "^": P.pow_,
+           "<": P.lt, "<=": P.le, ">": P.gt, ">=": P.ge, "==": P.eq, "!=": P.ne,
+           "//": _primitive("floor_divide"), "%": _primitive("mod"),
+           "and": _primitive("logical_and"), "or": _primitive("logical_or")}
+_MASK_OPS = frozenset(("<", "<=", ">", ">=", "==", "!=", "and", "or"))
+_MASK_BUILTINS = frozenset(("any", "all"))
+_AUGMENTED = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div}
+_PRIMITIVE = P.Primitive  # (sub is a function: add(a, neg(b)))
+
+
+def _operator(op: str):
+    prim = _BINARY.get(op)
+    if prim is None:
+        raise UsageError(f"the operator '{op}' is not available yet")
+    return prim
+
+
+class Interpreter:
+    """Runs statements and evaluates expressions, recording on a builder.
+
+    ``env`` is the current scope: the top-level names, or a call's locals (then
+    ``local_names`` are the call's local names and ``top`` the top-level scope,
+    which the call reads as it is at the time of the call: nothing can assign it
+    while the call runs).
+    """
+
+    def __init__(self, builder: Builder, env: dict, facts: Facts = _NO_FACTS, *,
+                 max_steps: int = DEFAULT_MAX_STEPS, constants_only: bool = False):
+        self.b = builder
+        self.env = self.top = env
+        self.facts = facts
+        self.local_names = None  # the current call's locals (None at the top level)
+        self.calling = None  # the name of the function whose body runs
+        self.depth = 0  # calls active
+        self.max_steps = max_steps
+        self.iterations = 0  # loop iterations and calls so far (steps beside the equations)
+        self.constants_only = constants_only
+        self.numbers: dict[float, Tracer] = {}  # the program's number literals, one constant each
+        self.literal_vars: set[int] = set()  # their variables
+        self.masks: set[int] = set()  # variables holding masks (comparisons, and, or, not)
+        self.names: dict[str, int] = {}  # top-level name -> var of its last value
+        self.positions: dict[str, int] = {}  # top-level name -> where last assigned
+
+    def number(self, value: float) -> Tracer:
+        """The constant of a number literal: equal literals are one constant on the tape, which
+        saves a variable for every `2` of a long program.  A statement whose value is a literal
+        (`a = 2`) gets a constant of its own: derivatives with respect to `a` must not collect
+        every other 2 of the program."""
+        t = self.numbers.get(value)
+        if t is None:
+            t = self.numbers[value] = self.b.const(value)
+            self.literal_vars.add(t.var)
+        return t
+
+    # -- statements (one method each; _STATEMENTS below maps node types to them) ------
+    def block(self, body) -> None:
+        for st in body:
+            _STATEMENTS[type(st)](self, st)
+
+    def bind(self, name: str, value: Tracer, loc, before: int) -> None:
+        """Bind name to value in the current scope; a top-level name becomes a name of the
+        tape.  ``before``: the first variable the statement made (see below)."""
+        if self.local_names is not None:
+            self.env[name] = value
+            return
+        if value.var in self.literal_vars:  # `a = 2`: a name of its own, not every 2's constant
+            value = self.b.const(self.b.values[value.var])
+        elif value.var < before:  # `a = x` made nothing new: a's own copy, so that --wrt a is
+            self.b.pos = loc       # the derivative through a alone, x held fixed
+            value = P.copy(value)
+        self.env[name] = value
+        self.names[name] = value.var
+        self.positions[name] = loc
+
+    def assign(self, st: Assign) -> None:
+        before = self.b._next
+        self.bind(st.name, self.expr(st.value), st.loc, before)
+
+    def aug_assign(self, st: AugAssign) -> None:
+        before = self.b._next
+        old = self.expr(Name(st.name, st.loc))
+        right = self.expr(st.value)
+        self.b.pos = st.loc
+        self.bind(st.name, _AUGMENTED[st.op](old, right), st.loc, before)
+
+    def index_assign(self, st: IndexAssign) -> None:
+        before = self.b._next
+        old = self.expr(Name(st.name, st.loc))
+        idx = self.index_items(st.items)
+        value = self.expr(st.value)
+        self.b.pos = st.loc
+        update = P.index_add if st.op == "+=" else P.index_update
+        self.bind(st.name, update(old, value, idx=idx), st.loc, before)
+
+    def destructure(self, st: Destructure) -> None:
+        before = self.b._next
+        values = self.values(st.value)
+        if len(values) != len(st.names):
+            what = f"'{st.value.func}'" if type(st.value) is Call else "the value"
+            raise ValueError_(f"{what} gives {len(values)} value{'s' * (len(values) != 1)}, but "
+                              f"{len(st.names)} names are assigned", st.loc)
+        for name, value in zip(st.names, values):
+            self.bind(name, value, st.loc, before)
+
+    def expr_stmt(self, st: ExprStmt) -> None:
+        before = self.b._next
+        values = self.values(st.value, used=False)
+        name = self.facts.bare.get(st.loc) if self.local_names is None else None
+        if name is not None and len(values) == 1:
+            self.bind(name, values[0], st.loc, before)
+
+    def if_(self, st: If) -> None:
+        for branch in st.branches:
+            if self.condition(branch.cond, branch.loc, "if"):
+                self.block(branch.body)
+                return
+        if st.orelse:
+            self.block(st.orelse)
+
+    def while_(self, st: While) -> None:
+        while True:
+            self.step(st.loc, "loop")
+            if not self.condition(st.cond, st.cond_loc, "while"):
+                return
+            try:
+                self.block(st.body)
+            except _Break:
+                return
+            except _Continue:
+                pass
+
+    def for_(self, st: For) -> None:
+        it = st.iterable
+        if type(it) is Call and it.func == "range" and "range" not in self.facts.functions:
+            values = (self.b.const(float(i)) for i in self.range_of(it))
+        else:
+            values = self.rows(self.expr(it), st.loc)
+        for value in values:
+            self.step(st.loc, "loop")
+            self.bind(st.var, value, st.loc, value.var)
+            try:
+                self.block(st.body)
+            except _Break:
+                return
+            except _Continue:
+                pass
+
+    def range_of(self, node: Call) -> range:
+        if node.kwargs or not 1 <= len(node.args) <= 3:
+            raise UsageError("range takes 1 to 3 integer arguments: range(stop), range(start, stop) "
+                             "or range(start, stop, step)", node.pos)
+        bounds = [self.int_value(a, "a range argument", "range") for a in node.args]
+        if len(bounds) == 3 and bounds[2] == 0:
+            raise ValueError_("range's step must not be zero", node.args[2].pos)
+        return range(*bounds)
+
+    def rows(self, x: Tracer, loc):
+        """x[0], x[1], ...: a loop over the first axis (differentiable slices)."""
+        if x.ndim == 0:
+            raise ShapeError("a for loop runs over an array's first axis; this value is a scalar", loc,
+                             hint="loop over indices with range(n)")
+        for k in range(x.shape[0]):
+            self.b.pos = loc
+            yield P.index(x, idx=(k,))
+
+    def jump(self, st) -> None:
+        raise _Break() if type(st) is Break else _Continue()
+
+    def return_(self, st: Return) -> None:
+        raise _Return(tuple(self.expr(v) for v in st.values))
+
+    def nothing(self, st) -> None:
+        """Statements with nothing to run: input declarations (bound before the run) and defs
+        (hoisted: known from the text)."""
+
+    # -- decisions -------------------------------------------------------------
+    def step(self, loc, what: str) -> None:
+        """Count a loop iteration or a call, and stop a run past max_steps (SPEC §7)."""
+        self.iterations += 1
+        if self.iterations + len(self.b.equations) > self.max_steps:
+            p = to_pos(loc)
+            where = f"the {what} at line {p.line}, column {p.col}"
+            raise LimitError(f"the program ran more than {option('max_steps')}={self.max_steps} steps "
+                             f"(operations recorded plus loop iterations) in {where}", loc,
+                             hint=f"raise {option('max_steps')} if it is meant to run that long",
+                             option="max_steps")
+
+    def guard(self, t: Tracer, expected, loc, what: str) -> None:
+        """Record a decision taken from t's value (constants decide nothing: skipped)."""
+        if t.var not in self.b.consts:
+            self.b.guards.append(Guard(t.var, expected, loc, what))
+
+    def condition(self, node, loc, what: str) -> bool:
+        """A condition's truth: it has one element, not nan, and is true when non-zero."""
+        t = self.expr(node)
+        value = t.value
+        size = 1 if t.shape == () else value.size
+        if size != 1:
+            raise ValueError_(f"a condition must have exactly one element; this one has shape {t.shape}",
+                              loc, hint="reduce it with any(...) or all(...), or choose elementwise "
+                                        "with where(cond, a, b)")
+        f = float(np.reshape(value, ()))
+        if f != f:
+            raise ValueError_("the condition is nan", loc)
+        truth = f != 0.0
+        self.guard(t, truth, loc, what)
+        return truth
+
+    def int_value(self, node, what: str, kind: str = "index") -> int:
+        """An integer-valued expression (an index, a bound, a range argument): evaluated,
+        integral, one element; no derivative flows through it (SPEC §2.3)."""
+        t = type(node)
+        if t is Num and node.is_int:
+            return int(node.text)
+        if t is Unary and type(node.operand) is Num and node.operand.is_int and node.op == "-":
+            return -int(node.operand.text)
+        return self.int_of(self.expr(node), node, what, kind)
+
+    def int_of(self, t: Tracer, node, what: str, kind: str) -> int:
+        value = t.value
+        if t.shape != ():
+            raise ShapeError(f"{what} must be one integer, got an array of shape {t.shape}", node.pos)
+        f = float(value)
+        if not f.is_integer():
+            raise ShapeError(f"{what} must be an integer, got {f!r}", node.pos,
+                             hint="round it with round(...), floor(...) or //")
+        i = int(f)
+        self.guard(t, i, node.loc, kind)
+        return i
+
+    # -- indexing ----------------------------------------------------------------
+    def index_items(self, items) -> tuple:
+        """An index's items as NumPy takes them: ints, slices, None, Ellipsis, integer arrays
+        (a mask becomes the integer arrays of its non-zero elements)."""
+        out = []
+        for item in items:
+            t = type(item)
+            if t is Slice:
+                parts = [None if p is None else self.int_value(p, "a slice bound")
+                         for p in (item.start, item.stop, item.step)]
+                if parts[2] == 0:
+                    raise ShapeError("slice step cannot be zero", item.pos)
+                out.append(slice(*parts))
+            elif t is NoneLit:
+                out.append(None)
+            elif t is EllipsisLit:
+                out.append(Ellipsis)
+            elif t is Num and item.is_int:
+                out.append(int(item.text))
+            else:
+                out.extend(self.index_value(item))
+        return tuple(out)
+
+    def index_value(self, node) -> tuple:
+        t = self.expr(node)
+        value = t.value
+        if t.var in self.masks:
+            mask = np.asarray(value) != 0
+            self.guard(t, mask, node.loc, "mask")
+            return np.nonzero(mask)
+        if t.shape == ():
+            return (self.int_of(t, node, "an index", "index"),)
+        if not np.all(np.isfinite(value)) or not np.all(np.mod(value, 1) == 0):
+            bad = value[~(np.isfinite(value) & (np.mod(value, 1) == 0))].flat[0]
+            raise ShapeError(f"an index array must hold integers, got {float(bad)!r}", node.pos)
+        ints = value.astype(np.intp)
+        self.guard(t, ints, node.loc, "index")
+        return (ints,)
+
+    # -- expressions ----------------------------------------------------------
+    def expr(self, node) -> Tracer:
+        t = type(node)
+        if t is Name:  # the commonest nodes first
+            v = self.env.get(node.id)
+            return v if v is not None else self.name(node)
+        if t is Num:
+            return self.number(node.value)
+        if t is Binary:
+            return self.binary(node)
+        if t is Call:
+            return self.single(self.call(node), node)
+        method = _EXPRESSIONS.get(t)
+        if method is None:
+            raise SyntaxError_(f"unexpected {t.__name__}", getattr(node, "pos", None))
+        return method(self, node)
+
+    def binary(self, node: Binary) -> Tracer:
+        # Walk the left spine in a loop: a 20,000-term sum is 20,000 deep on the left.
+        spine = []
+        while type(node) is Binary:
+            spine.append(node)
+            node = node.left
+        b, env, number = self.b, self.env, self.number
+        bind = b.bind  # operands are tracers: record the primitive directly (what P.add(...) does)
+        # Leaves (a number, an assigned name) are made here as expr would make them.
+        t = type(node)
+        acc = number(node.value) if t is Num else env.get(node.id) if t is Name else None
+        if acc is None:
+            acc = self.expr(node)
+        for op in reversed(spine):
+            if op.op == "^":
+                p = _literal_exponent(op)
+                if p is not None:
+                    b.pos = op.loc
+                    acc = P.pow_const(acc, p=p)
+                    continue
+            r = op.right
+            rt = type(r)
+            right = number(r.value) if rt is Num else env.get(r.id) if rt is Name else None
+            if right is None:
+                right = self.expr(r)
+            b.pos = op.loc
+            prim = _BINARY.get(op.op) or _operator(op.op)
+            acc = bind(prim, (acc, right), NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
+            if op.op in _MASK_OPS:
+                self.masks.add(acc.var)
+        return acc
+
+    def unary(self, node: Unary) -> Tracer:
+        x = self.expr(node.operand)
+        self.b.pos = node.loc
+        if node.op == "not":
+            out = _operator("not") if _primitive("logical_not") is None else P.logical_not(x)
+            self.masks.add(out.var)
+            return out
+        return P.neg(x) if node.op == "-" else x
+
+    def index(self, node: Index) -> Tracer:
+        x = self.expr(node.value)
+        idx = self.index_items(node.items)
+        self.b.pos = node.loc
+        return P.index(x, idx=idx)
+
+    def conditional(self, node: CondExpr) -> Tracer:
+        """``a if c else b``: only the chosen side runs."""
+        truth = self.condition(node.cond, node.cond_loc, "conditional")
+        return self.expr(node.then if truth else node.orelse)
+
+    def boolean(self, node: Bool) -> Tracer:
+        return self.number(1.0 if node.value else 0.0)
+
+    def misplaced(self, node) -> Tracer:
+        """A node that is not a value: a tuple, a string, None or `...` out of place."""
+        t = type(node)
+        if t is TupleLit:
+            raise SyntaxError_("a tuple is only allowed as a shape or axis argument", node.pos)
+        if t is Str:
+            raise SyntaxError_("a string is allowed only as the argument of a built-in that takes one "
+                               "(einsum's subscripts, norm's ord=, pad's mode=)", node.pos)
+        what = "None" if t is NoneLit else "'...'"
+        raise SyntaxError_(f"{what} is allowed only in an index", node.pos, hint="e.g. x[None, :], x[..., 0]")
+
+    def name(self, node: Name) -> Tracer:
+        """A name the current scope has no value for."""
+        nid = node.id
+        if self.local_names is not None:
+            if nid in self.local_names:
+                raise NameError_(f"'{nid}' is used before it is assigned in '{self.calling}'", node.pos)
+            v = self.top.get(nid)
+            if v is not None:
+                return v
+        if nid in CONSTANTS:
+            return self.b.const(CONSTANTS[nid])
+        if self.constants_only:
+            hint = did_you_mean(nid, CONSTANTS) or "values are constant expressions: numbers, lists, pi, ones(3)..."
+            raise NameError_(f"unknown name '{nid}'", node.pos, hint=hint)
+        if nid in self.facts.functions:
+            raise NameError_(f"'{nid}' is a function; call it as {nid}(...)", node.pos)
+        where = self.facts.assigned.get(nid)
+        if where is not None:
+            p = to_pos(where)
+            raise NameError_(f"'{nid}' has no value yet: it is assigned at line {p.line}, column {p.col}, "
+                             "which has not run", node.pos,
+                             hint=f"give '{nid}' a value before this on every path", name=nid)
+        raise NameError_(f"'{nid}' is used before it is assigned", node.pos)
+
+    def array(self, node: ArrayLit) -> Tracer:
+        folded = fold_literal(node, self.env)
+        if folded is not None:
+            self.b.pos = node.loc
+            self.b.check_size(folded.shape)  # (small in memory: it is as long as its text)
+            return self.b.const(folded)
+        if not node.items:
+            return self.b.const(np.zeros((0,)))
+        items = [self.expr(i) for i in node.items]
+        for k, (item, it) in enumerate(zip(node.items[1:], items[1:]), start=2):
+            if it.shape != items[0].shape:
+                raise ShapeError(f"ragged array literal: element {k} has shape {it.shape}, "
+                                 f"element 1 has shape {items[0].shape}", _pos(item))
+        self.b.pos = node.loc
+        self.b.labels[node.loc] = "array literal"  # (what messages call its stacking primitives)
+        return stack(*items, axis=0)
+
+    # -- calls -------------------------------------------------------------------
+    def values(self, node, used: bool = True) -> tuple:
+        """The values of an expression that may give several (a call): a tuple."""
+        if type(node) is not Call:
+            return (self.expr(node),)
+        out = self.call(node)
+        if out is _NO_VALUE and used:
+            self.single(out, node)
+        return out if type(out) is tuple else (out,)
+
+    def single(self, out, node) -> Tracer:
+        """A call's result where one value is needed."""
+        if out.__class__ is Tracer:
+            return out
+        name = getattr(node, "func", "the function")
+        if out is _NO_VALUE:
+            raise UsageError(f"'{name}' ended without 'return', but its value is used here", node.pos,
+                             hint="end its body with return ...")
+        raise UsageError(f"'{name}' gives {len(out)} values; take them apart with "
+                         f"{', '.join('abcdefgh'[:min(len(out), 8)])} = {name}(...)", node.pos)
+
+    def call(self, node: Call):
+        """A call: of a function of the program (a Tracer, a tuple of them, or _NO_VALUE),
+        or of a built-in."""
+        fdef = self.facts.functions.get(node.func)
+        if fdef is not None:
+            args = [self.expr(a) for a in node.args]
+            kwargs = {k.name: self.expr(k.value) for k in node.kwargs}
+            return self.call_function(node, fdef, args, kwargs)
+        fn = FUNCTIONS.get(node.func)
+        if fn is None:
+            if node.func in _DERIVATIVES:
+                raise UsageError(f"{node.func}(f) is a function: call it on the arguments, "
+                                 f"{node.func}(f)(x)", node.pos)
+            hint = did_you_mean(node.func, [*FUNCTIONS, *self.facts.functions])
+            if node.func in self.env:
+                hint = f"'{node.func}' is a value, not a function; use '*' to multiply"
+            raise NameError_(f"unknown function '{node.func}'", node.pos, hint=hint)
+        out = self.builtin(node, fn)
+        if node.func in _MASK_BUILTINS:
+            self.masks.add(out.var)
+        return out
+
+    def builtin(self, node: Call, fn) -> Tracer:
+        if fn.prim is None:  # several primitives (mean: sum, div): messages name the builtin
+            self.b.labels[node.loc] = node.func
+        if fn.arity == len(node.args) and not node.kwargs:
+            # (one argument, the usual case, without a comprehension: it costs more)
+            args = [self.expr(node.args[0])] if fn.arity == 1 else [self.expr(a) for a in node.args]
+            b = self.b
+            b.pos = node.loc
+            if fn.prim is not None:  # sin(x): record the primitive directly (what fn.fn does)
+                return self.invoke(node, b.bind, (fn.prim, tuple(args), NO_PARAMS))
+            return self.invoke(node, fn.fn, args)
+        constructor = is_constructor(node.func)
+        try:
+            if constructor:
+                bound = fn.signature.bind(None, *node.args, **{k.name: k.value for k in node.kwargs})
+            else:
+                bound = fn.signature.bind(*node.args, **{k.name: k.value for k in node.kwargs})
+        except TypeError as err:
+            raise UsageError(f"{node.func}(): {err}", node.pos,
+                             hint=f"usage: {node.func}{usage(fn)}") from None
+        for pname, arg in list(bound.arguments.items()):
+            if constructor and pname == "builder":
+                bound.arguments[pname] = self.b
+            elif pname in fn.static:
+                bound.arguments[pname] = self.static_arg(node.func, pname, arg)
+            elif pname in fn.numbers:
+                bound.arguments[pname] = self.number_arg(node.func, pname, arg)
+            elif fn.signature.parameters[pname].kind is inspect.Parameter.VAR_POSITIONAL:
+                bound.arguments[pname] = tuple(self.expr(a) for a in arg)
+            else:
+                bound.arguments[pname] = self.expr(arg)
+        self.b.pos = node.loc
+        return self.invoke(node, fn.fn, bound.args, bound.kwargs)
+
+    @staticmethod
+    def invoke(node: Call, fn, args, kwargs=None) -> Tracer:
+        try:
+            return fn(*args, **kwargs) if kwargs else fn(*args)
+        except GradcalcError as err:
+            if err.pos is None:
+                err.pos = node.pos
+            if not err.message.startswith((node.func, f"'{node.func}'")):
+                template, _ = err.worded(option)  # (the message with its options still marked)
+                err.message = f"{node.func}(): {template}"
+                err.args = (err.message,)
+            raise
+
+    def number_arg(self, func, pname, node):
+        """A constant expression taken as a plain number (no derivative flows through it)."""
+        v = self.expr(node).value
+        if v.shape != ():
+            raise ShapeError(f"{func}(): '{pname}' must be a number, got an array of shape {v.shape}",
+                             _pos(node))
+        v = float(v)
+        # an int where it is exact (counts), else the float: 1e300 as a 301-digit int would
+        # reach NumPy as an object
+        return int(v) if v.is_integer() and abs(v) <= 2 ** 53 else v
+
+    def static_arg(self, func, pname, node):
+        """An argument taken as a Python value (axis, shape, keepdims, a string): a literal, or
+        an integer-valued expression, evaluated (SPEC §2.3 "Integer arguments")."""
+        try:
+            return static_value(node, self.env)
+        except NotStatic:
+            pass
+        t = type(node)
+        if t is Str:
+            return node.value
+        if t is TupleLit or t is ArrayLit:
+            return tuple(self.static_arg(func, pname, i) for i in node.items)
+        if t is NoneLit:
+            return None
+        value = self.expr(node)
+        if value.shape != ():
+            raise ShapeError(f"{func}(): '{pname}' must be a number or a tuple such as (2, -1), got an "
+                             f"array of shape {value.shape}", _pos(node))
+        f = float(value.value)
+        if not f.is_integer():
+            return f
+        return self.int_of(value, node, f"{func}(): '{pname}'", pname)
+
+    def call_function(self, node, fdef: Def, args: list, kwargs: dict):
+        """Run a function of the program on argument values, in a scope of its own."""
+        self.depth += 1
+        try:
+            if self.depth > MAX_CALL_DEPTH:
+                raise LimitError(f"the call of '{fdef.name}' nests more than {MAX_CALL_DEPTH} calls deep",
+                                 node.loc, hint=f"a call depth of {MAX_CALL_DEPTH} is allowed; "
+                                                "does the recursion reach its end?")
+            self.step(node.loc, f"call of '{fdef.name}'")
+            saved = self.env, self.local_names, self.calling
+            self.env, self.local_names, self.calling = {}, self.facts.local_names[fdef.name], fdef.name
+            try:
+                self.bind_parameters(node, fdef, args, kwargs)
+                self.block(fdef.body)
+                return _NO_VALUE
+            except _Return as signal:
+                values = signal.values
+                return values[0] if len(values) == 1 else values
+            finally:
+                self.env, self.local_names, self.calling = saved
+        finally:
+            self.depth -= 1
+
+    def bind_parameters(self, node, fdef: Def, args: list, kwargs: dict) -> None:
+        """Parameters from positional and keyword arguments, then defaults (evaluated in
+        the call's scope, so that a default may use the parameters before it)."""
+        params, env, name = fdef.params, self.env, fdef.name
+        signature = f"{name}({', '.join(p.name for p in params)})"
+        if len(args) > len(params):
+            raise UsageError(f"'{name}' takes {len(params)} argument{'s' * (len(params) != 1)} but "
+                             f"{len(args)} were given", node.pos, hint=f"usage: {signature}")
+        for p, a in zip(params, args):
+            env[p.name] = a
+        known = {p.name for p in params}
+        for key, value in kwargs.items():
+            if key not in known:
+                raise UsageError(f"'{name}' has no parameter '{key}'", node.pos, hint=f"usage: {signature}")
+            if key in env:
+                raise UsageError(f"'{name}' got two values for '{key}'", node.pos, hint=f"usage: {signature}")
+            env[key] = value
+        for p in params:
+            if p.name not in env:
+                if p.default is None:
+                    raise UsageError(f"'{name}' is missing its argument '{p.name}'", node.pos,
+                                     hint=f"usage: {signature}")
+                env[p.name] = self.expr(p.default)
+
+    def derivative(self, node: Apply) -> Tracer:
+        """``grad(f)(a, ...)`` and ``jacobian(f)(a, ...)`` (SPEC §2.4): f runs on a copy of
+        the varied argument, and a traced backward pass over the equations the call recorded
+        gives the derivative, an ordinary tracer on this tape (differentiable again)."""
+        callee = node.callee
+        if callee.func not in _DERIVATIVES:
+            raise SyntaxError_("only grad(f) and jacobian(f) give functions to call", node.pos)
+        fdef, argnum = self.derivative_of(callee)
+        args = [self.expr(a) for a in node.args]
+        kwargs = {k.name: self.expr(k.value) for k in node.kwargs}
+        if not 0 <= argnum < len(args):
+            raise UsageError(f"{callee.func}({fdef.name}, argnum={argnum}) needs at least {argnum + 1} "
+                             f"positional argument{'s' * (argnum > 0)}", node.pos)
+        b = self.b
+        b.pos = node.loc
+        leaf = args[argnum] = P.copy(args[argnum])  # a variable of its own: only it is varied
+        start = len(b.equations)
+        out = self.single(self.call_function(node, fdef, args, kwargs), callee.args[0])
+        if callee.func == "grad" and out.shape != () and out.value.size != 1:
+            raise ShapeError(f"grad({fdef.name}) needs '{fdef.name}' to give one element; it gives shape "
+                             f"{out.shape}", node.pos, hint=f"use jacobian({fdef.name}) for several")
+        equations = b.equations[start:]
+        rows = []
+        for k in np.ndindex(*out.shape) if callee.func == "jacobian" else [None]:
+            seed = np.ones(out.shape) if k is None else np.zeros(out.shape)
+            if k is not None:
+                seed[k] = 1.0
+            found = backward(b, equations, {out.var: b.const(seed)}, [leaf.var])
+            g = found[leaf.var]
+            rows.append(g if g is not None else b.const(np.zeros(leaf.shape)))
+        b.pos = node.loc
+        if callee.func == "grad":
+            return rows[0]
+        return P.reshape(stack(*rows), shape=out.shape + leaf.shape) if rows else b.const(np.zeros(leaf.shape))
+
+    def derivative_of(self, callee: Call):
+        """The function and argnum of ``grad(f, argnum=k)``."""
+        if len(callee.args) != 1 or type(callee.args[0]) is not Name:
+            raise UsageError(f"{callee.func} takes one function of the program: {callee.func}(f)", callee.pos)
+        fname = callee.args[0].id
+        fdef = self.facts.functions.get(fname)
+        if fdef is None:
+            hint = did_you_mean(fname, self.facts.functions) or "define it with def, e.g. def f(t) = t^2"
+            raise NameError_(f"'{fname}' is not a function of the program", callee.args[0].pos, hint=hint)
+        argnum = 0
+        for k in callee.kwargs:
+            if k.name != "argnum":
+                raise UsageError(f"{callee.func} has no parameter '{k.name}'", k.pos,
+                                 hint=f"{callee.func}(f) or {callee.func}(f, argnum=1)")
+            argnum = self.int_value(k.value, "argnum")
+        return fdef, argnum
+
+
+_STATEMENTS = {
+    Assign: Interpreter.assign, AugAssign: Interpreter.aug_assign, IndexAssign: Interpreter.index_assign,
+    Destructure: Interpreter.destructure, ExprStmt: Interpreter.expr_stmt, If: Interpreter.if_,
+    While: Interpreter.while_, For: Interpreter.for_, Break: Interpreter.jump, Continue: Interpreter.jump,
+    Return: Interpreter.return_, Def: Interpreter.nothing, Inputs: Interpreter.nothing,
+}
+_EXPRESSIONS = {  # beside Name, Num, Binary and Call, which expr() tests for first
+    Unary: Interpreter.unary, Index: Interpreter.index, ArrayLit: Interpreter.array,
+    Bool: Interpreter.boolean, CondExpr: Interpreter.conditional, Apply: Interpreter.derivative,
+    TupleLit: Interpreter.misplaced, Str: Interpreter.misplaced, NoneLit: Interpreter.misplaced,
+    EllipsisLit: Interpreter.misplaced,
+}
+
+
+def _literal_exponent(op: Binary):
+    """The exponent of x^2, x^-1, x^0.5 written as a number, else None."""
+    if op.op != "^":
+        return None
+    r = op.right
+    if type(r) is Num:
+        return r.value
+    if type(r) is Unary and type(r.operand) is Num:
+        return -r.operand.value if r.op == "-" else (r.operand.value if r.op == "+" else None)
+    return None
+
+
+def _pos(node):
+    return getattr(node, "pos", None)
+
+
+# ==========================================================================
+# Entry points
+# ==========================================================================
+
+
+def constant_value(text: str, label: str = "<value>", max_elements: int = DEFAULT_MAX_ELEMENTS):
+    """Evaluate a constant expression (an --at value, a cotangent) to a float64 array."""
+    from .errors import Source
+
+    node = parse_expression(text, label)
+    b = Builder(max_elements, check_finite=False)
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(Interpreter(b, {}, constants_only=True).expr(node).value, dtype=np.float64)
+    except GradcalcError as err:
+        raise err.located(Source(text, label))
+
+
+def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAULT_MAX_ELEMENTS,
+          sample=None, check_finite: bool = True, max_steps: int = DEFAULT_MAX_STEPS) -> Traced:
+    """Run program at the point ``at`` (name -> array), recording the path it takes.
+
+    Inputs not in ``at`` take their declared default; without one, ``sample``
+    (name, shape) -> array supplies a value if given, else it is an error.
+    """
+    at = dict(at or {})
+    try:
+        if not program.statements:
+            raise SyntaxError_("empty program", Pos(1, 1), hint="write an expression, e.g. sin(x)*y")
+        facts = analyse(program)
+        inputs = facts.inputs
+        known = {i.name: i for i in inputs}
+        for name in at:
+            if name not in known:
+                listing = ", ".join(known) or "none"
+                hint = did_you_mean(name, known) or f"the inputs are: {listing}"
+                raise UsageError(f"'{name}' is not an input of the program", hint=hint)
+        b = Builder(max_elements, check_finite)
+        env: dict[str, Tracer] = {}
+        with np.errstate(all="ignore"):
+            for info in inputs:
+                _check_declared(info, max_elements)
+                env[info.name] = b.input(_input_value(info, at, sample, max_elements, known))
+            input_vars = {i.name: env[i.name].var for i in inputs}
+            run = Interpreter(b, env, facts, max_steps=max_steps)
+            run.block(program.statements)
+        names = {**input_vars, **run.names}
+        positions = {**{i.name: to_loc(*i.pos) for i in inputs}, **run.positions}
+        output = facts.output if facts.output in names else None
+        tape = b.tape(input_vars, names, output, positions)
+        b.pos = None
+        return Traced(program, tape, b, inputs, _output_error(program, facts, output))
+    except GradcalcError as err:
+        raise err.located(program.source)
+    except RecursionError:  # (100 calls deep, each in expressions nested deep: past Python's stack)
+        raise LimitError(f"the program nests calls inside deeply nested expressions past what can run "
+                         f"(calls are limited to {MAX_CALL_DEPTH} deep)").located(program.source) from None
+
+
+def _output_error(program: Program, facts: Facts, output):
+    """The error for a program whose output statement never ran (SPEC §2.2), or None."""
+    if output is not None or facts.output is None:
+        return None
+    line = to_pos(facts.output_loc).line
+    return UsageError(f"the output statement (line {line}) never ran, so the program has no output; "
+                      f"{option('of')} is required", facts.output_loc,
+                      hint=f"name the value to show with {option('of')} NAME", option="of").located(program.source)
+
+
+def _check_declared(info: InputInfo, max_elements: int) -> None:
+    if info.shape is not None:
+        b = Builder(max_elements, check_finite=False)
+        b.pos = info.pos
+        b.check_size(info.shape)
+
+
+def _input_value(info: InputInfo, at, sample, max_elements, known):
+    if info.name in at:
+        value = np.asarray(at[info.name], dtype=np.float64)
+        if value.ndim > MAX_NDIM:
+            raise ShapeError(f"the value given for '{info.name}' has {value.ndim} dimensions; "
+                             f"at most {MAX_NDIM} are supported")
+        if info.shape is not None and value.shape != info.shape:
+            raise ShapeError(f"the value given for '{info.name}' has shape {value.shape}, but "
+                             f"it is declared as {info.name}{list(info.shape)}")
+        return value
+    if info.default is not None:
+        b = Builder(max_elements, check_finite=False)
+        value = np.asarray(Interpreter(b, {}, constants_only=True).expr(info.default).value)
+        if info.shape is not None and value.shape != info.shape:
+            raise ShapeError(f"the default of '{info.name}' has shape {value.shape}, but it is "
+                             f"declared as {info.name}{list(info.shape)}", info.pos)
+        return value
+    if sample is not None:
+        return np.asarray(sample(info.name, info.shape or ()), dtype=np.float64)
+    others = [n for n in known if n != info.name]
+    hint = f"give it with {option('at')} {info.name}=..."
+    close = did_you_mean(info.name, others)
+    if close and not info.declared:
+        hint = close.replace("?", "") + f" (then '{info.name}' is a typo), or " + hint
+    raise UsageError(f"input '{info.name}' has no value", info.pos, hint=hint, name=info.name, option="at")
