@@ -870,11 +870,30 @@ def _axes_taken(item) -> int:
     return item.ndim if isinstance(item, np.ndarray) and item.dtype.kind == "b" else 1
 
 
+def _basic_index(idx, xshape: tuple) -> tuple | None:
+    """normalize_index of ints and slices alone (x[i], x[i, a:b]: the usual case), or None."""
+    nd = len(xshape)
+    if len(idx) > nd:
+        return None
+    out = []
+    for axis, item in enumerate(idx):
+        if type(item) is slice:
+            out.append(item)
+        elif type(item) is int:
+            out.append(_index_int(item, axis, xshape[axis]))
+        else:
+            return None
+    return tuple(out) + (slice(None),) * (nd - len(idx))
+
+
 def normalize_index(idx, xshape: tuple) -> tuple:
     """NumPy's index idx (ints, slices, None, ..., integer arrays, masks) for an operand of
     logical shape xshape, in the form the index primitives keep (see the banner above)."""
-    idx = tuple(np.asarray(i) if isinstance(i, (list, tuple)) else i for i in idx)
+    basic = _basic_index(idx, xshape)
+    if basic is not None:
+        return basic
     nd = len(xshape)
+    idx = tuple(np.asarray(i) if isinstance(i, (list, tuple)) else i for i in idx)
     taken = sum(_axes_taken(i) for i in idx)
     if taken > nd:
         raise ShapeError(f"too many indices ({taken}) for an array of dimension {nd}")
@@ -960,13 +979,12 @@ def _has_arrays(idx) -> bool:
 
 def _index_params(shapes, builder, idx):
     xshape = tuple(shapes[0])
-    nd = len(xshape)
     idx = tuple(idx)
-    if len(idx) == 1 and type(idx[0]) is slice and nd:  # x[a:b]: normalize_index, for one slice
-        return {"idx": idx + (slice(None),) * (nd - 1), "xshape": xshape}
+    basic = _basic_index(idx, xshape)
+    if basic is not None:
+        return {"idx": basic, "xshape": xshape}
     idx = normalize_index(idx, xshape)
-    if _has_arrays(idx) or any(i is None for i in idx):
-        builder.check_size(_indexed_shape(idx, xshape))
+    builder.check_size(_indexed_shape(idx, xshape))  # (index arrays may broadcast to a large block)
     return {"idx": idx, "xshape": xshape}
 
 
@@ -1043,7 +1061,8 @@ def _last_writes(idx, xshape):
     """1.0 where an element of x[idx] = v is the write that stays (NumPy keeps the last of a
     repeated index), 0.0 where a later one overwrites it; None if nothing is overwritten.
     Found by NumPy's own assignment, so the winners are the ones it picks."""
-    if not _has_arrays(idx):
+    pos, block = _advanced(idx)
+    if not pos or _distinct_places(idx, pos, block, xshape):
         return None
     ishape = _indexed_shape(idx, xshape)
     order = np.arange(math.prod(ishape), dtype=np.intp).reshape(ishape)
@@ -1051,6 +1070,15 @@ def _last_writes(idx, xshape):
     stamp[idx] = order
     won = stamp[idx] == order
     return None if won.all() else won.astype(np.float64)
+
+
+def _distinct_places(idx, pos, block, xshape) -> bool:
+    """Whether the advanced indices at positions pos of idx name each place once (only they
+    can repeat one: slices and ints never do)."""
+    axes = [k - sum(i is None for i in idx[:k]) for k in pos]  # (None takes no axis of x)
+    places = np.ravel_multi_index([np.broadcast_to(idx[k], block) for k in pos],
+                                  [xshape[a] for a in axes])
+    return np.unique(places).size == places.size
 
 
 def _update_vjp_v(g, ans, x, v, idx, xshape, nd):

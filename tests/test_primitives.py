@@ -13,6 +13,7 @@ Expected numbers in the special-value tests are closed forms derived by hand.
 """
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from dataclasses import dataclass
@@ -1317,3 +1318,268 @@ def test_a_name_bound_to_another_name_is_a_value_of_its_own(src, at, wrt, want):
     # An alias used to share x's variable, so --wrt a gave the total derivative.
     g = gradcalc.grad(src, at=at, wrt=wrt)
     assert [float(g[w]) for w in wrt] == want
+
+
+# ==========================================================================
+# Indexing, // and %, logical masks: against NumPy and hand-written adjoints
+# ==========================================================================
+
+def _pullback(fn, args, g):
+    """The cotangents of fn(*tracers) at args for the output cotangent g (None: no path)."""
+    from gradcalc.transforms import backward
+    b = Builder()
+    ts = [b.input(np.asarray(a, dtype=np.float64)) for a in args]
+    out = fn(*ts)
+    found = backward(b, tuple(b.equations), {out.var: b.const(np.asarray(g, dtype=np.float64))},
+                     [t.var for t in ts])
+    return [None if found[t.var] is None else np.asarray(found[t.var].value) for t in ts]
+
+
+def _batched_forward(fn, args, batched: dict):
+    """fn(*tracers) traced at args, its tape then evaluated with leading batch axes on the
+    arguments numbered in batched (as check and the batched passes evaluate tapes)."""
+    from gradcalc.tape import eval_equations
+    b = Builder()
+    ts = [b.input(np.asarray(a, dtype=np.float64)) for a in args]
+    out = fn(*ts)
+    env = dict(b.values)
+    env.update({ts[i].var: v for i, v in batched.items()})
+    return eval_equations(b.equations, env)[out.var]
+
+
+_MASK = np.array([[True, False, True], [False, False, True]])
+GATHERS = [  # (label, index as NumPy takes it, operand shape)
+    ("[0, 0, 2, -1]", (np.array([0, 0, 2, -1]),), (4,)),
+    ("[[1, 0], [1, 1]]", (np.array([[1, 0], [1, 1]]),), (3,)),
+    ("[[0, 0, -1], 1:]", (np.array([0, 0, -1]), slice(1, None)), (4, 3)),
+    ("[:, [2, 2, 0]]", (slice(None), np.array([2, 2, 0])), (2, 3)),
+    ("[[1, 0, 1], [2, 2, 0]]", (np.array([1, 0, 1]), np.array([2, 2, 0])), (2, 3)),
+    ("[[1, 0, 1], :, [2, 2, 0]]", (np.array([1, 0, 1]), slice(None), np.array([2, 2, 0])), (2, 3, 4)),
+    ("[0, :, [1, 1]]", (0, slice(None), np.array([1, 1])), (2, 3, 4)),
+    ("[[0, 1], None, [1, 1]]", (np.array([0, 1]), None, np.array([1, 1])), (2, 3)),
+    ("[[[0], [1]], :, [1, 1]]", (np.array([[0], [1]]), slice(None), np.array([1, 1])), (2, 3, 2)),
+    ("[None, ..., [1, -1]]", (None, Ellipsis, np.array([1, -1])), (2, 3)),
+    ("[..., None, 1]", (Ellipsis, None, 1), (2, 3)),
+    ("[1, ...]", (1, Ellipsis), (2, 3)),
+    ("[mask]", (_MASK,), (2, 3)),
+    ("[mask, None]", (_MASK, None), (2, 3)),
+    ("[[]]", (np.array([], dtype=np.intp),), (3,)),
+]
+
+
+@pytest.mark.parametrize("label, idx, shape", GATHERS, ids=[g[0] for g in GATHERS])
+def test_gather_matches_numpy_and_its_cotangent_is_numpy_add_at(label, idx, shape):
+    rng = np.random.default_rng(zlib.crc32(label.encode()))
+    x = rng.standard_normal(shape)
+    np.testing.assert_array_equal(P.index(x, idx=idx), x[idx])
+    g = rng.standard_normal(x[idx].shape)
+    expected = np.zeros(shape)
+    np.add.at(expected, idx, g)  # repeated places accumulate
+    (got,) = _pullback(lambda t: P.index(t, idx=idx), [x], g)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("label, idx, shape", GATHERS, ids=[g[0] for g in GATHERS])
+def test_indexing_on_a_batch_matches_numpy_row_by_row(label, idx, shape):
+    # A recorded tape evaluated with a leading batch axis (check, jacobian, hessian): NumPy puts
+    # the block of non-adjacent advanced indices first, in front of the batch axis too; each
+    # row must still be the row's own x[idx], x[idx] = v and x[idx] += v.
+    rng = np.random.default_rng(zlib.crc32(label.encode()) + 1)
+    xs = rng.standard_normal((3,) + shape)
+    vs = rng.standard_normal((3,) + xs[0][idx].shape)
+    got = _batched_forward(lambda t: P.index(t, idx=idx), [xs[0]], {0: xs})
+    np.testing.assert_array_equal(got, np.stack([x[idx] for x in xs]))
+    for prim, put in [(P.index_update, _np_set), (P.index_add, _np_add_at)]:
+        fn = lambda t, u, prim=prim: prim(t, u, idx=idx)  # noqa: E731
+        for batched in [{0: xs, 1: vs}, {0: xs}, {1: vs}]:
+            got = _batched_forward(fn, [xs[0], vs[0]], batched)
+            want = np.stack([put((xs[k] if 0 in batched else xs[0]).copy(), idx,
+                                 vs[k] if 1 in batched else vs[0]) for k in range(3)])
+            np.testing.assert_array_equal(got, want, err_msg=f"{prim.name}, batched {sorted(batched)}")
+
+
+def test_gather_cotangents_on_a_batch_scatter_add_row_by_row():
+    # The traced backward pass re-run on a batch of cotangents at once (a Jacobian's rows)
+    from gradcalc.tape import eval_equations
+    from gradcalc.transforms import backward
+    idx = (np.array([1, 0, 1]), slice(None), np.array([2, 2, 0]))  # non-adjacent, repeated
+    x = np.arange(24.0).reshape(2, 3, 4)
+    b = Builder()
+    t = b.input(x)
+    out = P.index(t, idx=idx)
+    start = len(b.equations)
+    seed = b.input(np.zeros(out.shape))
+    ct = backward(b, tuple(b.equations[:start]), {out.var: seed}, [t.var])[t.var]
+    gs = np.random.default_rng(3).standard_normal((5,) + out.shape)
+    env = dict(b.values)
+    env[seed.var] = gs
+    got = eval_equations(b.equations[start:], env)[ct.var]
+    for k in range(5):
+        want = np.zeros(x.shape)
+        np.add.at(want, idx, gs[k])
+        np.testing.assert_array_equal(got[k], want)
+
+
+def test_index_update_adjoints_by_hand():
+    # y = x with y[[0, 0, 2, -1]] = v: NumPy keeps the last write to place 0, so v[0] has no
+    # effect on y (its finite difference is 0) and y[0] = v[1]
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    v = np.array([10.0, 20.0, 30.0, 40.0])
+    idx = (np.array([0, 0, 2, -1]),)
+    np.testing.assert_array_equal(P.index_update(x, v, idx=idx), [20.0, 2.0, 30.0, 4.0, 40.0])
+    g = np.array([1.0, 10.0, 100.0, 1000.0, 10000.0])
+    dx, dv = _pullback(lambda a, b: P.index_update(a, b, idx=idx), [x, v], g)
+    np.testing.assert_array_equal(dx, [0.0, 10.0, 0.0, 1000.0, 0.0])  # written places: 0
+    np.testing.assert_array_equal(dv, [0.0, 1.0, 100.0, 10000.0])
+    # a scalar v is written to the three places once each: g[0] + g[2] + g[4]
+    dx, dv = _pullback(lambda a, b: P.index_update(a, b, idx=idx), [x, 7.0], g)
+    assert float(dv) == 10101.0
+    # 2-D: columns 0 and 2 of V both go to column 2 of M, and column 2 of V is the one kept
+    M, V = np.zeros((2, 3)), np.arange(6.0).reshape(2, 3)
+    G = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    cols = (slice(None), np.array([2, 0, 2]))
+    dM, dV = _pullback(lambda a, b: P.index_update(a, b, idx=cols), [M, V], G)
+    np.testing.assert_array_equal(dM, [[0.0, 2.0, 0.0], [0.0, 5.0, 0.0]])
+    np.testing.assert_array_equal(dV, [[0.0, 1.0, 3.0], [0.0, 4.0, 6.0]])
+
+
+def test_index_add_adjoints_by_hand():
+    # y = x with v added at [0, 0, 2, -1] (numpy.add.at): both writes to place 0 count
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    v = np.array([10.0, 20.0, 30.0, 40.0])
+    idx = (np.array([0, 0, 2, -1]),)
+    np.testing.assert_array_equal(P.index_add(x, v, idx=idx), [31.0, 2.0, 33.0, 4.0, 45.0])
+    g = np.array([1.0, 10.0, 100.0, 1000.0, 10000.0])
+    dx, dv = _pullback(lambda a, b: P.index_add(a, b, idx=idx), [x, v], g)
+    np.testing.assert_array_equal(dx, g)
+    np.testing.assert_array_equal(dv, [1.0, 1.0, 100.0, 10000.0])
+    _, dv = _pullback(lambda a, b: P.index_add(a, b, idx=idx), [x, 7.0], g)
+    assert float(dv) == 10102.0  # a scalar added four times: g[0] + g[0] + g[2] + g[4]
+
+
+@pytest.mark.parametrize("a, b", [(7.0, 3.0), (-7.0, 3.0), (7.0, -3.0), (-7.0, -3.0), (7.5, 2.0),
+                                  (-7.5, 2.0), (0.3, 0.7), (-0.3, 0.7), (5.25, -1.5)])
+def test_mod_and_floor_divide_derivatives_are_the_closed_forms(a, b):
+    # SPEC §2.5: d(a % b)/da = 1, d(a % b)/db = -floor(a / b); a // b has derivative 0 and
+    # still connects (a zero, not None).  Central differences of NumPy's own mod agree
+    # (none of these points is within a step of a jump).
+    assert P.mod(np.float64(a), np.float64(b)) == np.mod(a, b)
+    assert P.floor_divide(np.float64(a), np.float64(b)) == np.floor_divide(a, b)
+    da, db = _pullback(P.mod, [a, b], 1.0)
+    assert (float(da), float(db)) == (1.0, -math.floor(a / b))
+    h = 1e-6
+    assert float(db) == pytest.approx((np.mod(a, b + h) - np.mod(a, b - h)) / (2 * h), abs=1e-6)
+    assert float(da) == pytest.approx((np.mod(a + h, b) - np.mod(a - h, b)) / (2 * h), abs=1e-6)
+    assert [float(d) for d in _pullback(P.floor_divide, [a, b], 1.0)] == [0.0, 0.0]
+
+
+def test_mod_broadcasts_and_sums_its_cotangent_over_broadcast_axes():
+    a = np.array([[3.3, -2.2, 5.1], [0.4, 1.6, -4.9]])
+    b = np.array([1.3, -0.7, 2.0])
+    g = np.arange(1.0, 7.0).reshape(2, 3)
+    da, db = _pullback(P.mod, [a, b], g)
+    np.testing.assert_array_equal(da, g)
+    np.testing.assert_allclose(db, -(g * np.floor(a / b)).sum(axis=0), rtol=1e-15)
+
+
+def test_logical_masks_treat_nonzero_as_true_and_have_no_gradient():
+    m = np.array([0.0, 1.0, -2.5, 0.0, np.nan])
+    n = np.array([0.0, 0.0, 3.0, 1.0, 1.0])
+    np.testing.assert_array_equal(P.logical_and(m, n), [0.0, 0.0, 1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(P.logical_or(m, n), [0.0, 1.0, 1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(P.logical_not(m), [1.0, 0.0, 0.0, 1.0, 0.0])
+    assert P.logical_and(m, n).dtype == np.float64
+    assert _pullback(P.logical_and, [m, n], np.ones(5)) == [None, None]
+    assert _pullback(P.logical_not, [m], np.ones(5)) == [None]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: P.index(x, idx=(5,)), "index 5 is out of range for axis 0 with size 3"),
+    (lambda x: P.index(x, idx=(np.array([0, 5]),)), "index 5 is out of range for axis 0 with size 3"),
+    (lambda x: P.index(x, idx=(np.array([0, -4]),)), "index -4 is out of range for axis 0 with size 3"),
+    (lambda x: P.index(x, idx=(0, 1)), "too many indices (2) for an array of dimension 1"),
+    (lambda x: P.index(x, idx=(Ellipsis, Ellipsis)), "an index can have only one '...'"),
+    (lambda x: P.index(x, idx=(np.array([0.5]),)),
+     "index arrays must hold integers, not float64 values (axis 0)"),
+    (lambda x: P.index(x, idx=(np.array([True, False]),)),
+     "a mask of shape (2,) does not match the indexed axes (3,) (from axis 0)"),
+    (lambda x: P.index(x, idx=(0.5,)),
+     "an index must be an integer, a slice, None, '...', an integer array or a mask, not 0.5"),
+    (lambda x: P.index_update(x, np.ones(2), idx=(slice(None),)),
+     "cannot assign a value of shape (2,) to the selection x[index] of shape (3,)"),
+    (lambda x: P.index_add(x, np.ones(2), idx=(np.array([0, 1, 1]),)),
+     "cannot add a value of shape (2,) to the selection x[index] of shape (3,)"),
+])
+def test_index_errors_say_what_is_wrong(call, message):
+    from gradcalc.errors import ShapeError
+    b = Builder()
+    with pytest.raises(ShapeError) as err:
+        call(b.input(np.array([1.0, 2.0, 3.0])))
+    assert err.value.message == message
+
+
+def test_index_arrays_that_do_not_broadcast_are_an_error():
+    from gradcalc.errors import ShapeError
+    with pytest.raises(ShapeError) as err:
+        P.index(Builder().input(np.zeros((3, 3))), idx=(np.array([0, 1]), np.array([0, 1, 2])))
+    assert err.value.message == "index arrays of shapes (2,) and (3,) do not broadcast"
+
+
+def test_closed_forms_of_mod_floor_divide_and_masks():
+    # symbolic (--symbolic): a % b = a - b floor(a / b), so d/db = -floor(a / b); values as NumPy's
+    import sympy as sp
+    from types import SimpleNamespace
+
+    from gradcalc import symbolic as S
+    b = Builder()
+    a_, b_ = b.input(np.float64(-7.5)), b.input(np.float64(2.0))
+    outs = {"m": P.mod(a_, b_), "q": P.floor_divide(a_, b_),
+            "l": P.logical_or(P.logical_not(P.gt(a_, b_)), P.logical_and(a_, b_))}
+    tape = b.tape({"a": a_.var, "b": b_.var}, {k: t.var for k, t in outs.items()}, "m")
+    env = S.to_sympy(SimpleNamespace(tape=tape, builder=b, program=None))
+    sa, sb = sp.Symbol("a", real=True), sp.Symbol("b", real=True)
+    m, q, lg = (sp.sympify(env[t.var][()]) for t in outs.values())
+    assert sp.diff(m, sa) == 1 and sp.diff(q, sa) == 0 and sp.diff(q, sb) == 0
+    for a, bv in [(-7.5, 2.0), (7.0, -3.0), (0.5, 0.25)]:
+        at = {sa: sp.Rational(str(a)), sb: sp.Rational(str(bv))}
+        assert float(m.subs(at)) == np.mod(a, bv) and float(q.subs(at)) == np.floor_divide(a, bv)
+        assert float(sp.diff(m, sb).subs(at)) == -math.floor(a / bv)
+        assert float(lg.subs(at)) == float(not a > bv or (a != 0 and bv != 0))
+
+
+def _traced_gradient(f, i):
+    """fn(*tracers): the gradient of sum(sin(f(*tracers))) with respect to argument i, traced
+    (a derivative pass that check_traced differentiates again: second derivatives)."""
+    from gradcalc.transforms import backward
+
+    def fn(*ts):
+        b = ts[0].builder
+        start = len(b.equations)
+        out = P.reduce_sum(P.sin(f(*ts)), axis=None)
+        found = backward(b, tuple(b.equations[start:]), {out.var: b.const(1.0)}, [ts[i].var])
+        return found[ts[i].var]
+    return fn
+
+
+_REP = (np.array([0, 0, 2, -1]),)
+_NONADJ = (np.array([1, 1]), slice(None), np.array([0, 2]))
+
+
+@pytest.mark.parametrize("label, f, shapes", [
+    ("gather", lambda x: P.index(x * x, idx=_REP), [(4,)]),
+    ("gather non-adjacent", lambda x: P.index(x * x, idx=_NONADJ), [(2, 3, 3)]),
+    ("index_update", lambda x, v: P.index_update(x * x, v * v * P.index(x, idx=(0,)), idx=_REP), [(5,), (4,)]),
+    ("index_update non-adjacent", lambda x, v: P.index_update(x * x, v * v, idx=_NONADJ), [(2, 3, 3), (3,)]),
+    ("index_add", lambda x, v: P.index_add(x * x, v * v * P.index(x, idx=(1,)), idx=_REP), [(5,), ()]),
+    ("mod", lambda a, b: P.mod(a * a, b) * b, [(3,), (2, 1)]),
+])
+@pytest.mark.parametrize("i", [0, 1])
+def test_second_derivatives_of_indexing_and_mod(label, f, shapes, i):
+    if i >= len(shapes):
+        pytest.skip("one argument")
+    rng = np.random.default_rng(zlib.crc32(label.encode()))
+    args = [rng.uniform(0.5, 1.5, s) for s in shapes]
+    if label == "mod":  # a^2 / b at least 0.05 from an integer: no jump within a step
+        args = [np.array([1.2, 1.45, 1.6]), np.array([[-1.0], [2.0]])]
+    report = check_traced(_traced_gradient(f, i), args)
+    assert report.ok, str(report)
