@@ -422,13 +422,6 @@ def _rules():
         "ge": _elementwise(_mask(lambda a, b: a >= b), 2),
         "eq": _elementwise(_mask(sp.Eq), 2),
         "ne": _elementwise(_mask(sp.Ne), 2),
-        # a // b is floor(a / b) and a % b is a - b floor(a / b) (floor's derivative is 0, so
-        # d/da = 1 and d/db = -floor(a / b), as SPEC §2.5 states)
-        "floor_divide": _elementwise(lambda a, b: unary["floor"](a / b), 2),
-        "mod": _elementwise(lambda a, b: a - b * unary["floor"](a / b), 2),
-        "logical_and": _elementwise(lambda a, b: _mask_of(sp.And(_truth(a), _truth(b))), 2),
-        "logical_or": _elementwise(lambda a, b: _mask_of(sp.Or(_truth(a), _truth(b))), 2),
-        "logical_not": _elementwise(lambda a: _mask_of(sp.Not(_truth(a))), 1),
         "zeros_like": lambda x, **_: np.full(x.shape, sp.S.Zero, dtype=object),
         "sum": reduction(lambda items: sp.Add(*items)),
         "prod": reduction(lambda items: sp.Mul(*items)),
@@ -440,7 +433,20 @@ def _rules():
         "log_softmax": log_softmax,
         "det": det, "inv": inv, "solve": solve,
     })
+    rules.update(_integer_and_mask_rules(sp, unary["floor"]))
     return rules
+
+
+def _integer_and_mask_rules(sp, floor) -> dict:
+    """// and % (a // b is floor(a / b) and a % b is a - b floor(a / b): floor's derivative is
+    0, so d/da = 1 and d/db = -floor(a / b), as SPEC §2.5 states), and the logical masks."""
+    return {
+        "floor_divide": _elementwise(lambda a, b: floor(a / b), 2),
+        "mod": _elementwise(lambda a, b: a - b * floor(a / b), 2),
+        "logical_and": _elementwise(lambda a, b: _mask_of(sp.And(_truth(a), _truth(b))), 2),
+        "logical_or": _elementwise(lambda a, b: _mask_of(sp.Or(_truth(a), _truth(b))), 2),
+        "logical_not": _elementwise(lambda a: _mask_of(sp.Not(_truth(a))), 1),
+    }
 
 
 # Primitives whose NumPy forward function works as it is on object arrays: pure data movement
