@@ -82,17 +82,14 @@ def _blocks(st) -> tuple:
 
 
 def _walk_statements(body):
-    """Every statement of a body, nested blocks included, in textual order (not into defs)."""
-    stack_ = [iter(body)]
-    while stack_:
-        st = next(stack_[-1], None)
-        if st is None:
-            stack_.pop()
-            continue
+    """Every statement of a body, nested blocks included, in textual order (not into defs).
+    (Recursive only into blocks, whose nesting the parser caps.)"""
+    for st in body:
         yield st
-        inner = _blocks(st)
-        if inner:
-            stack_.extend(iter(b) for b in reversed(inner))
+        t = type(st)
+        if t is If or t is For or t is While:
+            for inner in _blocks(st):
+                yield from _walk_statements(inner)
 
 
 def _declared_inputs(program: Program) -> dict:
@@ -170,6 +167,13 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
     output = None
     for st in _walk_statements(program.statements):
         t = type(st)
+        if t is Assign:  # (the commonest statement, by a short way)
+            name = st.name
+            if name in declared or name in FUNCTIONS or name in functions or name in _BOOLEANS:
+                _check_target(name, st.loc, declared, functions)
+            assigned.setdefault(name, st.loc)
+            output = st
+            continue
         if t is ExprStmt:
             bare[st.loc] = "_" if not bare else f"_{len(bare) + 1}"
             assigned.setdefault(bare[st.loc], st.loc)
@@ -182,11 +186,14 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
         if target is None:
             continue
         for name in target(st):
-            _check_target(name, st.loc, declared, functions)
+            if name in declared or name in FUNCTIONS or name in functions or name in _BOOLEANS:
+                _check_target(name, st.loc, declared, functions)
             if name not in assigned:
                 assigned[name] = st.loc
         if t is not For:
             output = (target(st)[-1], st.loc)
+    if type(output) is Assign:
+        output = (output.name, output.loc)
     return assigned, bare, output
 
 
@@ -209,6 +216,7 @@ def analyse(program: Program) -> Facts:
     assigned, bare, output = _outside_defs(program, declared, functions)
     local_names = {name: _locals_of(f) for name, f in functions.items()}
     free: dict[str, InputInfo] = {}
+    known = {**dict.fromkeys(CONSTANTS), **dict.fromkeys(_BOOLEANS), **declared, **assigned}  # never inputs
     statements = program.statements
     reads = program.reads if len(program.reads) == len(statements) else None
     for k, st in enumerate(statements):
@@ -219,15 +227,14 @@ def analyse(program: Program) -> Facts:
         local = local_names[st.name] if t is Def else ()
         for n in names:
             nid = n.id
-            if (nid in declared or nid in free or nid in assigned or nid in local or nid in CONSTANTS
-                    or nid in _BOOLEANS):
+            if nid in known or nid in local:
                 continue
             if nid in functions:
                 _function_read(n, st)
                 continue
             if nid in FUNCTIONS:
                 raise NameError_(f"'{nid}' is a function; call it as {nid}(...)", n.pos)
-            free[nid] = InputInfo(nid, n.pos, None, None, False)
+            free[nid] = known[nid] = InputInfo(nid, n.pos, None, None, False)
     name, loc = output if output is not None else (None, None)
     return Facts([*declared.values(), *free.values()], assigned, functions, local_names, bare, name, loc)
 
@@ -338,8 +345,9 @@ class Interpreter:
 
     # -- statements (one method each; _STATEMENTS below maps node types to them) ------
     def block(self, body) -> None:
+        statements = _STATEMENTS
         for st in body:
-            _STATEMENTS[type(st)](self, st)
+            statements[type(st)](self, st)
 
     def bind(self, name: str, value: Tracer, loc, before: int) -> None:
         """Bind name to value in the current scope; a top-level name becomes a name of the
@@ -562,7 +570,8 @@ class Interpreter:
         if t is Binary:
             return self.binary(node)
         if t is Call:
-            return self.single(self.call(node), node)
+            out = self.call(node)
+            return out if out.__class__ is Tracer else self.single(out, node)
         method = _EXPRESSIONS.get(t)
         if method is None:
             raise SyntaxError_(f"unexpected {t.__name__}", getattr(node, "pos", None))
@@ -713,10 +722,11 @@ class Interpreter:
             if node.func in self.env:
                 hint = f"'{node.func}' is a value, not a function; use '*' to multiply"
             raise NameError_(f"unknown function '{node.func}'", node.pos, hint=hint)
-        out = self.builtin(node, fn)
         if node.func in _MASK_BUILTINS:
+            out = self.builtin(node, fn)
             self.masks.add(out.var)
-        return out
+            return out
+        return self.builtin(node, fn)
 
     def builtin(self, node: Call, fn) -> Tracer:
         if fn.prim is None:  # several primitives (mean: sum, div): messages name the builtin
