@@ -1447,41 +1447,38 @@ def test_gather_cotangents_on_a_batch_scatter_add_row_by_row():
         np.testing.assert_array_equal(got[k], want)
 
 
-def test_index_update_adjoints_by_hand():
+@pytest.mark.parametrize("name, value, dx, dv, dv_scalar", [
     # y = x with y[[0, 0, 2, -1]] = v: NumPy keeps the last write to place 0, so v[0] has no
-    # effect on y (its finite difference is 0) and y[0] = v[1]
+    # effect on y (its finite difference is 0) and the places written get no cotangent; a
+    # scalar v is written to the three places once each: g[0] + g[2] + g[4]
+    ("index_update", [20.0, 2.0, 30.0, 4.0, 40.0], [0.0, 10.0, 0.0, 1000.0, 0.0],
+     [0.0, 1.0, 100.0, 10000.0], 10101.0),
+    # y = x with v added at [0, 0, 2, -1] (numpy.add.at): both writes to place 0 count, and a
+    # scalar is added four times: g[0] + g[0] + g[2] + g[4]
+    ("index_add", [31.0, 2.0, 33.0, 4.0, 45.0], [1.0, 10.0, 100.0, 1000.0, 10000.0],
+     [1.0, 1.0, 100.0, 10000.0], 10102.0),
+])
+def test_index_update_and_add_adjoints_by_hand(name, value, dx, dv, dv_scalar):
+    prim = REGISTRY[name]
     x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     v = np.array([10.0, 20.0, 30.0, 40.0])
     idx = (np.array([0, 0, 2, -1]),)
-    np.testing.assert_array_equal(P.index_update(x, v, idx=idx), [20.0, 2.0, 30.0, 4.0, 40.0])
+    np.testing.assert_array_equal(prim(x, v, idx=idx), value)
     g = np.array([1.0, 10.0, 100.0, 1000.0, 10000.0])
-    dx, dv = _pullback(lambda a, b: P.index_update(a, b, idx=idx), [x, v], g)
-    np.testing.assert_array_equal(dx, [0.0, 10.0, 0.0, 1000.0, 0.0])  # written places: 0
-    np.testing.assert_array_equal(dv, [0.0, 1.0, 100.0, 10000.0])
-    # a scalar v is written to the three places once each: g[0] + g[2] + g[4]
-    dx, dv = _pullback(lambda a, b: P.index_update(a, b, idx=idx), [x, 7.0], g)
-    assert float(dv) == 10101.0
-    # 2-D: columns 0 and 2 of V both go to column 2 of M, and column 2 of V is the one kept
+    got = _pullback(lambda a, b: prim(a, b, idx=idx), [x, v], g)
+    np.testing.assert_array_equal(got[0], dx)
+    np.testing.assert_array_equal(got[1], dv)
+    assert float(_pullback(lambda a, b: prim(a, b, idx=idx), [x, 7.0], g)[1]) == dv_scalar
+
+
+def test_index_update_of_columns_by_hand():
+    # columns 0 and 2 of V both go to column 2 of M, and column 2 of V is the one kept
     M, V = np.zeros((2, 3)), np.arange(6.0).reshape(2, 3)
     G = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     cols = (slice(None), np.array([2, 0, 2]))
     dM, dV = _pullback(lambda a, b: P.index_update(a, b, idx=cols), [M, V], G)
     np.testing.assert_array_equal(dM, [[0.0, 2.0, 0.0], [0.0, 5.0, 0.0]])
     np.testing.assert_array_equal(dV, [[0.0, 1.0, 3.0], [0.0, 4.0, 6.0]])
-
-
-def test_index_add_adjoints_by_hand():
-    # y = x with v added at [0, 0, 2, -1] (numpy.add.at): both writes to place 0 count
-    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
-    v = np.array([10.0, 20.0, 30.0, 40.0])
-    idx = (np.array([0, 0, 2, -1]),)
-    np.testing.assert_array_equal(P.index_add(x, v, idx=idx), [31.0, 2.0, 33.0, 4.0, 45.0])
-    g = np.array([1.0, 10.0, 100.0, 1000.0, 10000.0])
-    dx, dv = _pullback(lambda a, b: P.index_add(a, b, idx=idx), [x, v], g)
-    np.testing.assert_array_equal(dx, g)
-    np.testing.assert_array_equal(dv, [1.0, 1.0, 100.0, 10000.0])
-    _, dv = _pullback(lambda a, b: P.index_add(a, b, idx=idx), [x, 7.0], g)
-    assert float(dv) == 10102.0  # a scalar added four times: g[0] + g[0] + g[2] + g[4]
 
 
 @pytest.mark.parametrize("a, b", [(7.0, 3.0), (-7.0, 3.0), (7.0, -3.0), (-7.0, -3.0), (7.5, 2.0),
