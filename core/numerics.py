@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -17,8 +18,9 @@ from . import stencil
 from .checks import (AD_TOLERANCE, SYMBOLIC_TOLERANCE, TOLERANCES, CheckResult, check_result, compare,
                      tolerance)
 from .codec import JSONNumberError, array_from_json
-from .errors import GradcalcError, UsageError, ValueError_, option
-from .lower import Traced, find_inputs, trace
+from .errors import GradcalcError, Pos, UsageError, ValueError_, option, to_pos
+from .lexer import tokenize
+from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .session import as_arrays, jacobian_blocks, parse, quiet, select_names, select_output
 from .stencil import METHODS, default_step
 from .tape import DEFAULT_MAX_ELEMENTS, eval_equations
@@ -29,16 +31,173 @@ from .transforms import Recording, backward, forward, largest_batched, rows_to_j
 # Batched evaluation of the forward tape
 # ==========================================================================
 
-def evaluate_batch(tr: Traced, var: int, batch: np.ndarray, outs: list[int]) -> list[np.ndarray]:
-    """Outputs when the value of var is replaced by each row of batch (shape (B,) + shape)."""
-    env = dict(tr.builder.values)  # values that do not depend on var stay as traced
+class Batch(NamedTuple):
+    """The outputs at the points of a batch (one row per point), and for each output the
+    guards whose change of path, at some row, changed its value (see :func:`evaluate_batch`)."""
+
+    values: list
+    flipped: list  # per output: a tuple of tape.Guard, in the order the run took them
+
+
+def evaluate_batch(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], *,
+                   max_steps: int = DEFAULT_MAX_STEPS) -> Batch:
+    """The outputs outs when the value of wrt is replaced by each row of batch (shape (B,) + shape).
+
+    Finite differences are those of the program as written (SPEC §5): one batched pass over
+    the recorded tape also recomputes the variable of every guard (every decision the run
+    took); a row whose path differs from the one recorded takes its values from a run of the
+    program at that point instead (an input's rows only: an intermediate value cannot be set
+    by a run, and its rows keep the tape's values, still reported in ``flipped``).
+    """
+    tape_values, first, guards = _on_tape(tr, wrt, batch, outs)
+    rows = np.flatnonzero(first >= 0)
+    if not rows.size:
+        return Batch(tape_values, [()] * len(outs))
+    values = tape_values
+    if wrt in tr.tape.inputs and not np.iscomplexobj(batch):  # (a complex step moves no real part)
+        values = _rerun(tr, wrt, batch, outs, tape_values, rows, max_steps)
+    return Batch(values, [_flips_seen(guards, first, rows, t, v) for t, v in zip(tape_values, values)])
+
+
+def _guards_reached(tr: Traced, var: int, downstream: list) -> list:
+    """The guards whose variable is var or computed by downstream (the equations that depend
+    on var): the decisions a change of var can change."""
+    if not tr.tape.guards:
+        return []
+    reached = {var} | {eq.out for eq in downstream}
+    return [g for g in tr.tape.guards if g.var in reached]
+
+
+def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str]) -> tuple[list, np.ndarray, list]:
+    """(values, first, guards): the outputs by one batched pass over tr's tape, the guards
+    that depend on wrt, and for each row the number of the first of them whose value it
+    changes (-1 if none)."""
+    names, b = tr.tape.names, tr.builder
+    var = names[wrt]
+    env = dict(b.values)  # values that do not depend on var stay as traced
     env[var] = batch
     downstream = seeded(tr.tape.equations, [var])
-    largest = largest_batched(downstream, [var], tr.builder.shapes)
-    tr.builder.check_size((len(batch), largest), what=f"a batch of {len(batch)} perturbed points "
-                                                      f"through {largest}-element values")
-    eval_equations(downstream, env, keep=set(outs), batch_elements=len(batch) * largest)
-    return [np.broadcast_to(env[o], batch.shape[:1] + tr.builder.shapes[o]) for o in outs]
+    largest = largest_batched(downstream, [var], b.shapes)
+    b.check_size((len(batch), largest), what=f"a batch of {len(batch)} perturbed points "
+                                             f"through {largest}-element values")
+    guards = _guards_reached(tr, var, downstream)
+    out_vars = [names[o] for o in outs]
+    eval_equations(downstream, env, keep=set(out_vars) | {g.var for g in guards},
+                   batch_elements=len(batch) * largest)
+    first = np.full(len(batch), -1)
+    for k, g in enumerate(guards):
+        value = np.broadcast_to(env[g.var], batch.shape[:1] + b.shapes[g.var])
+        first[(first < 0) & _differs(value, g.expected)] = k
+    return [np.broadcast_to(env[v], batch.shape[:1] + b.shapes[v]) for v in out_vars], first, guards
+
+
+def _differs(value: np.ndarray, expected) -> np.ndarray:
+    """For each row of a batched guard variable, whether it decides otherwise than expected:
+    a truth or a mask (booleans) by being non-zero, an integer or integer array by value."""
+    v = np.real(value).reshape(len(value), -1)
+    e = np.asarray(expected).reshape(1, -1)
+    with np.errstate(invalid="ignore"):
+        other = ((v != 0) != e) if e.dtype == bool else (v != e)
+    return (other | np.isnan(v)).any(axis=1)
+
+
+def _rerun(tr: Traced, wrt: str, batch, outs, tape_values: list, rows, max_steps: int) -> list:
+    """The outputs with the rows whose path changed taken from runs of the program.
+
+    One run at the first such row; its tape then serves, in one batched pass, every other
+    row that takes the same path; the rows left over start again (one run per path taken).
+    A row where the program fails, or its output has another shape, is nan."""
+    values = [np.array(v) for v in tape_values]
+    point = {name: tr.value(name) for name in tr.tape.inputs}
+    pending = rows
+    while pending.size:
+        row, pending = pending[0], pending[1:]
+        other = _run_at(tr, {**point, wrt: batch[row]}, max_steps)
+        if other is None or any(o not in other.tape.names or other.value(o).shape != v.shape[1:]
+                                for o, v in zip(outs, values)):
+            for v in values:
+                v[row] = np.nan
+            continue
+        for o, v in zip(outs, values):
+            v[row] = other.value(o)
+        if pending.size:
+            found, first, _ = _on_tape(other, wrt, batch[pending], outs)
+            same = first < 0
+            for v, f in zip(values, found):
+                v[pending[same]] = f[same]
+            pending = pending[~same]
+    return values
+
+
+def _run_at(tr: Traced, at: dict, max_steps: int) -> Traced | None:
+    """The program run at the point at= (with tr's limits), or None where it fails there."""
+    try:
+        return trace(tr.program, at, max_elements=tr.builder.max_elements, max_steps=max_steps,
+                     check_finite=False)
+    except GradcalcError:
+        return None
+
+
+def _flips_seen(guards: list, first, rows, tape, run) -> tuple:
+    """The guards first changed in the rows where a run's value differs from the tape's
+    (all the changed rows when nothing was run): the changes of path that matter to this
+    output, in the order the run took them."""
+    if run is not tape:
+        t, r = tape[rows].reshape(len(rows), -1), run[rows].reshape(len(rows), -1)
+        differ = ((t != r) & ~(np.isnan(t) & np.isnan(r))).any(axis=1)
+        rows = rows[differ]
+    return tuple(guards[k] for k in sorted(set(first[rows].tolist())))
+
+
+#: How a note names each kind of decision (Guard.what): (verb, the decision, what follows).
+_DECISIONS = {
+    "if": ("flips", "the if condition", ""),
+    "while": ("flips", "the while condition", ", so the loop runs a different number of times"),
+    "conditional": ("flips", "the condition of a conditional expression", ""),
+    "mask": ("changes", "the mask", ""),
+    "index": ("changes", "the index", ""),
+    "range": ("changes", "the range argument", ", so the loop runs a different number of times"),
+}
+
+
+def path_notes(tr: Traced, guards, step: str = "finite-difference") -> list[str]:
+    """A note for each guard that a step changes, naming the decision and where it is
+    (line and column, as the kink notes do)."""
+    notes = []
+    for g in guards:
+        verb, what, then = _DECISIONS.get(g.what, ("changes", f"the integer argument '{g.what}'", ""))
+        pos = to_pos(g.loc)
+        text = _decision_text(tr.program.source.text, pos) if pos else ""
+        where = f" (line {pos.line}, column {pos.col})" if pos else ""
+        note = (f"near a change of path: a {step} step {verb} {what}{f' {text!r}' if text else ''}{where}"
+                f"{then}; finite differences there differ from the derivative of the path taken")
+        if note not in notes:
+            notes.append(note)
+    return notes
+
+
+#: Tokens that end a condition, an index or an argument when no bracket is open.
+_DECISION_ENDS = frozenset(("{", "}", "else", ",", ")", "]", ":", ";", "newline", "eof"))
+
+
+def _decision_text(text: str, pos: Pos, longest: int = 40) -> str:
+    """The text of the condition or index that starts at pos (up to the token that closes
+    it: '{', 'else', ',', ']'...), on one line, shortened past ``longest`` characters."""
+    tokens = [t for t in tokenize(text) if t.pos >= pos]
+    depth, end = 0, None
+    for t in tokens:
+        key = t.kind if t.kind in ("newline", "eof") else t.text
+        if depth == 0 and key in _DECISION_ENDS:
+            break
+        depth += (key in "([") - (key in ")]")
+        end = t
+    if end is None:
+        return ""
+    lines = text.splitlines()[pos.line - 1:end.pos.line]
+    lines[-1] = lines[-1][:end.pos.col - 1 + len(end.text)]
+    lines[0] = lines[0][pos.col - 1:]
+    found = " ".join(" ".join(lines).split())
+    return found if len(found) <= longest else found[:longest - 1] + "…"
 
 
 def _check_batch(tr: Traced, rows: int, n: int) -> None:
@@ -52,13 +211,26 @@ def _known_method(method: str) -> None:
                          option="method")
 
 
-def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", step=None):
-    """Finite-difference Jacobians {of: array of shape of.shape + wrt.shape} and the steps used.
+class FiniteDifferences(NamedTuple):
+    """A finite-difference estimate: Jacobians {of: array of shape of.shape + wrt.shape}, the
+    steps taken (wrt's shape) and, for each output, the guards a step changed (see Batch)."""
 
-    Every perturbed point of the estimate is one row of a single batch.
-    """
+    jacobian: dict
+    step: np.ndarray
+    flipped: dict
+
+
+def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", step=None):
+    """Finite-difference Jacobians {of: array of shape of.shape + wrt.shape} and the steps used
+    (the first two parts of :func:`fd_estimate`)."""
+    return fd_estimate(tr, of, wrt, method, step)[:2]
+
+
+def fd_estimate(tr: Traced, of: list[str], wrt: str, method: str = "central", step=None, *,
+                max_steps: int = DEFAULT_MAX_STEPS) -> FiniteDifferences:
+    """The finite-difference estimate of d of / d wrt; every perturbed point is one row of a
+    single batch (rows on another path come from runs of the program: evaluate_batch)."""
     _known_method(method)
-    names = tr.tape.names
     x = tr.value(wrt)
     n = x.size
     h = np.broadcast_to(default_step(x, method) if step is None else np.asarray(step, float), x.shape)
@@ -67,13 +239,13 @@ def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", st
     # refused before the batch is made (evaluate_batch checks what flows from it)
     _check_batch(tr, len(scales) * n + centre, n)
     batch, taken = stencil.perturb(x.ravel(), h.ravel(), scales, centre)
-    ys = evaluate_batch(tr, names[wrt], batch.reshape((len(batch),) + x.shape), [names[o] for o in of])
+    ys, flipped = evaluate_batch(tr, wrt, batch.reshape((len(batch),) + x.shape), of, max_steps=max_steps)
     jac = {}
     for o, y in zip(of, ys):
         blocks = [y[k * n:(k + 1) * n] for k in range(len(scales))]
         rows = stencil.combine(method, blocks, taken, y[len(scales) * n:] if centre else None)
         jac[o] = rows_to_jacobian(rows, tr.value(o).shape, x.shape)
-    return jac, h
+    return FiniteDifferences(jac, h, dict(zip(of, flipped)))
 
 
 def non_analytic(tr: Traced, wrt_var: int) -> list:
@@ -88,13 +260,17 @@ def non_analytic(tr: Traced, wrt_var: int) -> list:
     return bad
 
 
-def _upstream(tr: Traced, var: int) -> set:
-    """var and every variable it is computed from."""
-    needed = {var}
+def _upstream(tr: Traced, var: int) -> tuple[set, set]:
+    """(every variable var is computed from, those with a differentiable path to var): the
+    second follows only the arguments a derivative rule reaches, so not a condition or a
+    mask (where's first argument, a comparison's operands)."""
+    needed, smooth = {var}, {var}
     for eq in reversed(tr.tape.equations):
         if eq.out in needed:
             needed.update(eq.args)
-    return needed
+        if eq.out in smooth and eq.prim.differentiable:
+            smooth.update(a for i, a in enumerate(eq.args) if eq.prim.vjp_rule(i) is not None)
+    return needed, smooth
 
 
 _SPELLED = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
@@ -102,9 +278,15 @@ _SPELLED = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="
 
 def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = None) -> list[str]:
     """Kinked operations on the way from wrt to the output whose argument lies within
-    two steps of the kink."""
+    two steps of the kink.
+
+    A kink counts where the output's value follows it: a kink of a differentiable operation
+    (abs, relu, max) on a differentiable path to the output, a jump (a comparison) on any
+    path (a mask that multiplies, where's condition).  A kink that only decides a condition
+    or an index of the program is not one of the output: a change of path is noted by
+    path_notes instead."""
     live = {wrt_var}
-    on_path = _upstream(tr, out_var) if out_var is not None else None
+    needed, smooth = _upstream(tr, out_var) if out_var is not None else (None, None)
     scale = float(np.max(h)) * 2 if np.size(h) else 0.0
     notes = []
     values = tr.builder.values
@@ -112,10 +294,8 @@ def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = No
         if not any(a in live for a in eq.args):
             continue
         live.add(eq.out)
-        if on_path is not None and eq.out not in on_path:
-            continue
         kink = eq.prim.kink
-        if kink is None:
+        if kink is None or (needed is not None and eq.out not in (smooth if eq.prim.differentiable else needed)):
             continue
         with np.errstate(all="ignore"):
             d = np.abs(np.asarray(kink(values[eq.out], *[values[a] for a in eq.args], **eq.params)))
@@ -147,10 +327,22 @@ def expand_sources(sources) -> list:
     return out
 
 
+class _Plan(NamedTuple):
+    """How check checks each point: its options, once they are known to be sound."""
+
+    method: str
+    tol: tuple
+    directions: int
+    taylor: bool
+    symbolic: bool
+    max_steps: int
+
+
 def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
           method: str = "central", rtol: float | None = None, atol: float | None = None,
           directions: int = 0, taylor: bool = False, expect: dict | None = None,
-          symbolic: bool = False, max_elements: int = DEFAULT_MAX_ELEMENTS, label: str | None = None):
+          symbolic: bool = False, max_elements: int = DEFAULT_MAX_ELEMENTS,
+          max_steps: int = DEFAULT_MAX_STEPS, label: str | None = None):
     """Compare reverse mode with finite differences and with forward mode.
 
     Returns a Result (``command`` "check") whose ``results`` is a list of
@@ -158,21 +350,24 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
     ``atol`` are the tolerances applied (by default, the method's
     checks.TOLERANCES).  ``expect`` is a stored grad/jacobian JSON object to
     compare reverse mode with as well; ``symbolic`` adds sympy's closed form,
-    evaluated at the point, as a third oracle.
+    evaluated at the point, as a third oracle.  Each point runs the program
+    (so each takes its own path); a finite-difference step that changes the
+    path runs it again there (see evaluate_batch), and the result says so.
     """
     @quiet
     def run():
         tol = _tolerances(method, points, directions, seed, rtol, atol)
+        plan = _Plan(method, tol, directions, taylor, symbolic, max_steps)
         program = parse(source)
         name = label or program.source.label
         rng = np.random.default_rng(seed)
         results = []
-        for p, tr in _points(program, as_arrays(at), points, rng, max_elements):
+        limits = {"max_elements": max_elements, "max_steps": max_steps}
+        for p, tr in _points(program, as_arrays(at), points, rng, limits):
             outs = [select_output(tr, None)] if of is None else select_names(tr, of, option("of"), ())
             wrts = select_names(tr, wrt, option("wrt"), tr.tape.inputs)
             try:
-                results += _check_point(tr, name, p, outs, wrts, method, tol, directions, taylor, rng,
-                                        symbolic)
+                results += _check_point(tr, name, p, outs, wrts, plan, rng)
             except GradcalcError as err:  # (a batch over max_elements, say): name the program
                 raise err.located(program.source)
             if expect is not None and p == 0:
@@ -196,9 +391,10 @@ def _tolerances(method, points, directions, seed, rtol, atol) -> tuple[float, fl
     return tolerance(TOLERANCES[method], rtol, atol)
 
 
-def _points(program, values: dict, points: int, rng, max_elements) -> list[tuple[int, Traced]]:
+def _points(program, values: dict, points: int, rng, limits: dict) -> list[tuple[int, Traced]]:
     """[(number, traced)]: the point at= gives (0; left out when it lacks a value and
-    ``points`` draws the rest) and ``points`` random points (1, 2, ...)."""
+    ``points`` draws the rest) and ``points`` random points (1, 2, ...), each traced on its
+    own (each records its own path), with the limits max_elements and max_steps."""
     if points:
         inputs = [i.name for i in find_inputs(program)]
         if inputs and all(i in values for i in inputs):
@@ -207,54 +403,52 @@ def _points(program, values: dict, points: int, rng, max_elements) -> list[tuple
                              hint=f"leave some inputs out of {option('at')}", option="points")
     traced = []
     try:
-        traced.append((0, trace(program, values, max_elements=max_elements)))
+        traced.append((0, trace(program, values, **limits)))
     except GradcalcError as err:
         if points == 0 or "has no value" not in err.message:
             raise  # without points, every input needs a value
     if points:
         # the inputs' shapes, with any missing value sampled
-        shapes = trace(program, values, max_elements=max_elements,
-                       sample=lambda n, shape: rng.standard_normal(shape))
+        shapes = trace(program, values, sample=lambda n, shape: rng.standard_normal(shape), **limits)
     for p in range(1, points + 1):
-        traced.append((p, _random_point(program, values, shapes, rng, max_elements)))
+        traced.append((p, _random_point(program, values, shapes, rng, limits)))
     return traced
 
 
-def _random_point(program, values, shapes: Traced, rng, max_elements) -> Traced:
+def _random_point(program, values, shapes: Traced, rng, limits: dict) -> Traced:
     """A random point: every input not fixed by at= drawn from a standard normal."""
     point = dict(values)
     for info in shapes.inputs:
         if info.name not in point:
             point[info.name] = rng.standard_normal(shapes.value(info.name).shape)
-    return trace(program, point, max_elements=max_elements)
+    return trace(program, point, **limits)
 
 
-def _check_point(tr: Traced, name, p, outs, wrts, method, tol, directions, taylor, rng,
-                 symbolic=False):
+def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
     closed = None
-    if symbolic and not directions:
+    if plan.symbolic and not plan.directions:
         from .symbolic import symbolic_jacobian
         closed = symbolic_jacobian(tr, outs, wrts, simplify=False)
     rev = jacobian_blocks(tr, outs, wrts, "rev")
-    fwd = None if directions else _forward_probes(tr, outs, [w for w in wrts if w in tr.tape.inputs], rng)
+    fwd = None if plan.directions else _forward_probes(tr, outs, [w for w in wrts if w in tr.tape.inputs], rng)
     results = []
     for w in wrts:
-        if method == "complex":
+        if plan.method == "complex":
             _require_analytic(tr, w)
-        if directions:
-            found = _check_directions(tr, name, p, outs, w, method, tol, directions, rng)
-            if taylor:
+        if plan.directions:
+            found = _check_directions(tr, name, p, outs, w, plan, rng)
+            if plan.taylor:
                 for r in found:
-                    _taylor(tr, r, rng)
+                    _taylor(tr, r, rng, plan.max_steps)
             results += found
             continue
-        fd, h = fd_jacobian(tr, outs, w, method)
+        est = fd_estimate(tr, outs, w, plan.method, max_steps=plan.max_steps)
         for o in outs:
-            result = _check_block(tr, name, p, o, w, rev[o][w], fd[o], h, method, tol,
+            result = _check_block(tr, name, p, o, w, rev[o][w], est, plan,
                                   fwd.get(w) if fwd is not None else None,
                                   None if closed is None else closed[o][w])
-            if taylor:
-                _taylor(tr, result, rng)
+            if plan.taylor:
+                _taylor(tr, result, rng, plan.max_steps)
             results.append(result)
     return results
 
@@ -272,11 +466,13 @@ def _require_analytic(tr: Traced, w: str) -> None:
                          option="method").located(tr.program.source)
 
 
-def _check_block(tr: Traced, name, p, o, w, ad, fd, h, method, tol, probes, closed) -> CheckResult:
-    """The check of d o / d w: reverse mode's block ad against finite differences fd, and
-    against forward mode along the random directions of probes and the closed form, if any."""
+def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _Plan, probes,
+                 closed) -> CheckResult:
+    """The check of d o / d w: reverse mode's block ad against the finite differences of est,
+    and against forward mode along the random directions of probes and the closed form, if any."""
     names = tr.tape.names
-    notes = kinks_near(tr, names[w], h, names[o])
+    fd, h, method, tol = est.jacobian[o], est.step, plan.method, plan.tol
+    notes = kinks_near(tr, names[w], h, names[o]) + path_notes(tr, est.flipped[o])
     shape = tr.value(o).shape + tr.value(w).shape
     ad = np.zeros(shape) if ad is None else ad
     ok, mabs, mrel, worst = compare(ad, fd, *tol)
@@ -363,18 +559,21 @@ def _forward_probes(tr: Traced, outs, wrts, rng) -> dict:
     return out
 
 
-def _taylor(tr: Traced, result: "CheckResult", rng) -> None:
-    """Add the Taylor remainder's observed order to a result; below 1.8 it fails."""
-    order = taylor_order(tr, result.of, result.wrt, rng)
+def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+    """Add the Taylor remainder's observed order to a result; below 1.8 it fails (and a step
+    that changes the path, which would explain it, is noted)."""
+    order, flipped = taylor_order(tr, result.of, result.wrt, rng, max_steps=max_steps)
     result.extra["taylor_order"] = order
     if not order >= 1.8:
         result.ok = False
         result.notes.append(f"Taylor remainder order {order:.2f}, expected 2")
+        result.notes += [n for n in path_notes(tr, flipped, "Taylor") if n not in result.notes]
 
 
-def _check_directions(tr: Traced, name, p, outs, w, method, tol, k, rng):
+def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
     """J v against a directional difference along k random directions; and <u, J v> = <J^T u, v>."""
     names, b = tr.tape.names, tr.builder
+    method, tol, k = plan.method, plan.tol, plan.directions
     x = tr.value(w)
     if x.size == 0:  # no direction to take: as the full check of an empty Jacobian, nothing is wrong
         return [CheckResult(name, p, o, w, 0.0, 0.0, [], f"{method} ({k} directions)", 0.0, True, [],
@@ -387,11 +586,11 @@ def _check_directions(tr: Traced, name, p, outs, w, method, tol, k, rng):
     seed = rec.seed(x.shape)
     tan = forward(b, tr.tape.equations, {names[w]: seed})
     jv = rec.run({seed.var: v}, [tan.get(names[o]) for o in outs], k)
-    dd = _directional_differences(tr, w, outs, v, kind, step)
+    dd, flipped = _directional_differences(tr, w, outs, v, kind, step, plan.max_steps)
     # (the step reported for the complex step is the central difference's, as it always was)
     hs = float(np.max(default_step(x, method if method != "complex" else "central")))
     results = []
-    for o, j, d in zip(outs, jv, dd):
+    for o, j, d, f in zip(outs, jv, dd, flipped):
         yshape = tr.value(o).shape
         j = np.zeros((k,) + yshape) if j is None else j
         ok, mabs, mrel, worst = compare(j, d, *tol)
@@ -405,7 +604,7 @@ def _check_directions(tr: Traced, name, p, outs, w, method, tol, k, rng):
         lhs = np.sum((u * j).reshape(k, -1), axis=1)
         rhs = np.sum((jtu * v).reshape(k, -1), axis=1)
         ok2, dabs, _, _ = compare(lhs, rhs, *AD_TOLERANCE)
-        notes = [] if ok2 else ["<u, J v> != <J^T u, v>"]
+        notes = path_notes(tr, f) + ([] if ok2 else ["<u, J v> != <J^T u, v>"])
         if not (np.isfinite(j).all() and np.isfinite(jtu).all()):  # as the full check: a failure
             ok2 = False
             notes.append("non-finite derivative")
@@ -414,20 +613,27 @@ def _check_directions(tr: Traced, name, p, outs, w, method, tol, k, rng):
     return results
 
 
-def _directional_differences(tr: Traced, w: str, outs, v: np.ndarray, kind: str, step: float) -> list:
-    """[(k,) + o.shape for o in outs]: the derivative of each output along each of the k
-    unit directions v (shape (k,) + w.shape), by a difference of the kind and step
-    stencil.along_direction chose, all in one batch."""
-    names = tr.tape.names
+def _directional_differences(tr: Traced, w: str, outs, v: np.ndarray, kind: str, step: float,
+                             max_steps: int = DEFAULT_MAX_STEPS) -> tuple[list, list]:
+    """([(k,) + o.shape for o in outs], flipped): the derivative of each output along each of
+    the k unit directions v (shape (k,) + w.shape), by a difference of the kind and step
+    stencil.along_direction chose, all in one batch; and the guards a step changed (Batch)."""
     x, k = tr.value(w), len(v)
     scales = stencil.offsets(kind)
-    ys = evaluate_batch(tr, names[w], np.concatenate([x + (c * step) * v for c in scales]),
-                        [names[o] for o in outs])
+    ys, flipped = evaluate_batch(tr, w, np.concatenate([x + (c * step) * v for c in scales]), outs,
+                                 max_steps=max_steps)
     taken = [np.full(k, c * step) for c in scales]
-    return [stencil.combine(kind, [y[i * k:(i + 1) * k] for i in range(len(scales))], taken) for y in ys]
+    return [stencil.combine(kind, [y[i * k:(i + 1) * k] for i in range(len(scales))], taken)
+            for y in ys], flipped
 
 
-def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6) -> float:
+class TaylorOrder(NamedTuple):
+    order: float
+    flipped: tuple  # the guards a step changed (see Batch)
+
+
+def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6, *,
+                 max_steps: int = DEFAULT_MAX_STEPS) -> TaylorOrder:
     """Observed order of |f(x + h v) - f(x) - h J v| as h halves (2 for a correct J v)."""
     names, b = tr.tape.names, tr.builder
     x = tr.value(wrt)
@@ -439,15 +645,16 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6) -> float
     jv = np.zeros(tr.value(of).shape) if jv is None else jv[0]
     h0 = 1e-2 * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
     hs = h0 / 2.0 ** np.arange(halvings)
-    (ys,) = evaluate_batch(tr, names[wrt], x + hs.reshape((-1,) + (1,) * x.ndim) * v, [names[of]])
+    (ys,), (flipped,) = evaluate_batch(tr, wrt, x + hs.reshape((-1,) + (1,) * x.ndim) * v, [of],
+                                       max_steps=max_steps)
     y0 = tr.value(of)
     # the largest remainder, not the Euclidean norm: squares of values past 1e154 overflow
     rem = np.array([np.max(np.abs(ys[i] - y0 - hs[i] * jv), initial=0.0) for i in range(halvings)])
     if np.all(rem <= 1e-13 * max(1.0, float(np.max(np.abs(y0))) if y0.size else 1.0)):
-        return math.inf  # f is linear along v: the remainder is rounding alone
+        return TaylorOrder(math.inf, flipped)  # f is linear along v: the remainder is rounding alone
     orders = np.log2(rem[:-1] / rem[1:])
     orders = orders[np.isfinite(orders)]
-    return float(np.median(orders)) if orders.size else math.nan
+    return TaylorOrder(float(np.median(orders)) if orders.size else math.nan, flipped)
 
 
 def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):

@@ -75,6 +75,11 @@ SIMPLIFY_EACH_SECONDS = 1.0
 PRINT_LIMIT = 5000
 """Blocks of derivatives with more nodes than this get no text or LaTeX (a note says so)."""
 
+#: The note of a closed form of a program that branches or loops: it holds on the path the
+#: traced point took, which another point need not take (SPEC §5).
+PATH_NOTE = ("the closed form of the path taken (this program branches or loops; another point may take "
+             "another path)")
+
 __all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "SIMPLIFY_LIMIT",
            "SIMPLIFY_SECONDS", "SIMPLIFY_EACH_SECONDS", "PRINT_LIMIT", "check_size", "to_sympy",
            "symbolic_gradient", "symbolic_jacobian", "NO_CLOSED_FORM", "converts"]
@@ -735,6 +740,8 @@ def _derivatives(tr, outs: list, wrt: list, simplify: bool, drop: int = 0) -> di
             for idx in np.ndindex(*block.shape):
                 value[idx] = _number(block[idx], point, sp)
             result[o][w] = _entry(block, value, simplify, reasons, sp)
+            if tr.tape.guards:  # (SPEC §5: with control flow, the closed form of the path taken)
+                result[o][w]["note"] = "; ".join(n for n in (PATH_NOTE, result[o][w]["note"]) if n)
     return result
 
 
