@@ -450,7 +450,7 @@ def check_cmd(
     else:
         options = dict(of=of, wrt=wrt, points=points, seed=seed, method=method.value if method else "central",
                        rtol=rtol, atol=atol, directions=directions, taylor=taylor, expect=stored,
-                       symbolic=symbolic, max_elements=opts.max_elements)
+                       symbolic=symbolic, max_elements=opts.max_elements, max_steps=opts.max_steps)
         checked = _each_source(sources, lambda program: check(program, point, **options))
     if junit_xml:
         views.write_junit(junit_xml, checked.results)
@@ -524,11 +524,14 @@ def graph_cmd(
     source: SourceArg,
     at: AtOpt = None,
     backward: Annotated[bool, typer.Option("--backward", help="also show the backward tape that grad runs")] = False,
+    full: Annotated[bool, typer.Option("--full", help="show every equation of a long tape (tables and plain "
+                                                      "show its first and last 20 otherwise)")] = False,
     *, opts: Options,
 ):
     """The tape: one primitive equation per row (and with --backward, one VJP rule per equation)."""
     from gradcalc.api import graph
-    return graph(_source(source), _at(at, opts), backward_pass=backward, max_elements=opts.max_elements)
+    return graph(_source(source), _at(at, opts), backward_pass=backward, full=full,
+                 max_elements=opts.max_elements, max_steps=opts.max_steps)
 
 
 # ==========================================================================

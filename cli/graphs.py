@@ -23,6 +23,18 @@ def _rhs(node, precision: int) -> str:
     return equation_rhs(node["op"], node["args"], node.get("params"), operand)
 
 
+def _where(node) -> str:
+    """Where an equation was recorded: `2:5`, and `2:5 in f` inside a call of the program's f."""
+    if "line" not in node:
+        return ""
+    return f"{node['line']}:{node['column']}" + (f" in {node['function']}" if "function" in node else "")
+
+
+def _omitted(node) -> str:
+    """What a summary says of the equations it leaves out (gradcalc.graphs.summarised)."""
+    return f"{node['count']} more equations, {node['first']} to {node['last']} (--full shows them)"
+
+
 def listing(nodes, precision: int, guessed=()) -> str:
     """One line per equation, like JAX's jaxprs: `v5 = tanh(v4)   # h, 1:5, 2`."""
     lines, phase = [], "forward"
@@ -35,7 +47,10 @@ def listing(nodes, precision: int, guessed=()) -> str:
         if n["op"] == "gradient":
             lines.append(f"# {n['name']} = {_gradient_of(n)}")
             continue
-        notes = [x for x in (n.get("name"), f"{n['line']}:{n['column']}" if "line" in n else None,
+        if n["op"] == "omitted":
+            lines.append(f"# ... {_omitted(n)}")
+            continue
+        notes = [x for x in (n.get("name"), _where(n) or None,
                              _shape(n), f"vjp of {n['vjp_of']}" if "vjp_of" in n else None) if x]
         lines.append(f"{n['id']} = {_rhs(n, precision)}".ljust(40) + "  # " + ", ".join(notes))
     return "\n".join(lines) + "\n"
@@ -55,8 +70,10 @@ def tables(nodes, output, guessed, precision: int) -> None:
         for c in cols + ([extra] if extra else []):
             t.add_column(c, justify="right" if c == "value" else "left")
         for n in rows:
-            cells = [n["id"], _rhs(n, precision), _shape(n),
-                     f"{n['line']}:{n['column']}" if "line" in n else "", n.get("name", "")]
+            if n["op"] == "omitted":
+                t.add_row("…", _omitted(n), *[""] * (len(t.columns) - 2))
+                continue
+            cells = [n["id"], _rhs(n, precision), _shape(n), _where(n), n.get("name", "")]
             if show_values:
                 cells.append(render.value_text(n["value"], precision) if "value" in n else "")
             if extra:
@@ -64,17 +81,22 @@ def tables(nodes, output, guessed, precision: int) -> None:
             t.add_row(*cells)
         return t
 
-    out.print(f"forward tape: {len([n for n in forward if n['op'] not in ('input', 'const')])} "
-              f"equations, output {output}", style="bold")
+    out.print(f"forward tape: {_count(forward, ('input', 'const'))} equations, output {output}", style="bold")
     out.print(table(forward))
     if guessed:
         out.print(f"shapes guessed for {', '.join(guessed)} (no values given; use --at to set them)")
     if backward:
         grads = [n for n in nodes if n["op"] == "gradient"]
-        out.print(f"backward tape: {len([n for n in backward if n['op'] != 'const'])} equations, "
+        out.print(f"backward tape: {_count(backward, ('const',))} equations, "
                   f"one VJP rule per forward equation; no Jacobian is ever formed", style="bold")
         out.print(table(backward, "vjp of"))
         out.print("gradients: " + ", ".join(f"{g['name']} = {_gradient_of(g)}" for g in grads))
+
+
+def _count(nodes, besides) -> int:
+    """The equations of a phase: its nodes but those of the ops besides, and those a summary
+    left out."""
+    return sum(n["count"] if n["op"] == "omitted" else 1 for n in nodes if n["op"] not in besides)
 
 
 def _gradient_of(n) -> str:
@@ -110,6 +132,8 @@ def dot(nodes, output, guessed=()) -> str:
             label = f"{n['id']} = {label}" + (f"\n{params}" if params else "")
             if n.get("name"):
                 label += f"\n[{n['name']}]"
+            if n.get("function"):
+                label += f"\nin {n['function']}"
         shape = {"input": "ellipse", "const": "plaintext"}.get(n["op"], "box")
         attrs = [f"label={_quote(label)}", f"shape={shape}"]
         if n["phase"] == "backward":

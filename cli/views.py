@@ -297,15 +297,21 @@ def write_junit(path: str, results) -> None:
 # graph
 # ==========================================================================
 
+def _graph_nodes(result) -> list:
+    """The nodes a table or listing shows: a long tape summarised, unless graph --full."""
+    from gradcalc.graphs import summarised
+    return result.nodes if getattr(result, "full", True) else summarised(result.nodes)
+
+
 def _graph_table(s: Shown, precision: int) -> None:
     from . import graphs
     r = s.result
-    graphs.tables(r.nodes, r.output, r.guessed, precision)
+    graphs.tables(_graph_nodes(r), r.output, r.guessed, precision)
 
 
 def _graph_listing(result, precision: int) -> str:
     from . import graphs
-    return graphs.listing(result.nodes, precision, result.guessed)
+    return graphs.listing(_graph_nodes(result), precision, result.guessed)
 
 
 def _graph_dot(result) -> str:

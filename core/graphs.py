@@ -10,13 +10,15 @@ the package's attribute ``graph`` to the module, in place of this function.)
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
-from .errors import GradcalcError, ShapeError, ValueError_, to_pos
-from .lower import Traced, trace, walk_names
+from .errors import GradcalcError, ShapeError, ValueError_, to_loc, to_pos
+from .lower import DEFAULT_MAX_STEPS, Traced, trace, walk_names
 from .results import Result
 from .session import as_arrays, parse, quiet
-from .syntax import Binary, Call, Index, Name, Program
+from .syntax import Binary, Call, Def, Index, Name, Program
 from .tape import DEFAULT_MAX_ELEMENTS, ENGINE_PARAMS, slice_text
 from .transforms import backward
 
@@ -64,7 +66,7 @@ def _stand_in(shape: tuple) -> np.ndarray:
     return value
 
 
-def _trace_with_stand_ins(program: Program, values: dict, max_elements) -> tuple:
+def _trace_with_stand_ins(program: Program, values: dict, max_elements, max_steps) -> tuple:
     """(traced program, inputs given stand-ins, inputs whose shape was guessed).
 
     If the guessed shapes do not fit together, every guessed axis is made 4 long and the
@@ -85,7 +87,7 @@ def _trace_with_stand_ins(program: Program, values: dict, max_elements) -> tuple
                 if uniform:
                     shape = (4,) * len(shape)
             return _stand_in(shape)
-        return trace(program, values, max_elements=max_elements, sample=sample)
+        return trace(program, values, max_elements=max_elements, max_steps=max_steps, sample=sample)
 
     try:
         tr = attempt(False)
@@ -99,11 +101,52 @@ def _trace_with_stand_ins(program: Program, values: dict, max_elements) -> tuple
     return tr, filled, guessed
 
 
+def _first_loc(node) -> int | None:
+    """The first location in a statement's text: the smallest of its nodes' locations (a
+    node's own location can lie further in: a binary operation's is its operator's)."""
+    found = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, tuple):
+            fields = getattr(n, "_fields", ())
+            if fields and fields[-1] == "loc" and isinstance(n[-1], int):
+                found.append(n[-1])
+            stack.extend(x for x in n if isinstance(x, tuple))
+    return min(found, default=None)
+
+
+class _Functions:
+    """Which function of the program a location lies in: a def's text runs from its 'def'
+    to the start of the next top-level statement (defs are top-level statements)."""
+
+    def __init__(self, program: Program):
+        statements = program.statements
+        self.starts, self.ends, self.names = [], [], []
+        for k, st in enumerate(statements):
+            if type(st) is Def:
+                after = [loc for loc in map(_first_loc, statements[k + 1:k + 2]) if loc is not None]
+                self.starts.append(st.loc)
+                self.ends.append(after[0] if after else None)
+                self.names.append(st.name)
+
+    def at(self, pos) -> str | None:
+        """The name of the function whose text holds pos (a Pos), or None."""
+        if pos is None or not self.starts:
+            return None
+        loc = to_loc(pos.line, pos.col)
+        k = bisect.bisect_right(self.starts, loc) - 1
+        if k >= 0 and (self.ends[k] is None or loc < self.ends[k]):
+            return self.names[k]
+        return None
+
+
 class _Nodes:
     """The nodes of one graph, in order, made from a traced program's builder."""
 
     def __init__(self, tr: Traced, show_values: bool):
         self.builder = tr.builder
+        self.functions = _Functions(tr.program)
         self.names_of: dict = {}  # var -> the first name given to it
         for n, v in tr.tape.names.items():
             self.names_of.setdefault(v, n)
@@ -119,6 +162,9 @@ class _Nodes:
         pos = to_pos(pos)  # (tape.positions holds locations)
         if pos is not None:
             d["line"], d["column"] = pos.line, pos.col
+            function = self.functions.at(pos)
+            if function is not None:  # recorded by a call of a function of the program
+                d["function"] = function
         if params:
             d["params"] = {k: _param_text(v) for k, v in params.items() if k not in ENGINE_PARAMS}
         if self.show_values or op == "const":
@@ -167,21 +213,62 @@ class _Nodes:
 
 
 @quiet
-def graph(source, at=None, backward_pass: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS) -> Result:
+def graph(source, at=None, backward_pass: bool = False, *, full: bool = False,
+          max_elements=DEFAULT_MAX_ELEMENTS, max_steps=DEFAULT_MAX_STEPS) -> Result:
     """The tape as a list of nodes (and, with backward_pass, the backward tape grad runs).
 
     Inputs without a value get stand-in values (see _stand_in) of their declared shape, or
     of a guessed small shape (the output says which) so that the structure can be shown.  If
     the guessed shapes do not fit together, every guessed axis is made 4 long and the trace is
-    tried again.
+    tried again.  An equation recorded by a call of a function of the program names it
+    (``"function"``).  ``nodes`` holds every node; ``full`` says whether tables and listings
+    show a long tape whole too, or :func:`summarised`.
     """
-    tr, filled, guessed = _trace_with_stand_ins(parse(source), as_arrays(at), max_elements)
+    tr, filled, guessed = _trace_with_stand_ins(parse(source), as_arrays(at), max_elements, max_steps)
     nodes = _Nodes(tr, show_values=bool(at) or not filled)
     nodes.forward(tr.tape, guessed)
     if backward_pass and tr.tape.output is not None:
         nodes.backward(tr.tape)
     return Result({}, command="graph", nodes=nodes.list, output=tr.tape.output, guessed=guessed,
-                  warnings=[w.message for w in tr.warnings])
+                  warnings=[w.message for w in tr.warnings], full=full)
+
+
+#: A phase of the graph (forward or backward) with more equations than SUMMARY_LIMIT is shown
+#: summarised: its first and last SUMMARY_KEEP equations, and how many are left out between.
+SUMMARY_LIMIT = 200
+SUMMARY_KEEP = 20
+
+
+def summarised(nodes: list, limit: int = SUMMARY_LIMIT, keep: int = SUMMARY_KEEP) -> list:
+    """The nodes a table or listing shows of a long tape.
+
+    Each phase with more than ``limit`` equations keeps its inputs, gradients, first and
+    last ``keep`` equations and the constants those read (or the program names); the
+    equations between become one node ``{"op": "omitted", "count": n, "first": id,
+    "last": id}``.  Other phases, and every phase of a shorter tape, are kept whole."""
+    out = []
+    for phase in ("forward", "backward"):
+        out += _summarised_phase([n for n in nodes if n["phase"] == phase], phase, limit, keep)
+    return out
+
+
+def _summarised_phase(part: list, phase: str, limit: int, keep: int) -> list:
+    equations = [i for i, n in enumerate(part) if n["op"] not in ("input", "const", "gradient")]
+    if len(equations) <= limit:
+        return part
+    hidden = equations[keep:len(equations) - keep]
+    left_out = set(hidden)
+    read = {a for i, n in enumerate(part) if i not in left_out for a in n["args"]}
+    out = []
+    for i, n in enumerate(part):
+        if i == hidden[0]:
+            out.append({"id": "…", "op": "omitted", "args": [], "shape": [], "phase": phase,
+                        "count": len(hidden), "first": part[i]["id"], "last": part[hidden[-1]]["id"]})
+        if i in left_out or (n["op"] == "const" and n["id"] not in read and "name" not in n
+                             and "role" not in n):
+            continue
+        out.append(n)
+    return out
 
 
 def _param_text(v):
