@@ -957,6 +957,21 @@ def constant_value(text: str, label: str = "<value>", max_elements: int = DEFAUL
         raise err.located(Source(text, label))
 
 
+def _not_an_input(name: str, known: dict, assigned: dict) -> UsageError:
+    """A value given for a name that is not an input.  A name the program assigns is never an
+    input (the pitfall of PyTorch's "replaced a variable"): say where, and what to do."""
+    if name in assigned:
+        p = to_pos(assigned[name])
+        return UsageError(f"'{name}' is not an input of the program: it is assigned at line {p.line}, "
+                          f"column {p.col}", name=name,
+                          hint=f"an input is a name the program reads and never assigns; read the "
+                               f"given value under a name of its own (e.g. {name}0) and assign "
+                               f"{name} = {name}0 first")
+    listing = ", ".join(known) or "none"
+    hint = did_you_mean(name, known) or f"the inputs are: {listing}"
+    return UsageError(f"'{name}' is not an input of the program", hint=hint, name=name)
+
+
 def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAULT_MAX_ELEMENTS,
           sample=None, check_finite: bool = True, max_steps: int = DEFAULT_MAX_STEPS) -> Traced:
     """Run program at the point ``at`` (name -> array), recording the path it takes.
@@ -973,9 +988,7 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
         known = {i.name: i for i in inputs}
         for name in at:
             if name not in known:
-                listing = ", ".join(known) or "none"
-                hint = did_you_mean(name, known) or f"the inputs are: {listing}"
-                raise UsageError(f"'{name}' is not an input of the program", hint=hint)
+                raise _not_an_input(name, known, facts.assigned)
         b = Builder(max_elements, check_finite)
         env: dict[str, Tracer] = {}
         with np.errstate(all="ignore"):

@@ -1817,3 +1817,13 @@ def test_sample_force_grad():
     close(r["F"]["q"], [[-9.76, 7.68], [7.68, -14.24]], rtol=1e-12)
     close(r["F"]["k"], [-0.18, 0.24], rtol=1e-12)
     close(r["F"]["L0"], [12.0, -16.0], rtol=1e-12)
+
+
+def test_a_value_for_a_name_the_program_assigns_says_where_and_what_to_do():
+    """PyTorch's "replaced a variable" pitfall: a name the program assigns is never an input."""
+    with pytest.raises(gradcalc.GradcalcError) as info:
+        gradcalc.grad("w = w - 0.1; w", at={"w": 1.0})
+    err = info.value
+    assert err.kind == "usage" and err.name == "w"
+    assert err.message == "'w' is not an input of the program: it is assigned at line 1, column 1"
+    assert "reads and never assigns" in err.hint and "w0" in err.hint
