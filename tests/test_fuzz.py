@@ -38,6 +38,7 @@ from gradcalc.lower import FUNCTIONS, find_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_ELEMENTS = 10**5          # keeps every example small and fast
+MAX_STEPS = 10**5             # and ends a loop that never stops (newton_sqrt at a < 0) quickly
 EXAMPLE_SECONDS = 20          # one example running longer than this is a failure
 MAX_INPUT_SIZE = 1000         # larger declared shapes get no --at value (a clean error)
 
@@ -137,16 +138,16 @@ def _api_calls(program, at, rng):
     inputs = [n for n in at]
     first = inputs[0] if inputs else "x"
     calls = {
-        "evaluate": lambda: gradcalc.evaluate(program, at, all=True, max_elements=MAX_ELEMENTS),
-        "grad": lambda: gradcalc.grad(program, at, sum=True, max_elements=MAX_ELEMENTS),
+        "evaluate": lambda: gradcalc.evaluate(program, at, all=True, max_elements=MAX_ELEMENTS, max_steps=MAX_STEPS),
+        "grad": lambda: gradcalc.grad(program, at, sum=True, max_elements=MAX_ELEMENTS, max_steps=MAX_STEPS),
         "jacobian": lambda: gradcalc.jacobian(program, at, mode=["auto", "rev", "fwd"][rng.integers(3)],
-                                              max_elements=MAX_ELEMENTS),
-        "hessian": lambda: gradcalc.hessian(program, at, max_elements=MAX_ELEMENTS),
-        "vjp": lambda: gradcalc.vjp(program, 1.0, at, max_elements=MAX_ELEMENTS),
-        "jvp": lambda: gradcalc.jvp(program, {first: 1.0}, at, max_elements=MAX_ELEMENTS),
+                                              max_elements=MAX_ELEMENTS, max_steps=MAX_STEPS),
+        "hessian": lambda: gradcalc.hessian(program, at, max_elements=MAX_ELEMENTS, max_steps=MAX_STEPS),
+        "vjp": lambda: gradcalc.vjp(program, 1.0, at, max_elements=MAX_ELEMENTS, max_steps=MAX_STEPS),
+        "jvp": lambda: gradcalc.jvp(program, {first: 1.0}, at, max_elements=MAX_ELEMENTS, max_steps=MAX_STEPS),
         "check": lambda: gradcalc.check(program, at, method=["central", "forward", "complex"][rng.integers(3)],
-                                        points=int(rng.integers(2)), max_elements=MAX_ELEMENTS),
-        "graph": lambda: gradcalc.api.graph(program, at, backward_pass=True, max_elements=MAX_ELEMENTS),
+                                        points=int(rng.integers(2)), max_elements=MAX_ELEMENTS, max_steps=MAX_STEPS),
+        "graph": lambda: gradcalc.api.graph(program, at, backward_pass=True, max_elements=MAX_ELEMENTS, max_steps=MAX_STEPS),
     }
     names = list(calls)[1:]
     chosen = ["evaluate"] + [names[i] for i in rng.choice(len(names), size=2, replace=False)]
@@ -192,7 +193,7 @@ def cli_args(text: str, at: dict, rng) -> list[str]:
     """A random command line for program text (after '--', so text may start with '-')."""
     cmd = ["eval", "grad", "jacobian", "hessian", "vjp", "jvp", "check", "graph"][rng.integers(8)]
     fmt = FORMATS[rng.integers(3)]
-    args = [cmd, "--max-elements", str(MAX_ELEMENTS)]
+    args = [cmd, "--max-elements", str(MAX_ELEMENTS), "--max-steps", str(MAX_STEPS)]
     if cmd == "graph":
         args += ["-f", ["table", "json", "plain", "dot"][rng.integers(4)]] + (["--backward"] if rng.random() < .5 else [])
     else:
@@ -256,7 +257,7 @@ def exercise(text, seed: int, *, api: bool = True, cli: bool = True, stdin: bool
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if stdin:
-                run_cli(["eval", "--max-elements", str(MAX_ELEMENTS), "-f", FORMATS[rng.integers(3)], "-"],
+                run_cli(["eval", "--max-elements", str(MAX_ELEMENTS), "--max-steps", str(MAX_STEPS), "-f", FORMATS[rng.integers(3)], "-"],
                         input=text)
             else:
                 if api:
@@ -287,7 +288,7 @@ def exercise_value(option: str, value: str, seed: int) -> None:
     base = {"--at": ["eval", "x + 1"], "--cotangent": ["vjp", "x * [1, 2]", "--at", "x=1"],
             "--tangent": ["jvp", "x * [1, 2]", "--at", "x=1"]}[option]
     fmt = FORMATS[rng.integers(3)]
-    args = [base[0], "--max-elements", str(MAX_ELEMENTS), "-f", fmt, *base[2:], f"{option}={value}", "--", base[1]]
+    args = [base[0], "--max-elements", str(MAX_ELEMENTS), "--max-steps", str(MAX_STEPS), "-f", fmt, *base[2:], f"{option}={value}", "--", base[1]]
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, EXAMPLE_SECONDS)
     try:
