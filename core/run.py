@@ -412,14 +412,8 @@ class Interpreter:
     def while_(self, st: While) -> None:
         while True:
             self.step(st.loc, "loop")
-            if not self.condition(st.cond, st.cond_loc, "while"):
+            if not self.condition(st.cond, st.cond_loc, "while") or not self.iteration(st.body):
                 return
-            try:
-                self.block(st.body)
-            except _Break:
-                return
-            except _Continue:
-                pass
 
     def for_(self, st: For) -> None:
         it = st.iterable
@@ -430,12 +424,18 @@ class Interpreter:
         for value in values:
             self.step(st.loc, "loop")
             self.bind(st.var, value, st.loc, value.var)
-            try:
-                self.block(st.body)
-            except _Break:
+            if not self.iteration(st.body):
                 return
-            except _Continue:
-                pass
+
+    def iteration(self, body) -> bool:
+        """Run a loop's body once; False when it ends the loop (break)."""
+        try:
+            self.block(body)
+        except _Break:
+            return False
+        except _Continue:
+            pass
+        return True
 
     def range_of(self, node: Call) -> range:
         if node.kwargs or not 1 <= len(node.args) <= 3:
