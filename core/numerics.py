@@ -129,10 +129,20 @@ def _rerun(tr: Traced, wrt: str, batch, outs, tape_values: list, rows, max_steps
     return values
 
 
+#: A run at a point a step away from the traced one may take at most this many times the
+#: traced run's equations in steps (and at least RERUN_MIN_STEPS): a step rarely changes a
+#: loop's count by more than a few, and a loop that no longer ends (Newton's iteration on
+#: the wrong side of a boundary) must not cost max_steps for every row.  Past it, the row
+#: has no value (nan), as where the program fails.
+RERUN_STEPS_FACTOR = 10
+RERUN_MIN_STEPS = 10**5
+
+
 def _run_at(tr: Traced, at: dict, max_steps: int) -> Traced | None:
     """The program run at the point at= (with tr's limits), or None where it fails there."""
+    steps = min(max_steps, max(RERUN_MIN_STEPS, RERUN_STEPS_FACTOR * len(tr.tape.equations)))
     try:
-        return trace(tr.program, at, max_elements=tr.builder.max_elements, max_steps=max_steps,
+        return trace(tr.program, at, max_elements=tr.builder.max_elements, max_steps=steps,
                      check_finite=False)
     except GradcalcError:
         return None

@@ -264,3 +264,13 @@ def test_the_closed_form_of_a_straight_program_has_no_path_note():
     pytest.importorskip("sympy")
     r = gradcalc.grad("y = x^3\ny", at={"x": 2.0}, symbolic=True)
     assert r.symbolic["x"]["note"] is None
+
+
+def test_a_step_onto_a_loop_that_never_ends_costs_a_bounded_run():
+    # at a <= 1 the second loop never ends; the run a step down stops at the re-run's cap
+    # (numerics.RERUN_MIN_STEPS here), not at max_steps' 10^7, and that row has no value
+    src = "y = 0\nwhile a > 1 and y < 5 { y = y + a }\nwhile a <= 1 { y = y + 0 }\ny"
+    r = gradcalc.check(src, at={"a": 1.0000000001})
+    (res,) = r.results
+    assert not r.ok and res.max_abs_err == math.inf
+    assert "(line 2, column 7), so the loop runs a different number of times" in res.notes[0]
