@@ -15,6 +15,7 @@ import numpy as np
 
 from . import primitives as P
 from .errors import ShapeError, UsageError, ValueError_
+from .tape import Guard
 from .syntax import ArrayLit, Bool, Name, Num, TupleLit, Unary
 
 CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
@@ -71,14 +72,69 @@ for _name, _prim in {
     "sinh": P.sinh, "cosh": P.cosh, "tanh": P.tanh, "asinh": P.asinh, "acosh": P.acosh,
     "atanh": P.atanh, "sigmoid": P.sigmoid, "relu": P.relu, "softplus": P.softplus,
     "floor": P.floor, "ceil": P.ceil, "round": P.round_, "stop_gradient": P.stop_gradient,
-    "inv": P.inv, "det": P.det,
+    "inv": P.inv, "det": P.det, "trunc": P.trunc, "erf": P.erf, "erfc": P.erfc, "sinc": P.sinc,
 }.items():
     _register_primitive(_name, _prim)
 
 for _name, _prim in {"atan2": P.atan2, "hypot": P.hypot, "maximum": P.maximum,
                      "minimum": P.minimum, "pow": P.pow_, "matmul": P.matmul,
-                     "solve": P.solve}.items():
+                     "solve": P.solve, "fmax": P.fmax, "fmin": P.fmin, "mod": P.mod,
+                     "logaddexp": P.logaddexp, "logaddexp2": P.logaddexp2,
+                     "copysign": P.copysign, "add": P.add, "multiply": P.mul,
+                     "divide": P.div}.items():
     _builtin(_name, prim=_prim)((lambda prim: lambda a, b: prim(a, b))(_prim))
+
+
+# -- elementwise, over primitives ----------------------------------------------
+
+@_builtin("square")
+def _square(x):
+    return P.pow_const(x, p=2)  # (np.square: NumPy's own x ** 2)
+
+
+@_builtin("reciprocal")
+def _reciprocal(x):
+    return 1.0 / x
+
+
+@_builtin("log_sigmoid")
+def _log_sigmoid(x):
+    # log(1 / (1 + exp(-x))) = -softplus(-x): softplus is stable, so this is at +-1000
+    return -P.softplus(-x)
+
+
+@_builtin("gelu")
+def _gelu(x):
+    # the exact form x Phi(x) = x erf(x / sqrt 2) / 2 + x / 2, written with erfc, which keeps
+    # its relative accuracy where Phi is tiny (x << 0)
+    return x * (0.5 * P.erfc(x * -_SQRT_HALF))
+
+
+@_builtin("silu")
+def _silu(x):
+    return x * P.sigmoid(x)
+
+
+@_builtin("deg2rad")
+def _deg2rad(x):
+    return x * (math.pi / 180.0)  # (numpy.deg2rad's own constant)
+
+
+@_builtin("rad2deg")
+def _rad2deg(x):
+    return x * (180.0 / math.pi)
+
+
+@_builtin("nan_to_num", numbers=("nan", "posinf", "neginf"))
+def _nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+    # numpy.nan_to_num: derivative 1 where x is finite, 0 where it was replaced
+    big = float(np.finfo(np.float64).max)
+    x = P.where(P.eq(x, math.inf), big if posinf is None else posinf, x)
+    x = P.where(P.eq(x, -math.inf), -big if neginf is None else neginf, x)
+    return P.where(P.ne(x, x), nan, x)
+
+
+_SQRT_HALF = math.sqrt(0.5)
 
 
 @_builtin("where")
@@ -168,6 +224,14 @@ def _transpose(x, axes=None):
     return P.transpose(x, axes=axes)
 
 
+def _moveaxis(x, source, destination):
+    nd = x.ndim
+    src, dst = P.normalize_axes(source, nd)[0] + nd, P.normalize_axes(destination, nd)[0] + nd
+    order = [k for k in range(nd) if k != src]
+    order.insert(dst, src)
+    return P.transpose(x, axes=tuple(order))
+
+
 @_builtin("reshape", static=("shape",))
 def _reshape(x, shape):
     return P.reshape(x, shape=_shape_arg(shape))
@@ -198,6 +262,137 @@ def _stack(*xs, axis=0):
     axis %= nd + 1
     parts = [P.reshape(x, shape=x.shape[:axis] + (1,) + x.shape[axis:]) for x in xs]
     return parts[0] if len(parts) == 1 else P.concat(*parts, axis=axis)
+
+
+# -- scans and order -------------------------------------------------------------
+
+def _along(x, axis):
+    """(x, axis) with NumPy's axis=None meaning the flattened array."""
+    if axis is None:
+        return P.reshape(x, shape=(-1,)), -1
+    if x.ndim == 0:
+        raise ShapeError("needs an array of at least one dimension (or axis=None)")
+    return x, axis
+
+
+
+
+def _scan(name, prim, default=None):
+    @_builtin(name, static=("axis",))
+    def fn(x, axis=default):
+        x, axis = _along(x, axis)
+        return prim(x, axis=axis)
+
+
+_scan("cumsum", P.cumsum)
+_scan("cumprod", P.cumprod)
+_scan("argsort", P.argsort, -1)  # (integer values, no gradient)
+_scan("argmax", P.argmax)
+_scan("argmin", P.argmin)
+
+
+def _axis_slice(nd, axis, part) -> tuple:
+    return (slice(None),) * (P.normalize_axes(axis, nd)[0] + nd) + (part,)
+
+
+@_builtin("diff", static=("n", "axis"))
+def _diff(x, n=1, axis=-1):
+    n = _int_arg("n", n)
+    if x.ndim == 0:
+        raise ShapeError("diff needs an array of at least one dimension")
+    for _ in range(n):  # (as numpy.diff: the difference of two slices, n times)
+        x = P.index(x, idx=_axis_slice(x.ndim, axis, slice(1, None))) - \
+            P.index(x, idx=_axis_slice(x.ndim, axis, slice(None, -1)))
+    return x
+
+
+@_builtin("trapezoid", static=("axis",), numbers=("dx",))
+def _trapezoid(y, x=None, dx=1.0, axis=-1):
+    if y.ndim == 0:
+        raise ShapeError("trapezoid needs an array of at least one dimension")
+    if x is None:
+        d = dx
+    elif x.ndim == 1:  # spacings along axis, as numpy.trapezoid lays a 1-D x out
+        d = _diff(x)
+        shape = [1] * y.ndim
+        shape[P.normalize_axes(axis, y.ndim)[0]] = d.shape[0]
+        d = P.reshape(d, shape=tuple(shape))
+    else:
+        d = _diff(x, axis=axis)
+    pair = P.index(y, idx=_axis_slice(y.ndim, axis, slice(1, None))) + \
+        P.index(y, idx=_axis_slice(y.ndim, axis, slice(None, -1)))
+    return P.reduce_sum(d * pair / 2.0, axis=axis)
+
+
+def _decided(t, what: str) -> np.ndarray:
+    """The integer values of t, a decision the tape is recorded under (a guard, as an index)."""
+    ints = t.value.astype(np.intp)
+    b = t.builder
+    if t.var not in b.consts:
+        b.guards.append(Guard(t.var, ints, b.pos, what))
+    return ints
+
+
+def _take_along(x, idx: np.ndarray, axis: int):
+    """numpy.take_along_axis(x, idx, axis) for a constant integer idx, by one gather."""
+    nd = x.ndim
+    ax = P.normalize_axes(axis, nd)[0] + nd
+    grid = [np.arange(d).reshape([-1 if k == i else 1 for k in range(nd)])
+            for i, d in enumerate(idx.shape)]
+    grid[ax] = idx
+    return P.index(x, idx=tuple(grid))
+
+
+@_builtin("sort", static=("axis",))
+def _sort(x, axis=-1):
+    # A permutation: the stable sort order, as a guarded index.  Tied values share their
+    # gradient equally, as in max (each tied output is also the mean of its group).
+    x, axis = _along(x, axis)
+    y = _take_along(x, _decided(P.argsort(x, axis=axis), "sort order"), axis)
+    return _share_ties(y, axis)
+
+
+def _share_ties(y, axis):
+    """y (sorted along axis) with the derivative of each run of equal finite values averaged:
+    y + (mean - mean), whose value is y exactly and whose derivative is the mean's."""
+    v = np.moveaxis(y.value, axis, -1)
+    tied = (v[..., 1:] == v[..., :-1]) & np.isfinite(v[..., 1:])
+    if not tied.any():
+        return y
+    group = np.concatenate([np.zeros(v.shape[:-1] + (1,)), np.cumsum(~tied, axis=-1)], axis=-1)
+    same = (group[..., :, None] == group[..., None, :]).astype(np.float64)
+    weights = same / same.sum(axis=-1, keepdims=True)
+    moved = _moveaxis(y, axis, -1)
+    mean = P.reduce_sum(weights * P.reshape(moved, shape=moved.shape[:-1] + (1, moved.shape[-1])), axis=-1)
+    shared = P.stop_gradient(moved) + (mean - P.stop_gradient(mean))
+    return _moveaxis(shared, -1, axis)
+
+
+# -- NumPy's spellings ---------------------------------------------------------
+
+@_builtin("subtract")
+def _subtract(a, b):
+    return a - b
+
+
+@_builtin("negative")
+def _negative(x):
+    return -x
+
+
+def _alias(spelling, name):
+    """NumPy's name for a built-in: the same function, its messages under the name used."""
+    fn = FUNCTIONS[name]
+    FUNCTIONS[spelling] = Builtin(spelling, fn.fn, fn.static, fn.numbers, fn.prim)
+
+
+for _spelling, _name in {
+    "arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh", "arccosh": "acosh",
+    "arctanh": "atanh", "arctan2": "atan2", "absolute": "abs", "fabs": "abs", "power": "pow",
+    "radians": "deg2rad", "degrees": "rad2deg", "amax": "max", "amin": "min", "ravel": "flatten",
+    "concatenate": "concat", "true_divide": "divide",
+}.items():
+    _alias(_spelling, _name)
 
 
 # -- constructors: constants, no gradient ----------------------------------

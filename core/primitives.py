@@ -313,6 +313,38 @@ sign = _zero_derivative("sign", np.sign, kink=_at_zero)
 floor = _zero_derivative("floor", np.floor, kink=lambda ans, x: x - np.round(x))
 ceil = _zero_derivative("ceil", np.ceil, kink=lambda ans, x: x - np.round(x))
 round_ = _zero_derivative("round", np.round, kink=lambda ans, x: x - np.floor(x) - 0.5)  # half to even
+trunc = _zero_derivative("trunc", np.trunc, kink=lambda ans, x: x - np.round(x))
+
+
+def _pointwise(fn):
+    """A float function of the math module, elementwise.  NumPy has no erf; math.erf is
+    correctly rounded to within an ulp.  np.frompyfunc is the fastest plain loop (4 us on 10
+    values, 0.2 us a value on 10^5; np.vectorize is 1.8 times slower on small arrays)."""
+    loop = np.frompyfunc(fn, 1, 1)
+
+    def impl(x):
+        if type(x) is F64_SCALAR:
+            return F64_SCALAR(fn(x))
+        return np.asarray(loop(x), dtype=np.float64)
+    return impl
+
+
+def _gauss(x):
+    # d/dx erf(x) = 2/sqrt(pi) exp(-x^2)
+    return _TWO_OVER_SQRT_PI * exp(-(x * x))
+
+
+def _sinc_slope(ans, x):
+    # d/dx sin(pi x) / (pi x) = (cos(pi x) - sinc(x)) / x, and 0 at x = 0 (sinc is even)
+    zero = eq(x, 0.0)
+    safe = where(zero, 1.0, x)
+    return where(zero, 0.0, (cos(math.pi * safe) - ans) / safe)
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+erf = _unary("erf", _pointwise(math.erf), lambda ans, x: _gauss(x), analytic=False, keeps_finite=True)
+erfc = _unary("erfc", _pointwise(math.erfc), lambda ans, x: -_gauss(x), analytic=False, keeps_finite=True)
+sinc = _unary("sinc", np.sinc, _sinc_slope, analytic=False)  # (pi x overflows at 1e308)
 
 
 # ==========================================================================
@@ -505,6 +537,26 @@ logical_not = _def("logical_not", lambda x: (np.real(x) == 0).astype(np.float64)
 
 maximum = _extremum("maximum", np.maximum, gt)
 minimum = _extremum("minimum", np.minimum, lt)
+# fmax and fmin pass over a nan: the other operand wins (and takes the whole derivative)
+fmax = _extremum("fmax", np.fmax, lambda x, y: logical_or(gt(x, y), ne(y, y)))
+fmin = _extremum("fmin", np.fmin, lambda x, y: logical_or(lt(x, y), ne(y, y)))
+
+
+def _share_of(x, ans, base_exp):
+    # d/dx log(b^x + b^y) = b^(x - ans): at most 1, stable at +-1000 (never b^1000)
+    return base_exp(x - ans)
+
+
+logaddexp = _binary("logaddexp", np.logaddexp,
+                    (lambda g, ans, x, y, **_: safe_mul(g, _share_of(x, ans, exp)),
+                     lambda g, ans, x, y, **_: safe_mul(g, _share_of(y, ans, exp))), analytic=False)
+logaddexp2 = _binary("logaddexp2", np.logaddexp2,
+                     (lambda g, ans, x, y, **_: safe_mul(g, _share_of(x, ans, exp2)),
+                      lambda g, ans, x, y, **_: safe_mul(g, _share_of(y, ans, exp2))), analytic=False)
+# |x| with the sign of y: d/dx is sign(x) times y's sign (0 at x = 0, as abs), d/dy is 0
+copysign = _binary("copysign", np.copysign,
+                   (lambda g, ans, x, y, **_: safe_mul(g, sign(x) * copysign(1.0, y)), _zero_rule),
+                   analytic=False, kink=lambda ans, x, y, **_: np.minimum(np.abs(x), np.abs(y)))
 
 # where(cond, a, b): a where cond is nonzero, else b
 where = _binary("where", lambda c, a, b: np.where(c != 0, a, b),
@@ -698,6 +750,57 @@ norm = _reduction(
     lambda t, ans, x, axes, keepdims, xshape: reduce_sum(
         safe_mul(t, _norm_direction(ans, x, axes, keepdims, xshape)), axis=axes, keepdims=keepdims),
     kink=lambda ans, x, axes, keepdims, xshape: ans)
+
+
+# ==========================================================================
+# Scans and order
+# ==========================================================================
+
+def _cumsum(x, axis, reverse=False):
+    if reverse:
+        return np.flip(np.cumsum(np.flip(x, axis), axis), axis)
+    return np.cumsum(x, axis)
+
+
+def _scan_params(shapes, builder, axis=-1, reverse=False):
+    params = _axis_params(shapes, builder, axis)
+    return {**params, "reverse": True} if reverse else params
+
+
+def _cumprod_jvp(t, ans, x, axis):
+    # d y_i = y_i sum_{k <= i} t_k / x_k (x without zeros)
+    return ans * cumsum(t / x, axis=axis)
+
+
+def _cumprod_vjp(g, ans, x, axis):
+    # x_j d/dx_j sum_i g_i y_i = sum_{i >= j} g_i y_i (x without zeros)
+    return cumsum(g * ans, axis=axis, reverse=True) / x
+
+
+# cumulative sums (reverse: from the end, the transpose) and products along an axis
+cumsum = _def("cumsum", _cumsum,
+              (lambda g, ans, x, axis, reverse=False: cumsum(g, axis=axis, reverse=not reverse),),
+              (lambda t, ans, x, axis, reverse=False: cumsum(t, axis=axis, reverse=reverse),),
+              _scan_params)
+cumprod = _def("cumprod", lambda x, axis: np.cumprod(x, axis), (_cumprod_vjp,), (_cumprod_jvp,),
+               lambda shapes, builder, axis=-1: _axis_params(shapes, builder, axis))
+
+
+def _order(fn):
+    # integer positions as float64 values (the tape's dtype); on complex input, of the real part
+    return lambda x, axis: fn(np.real(x), axis=axis, **({"kind": "stable"} if fn is np.argsort else {})
+                              ).astype(np.float64)
+
+
+def _positions(name, fn):
+    # integer values with no derivative; the decisions they make are guarded by the caller
+    return _def(name, _order(fn), normalize=lambda shapes, builder, axis=-1: _axis_params(shapes, builder, axis),
+                differentiable=False)
+
+
+argsort = _positions("argsort", np.argsort)  # stable: ties keep their order, as sorted() does
+argmax = _positions("argmax", np.argmax)
+argmin = _positions("argmin", np.argmin)
 
 
 # ==========================================================================

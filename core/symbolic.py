@@ -156,6 +156,10 @@ def _sympy():
         "sigmoid": lambda a: 1 / (1 + sp.exp(-a)), "relu": relu,
         "softplus": lambda a: sp.log(1 + sp.exp(a)),
         "floor": floor, "ceil": ceiling, "round": round, "stop_gradient": stop_gradient,
+        "erf": sp.erf, "erfc": sp.erfc,
+        # numpy.sinc is the normalised sinc (sympy's sinc is sin(x) / x), 1 at 0
+        "sinc": lambda a: sp.Piecewise((1, sp.Eq(a, 0)), (sp.sin(sp.pi * a) / (sp.pi * a), True)),
+        "trunc": lambda a: sp.Piecewise((floor(a), a >= 0), (ceiling(a), True)),
     }
     return sp, unary
 
@@ -420,6 +424,13 @@ def _rules():
         "minimum": _elementwise(extremum(sp.Min), 2),
         "atan2": _elementwise(sp.atan2, 2),
         "hypot": _elementwise(lambda a, b: sp.sqrt(a ** 2 + b ** 2), 2),
+        # (fmax and fmin differ from maximum and minimum only at nan, which no symbol is)
+        "fmax": _elementwise(extremum(sp.Max), 2),
+        "fmin": _elementwise(extremum(sp.Min), 2),
+        "logaddexp": _elementwise(lambda a, b: sp.log(sp.exp(a) + sp.exp(b)), 2),
+        "logaddexp2": _elementwise(lambda a, b: sp.log(_power(sp.Integer(2), a)
+                                                       + _power(sp.Integer(2), b), 2), 2),
+        "copysign": _elementwise(lambda a, b: sp.Piecewise((sp.Abs(a), b >= 0), (-sp.Abs(a), True)), 2),
         "where": _elementwise(lambda c, a, b: sp.Piecewise((a, _truth(c)), (b, True)), 3),
         "lt": _elementwise(_mask(lambda a, b: a < b), 2),
         "le": _elementwise(_mask(lambda a, b: a <= b), 2),
@@ -439,7 +450,24 @@ def _rules():
         "det": det, "inv": inv, "solve": solve,
     })
     rules.update(_integer_and_mask_rules(sp, unary["floor"]))
+    rules.update(_scan_rules())
     return rules
+
+
+def _scan_rules() -> dict:
+    """Cumulative products of the terms (cumsum is structural); the positions argsort,
+    argmax and argmin choose are integers with no derivative: their traced values."""
+    def traced(x, tr, eq, **_):
+        value = np.asarray(tr.builder.values[eq.out], dtype=np.float64)
+        out = np.empty(value.shape, dtype=object)
+        for idx in np.ndindex(*value.shape):
+            out[idx] = _const(float(value[idx]))
+        return out
+
+    return {
+        "cumprod": lambda x, axis, **_: np.cumprod(x, axis=axis),
+        "argsort": traced, "argmax": traced, "argmin": traced,
+    }
 
 
 def _integer_and_mask_rules(sp, floor) -> dict:
@@ -457,7 +485,8 @@ def _integer_and_mask_rules(sp, floor) -> dict:
 # Primitives whose NumPy forward function works as it is on object arrays: pure data movement
 # and linear maps (indexing, reshapes, matmul by dot products, zero-filled embeddings).
 _STRUCTURAL = frozenset({"copy", "reshape", "transpose", "index", "index_put", "index_update", "index_add",
-                         "concat", "broadcast_to", "sum_to", "diag", "diag_embed", "matmul"})
+                         "concat", "broadcast_to", "sum_to", "diag", "diag_embed", "matmul",
+                         "cumsum"})
 
 #: The primitives with no sympy form, and why.  Every other primitive of the registry has one
 #: (a rule in _rules, or a forward function that works on expressions): a test walks the

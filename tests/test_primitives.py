@@ -158,7 +158,9 @@ UNARY = {  # name: (NumPy reference, domain)
     "relu": (lambda x: np.where(x > 0, x, 0.0), "away0"),
     "softplus": (lambda x: np.log1p(np.exp(x)), "real"),
     "sign": (np.sign, "away0"), "floor": (np.floor, "offgrid"), "ceil": (np.ceil, "offgrid"),
-    "round": (np.round, "offgrid"),
+    "round": (np.round, "offgrid"), "trunc": (np.trunc, "offgrid"),
+    "erf": (np.frompyfunc(math.erf, 1, 1), "real"), "erfc": (np.frompyfunc(math.erfc, 1, 1), "real"),
+    "sinc": (lambda x: np.sin(np.pi * x) / (np.pi * x), "away0"),
 }
 
 BINARY = {  # name: (program, NumPy reference, domain of x, domain of y)
@@ -170,6 +172,11 @@ BINARY = {  # name: (program, NumPy reference, domain of x, domain of y)
     "hypot": ("hypot(x, y)", np.hypot, "real", "real"),
     "maximum": ("maximum(x, y)", np.maximum, "real", "real"),
     "minimum": ("minimum(x, y)", np.minimum, "real", "real"),
+    "fmax": ("fmax(x, y)", np.fmax, "real", "real"),
+    "fmin": ("fmin(x, y)", np.fmin, "real", "real"),
+    "logaddexp": ("logaddexp(x, y)", np.logaddexp, "real", "real"),
+    "logaddexp2": ("logaddexp2(x, y)", np.logaddexp2, "real", "real"),
+    "copysign": ("copysign(x, y)", np.copysign, "away0", "away0"),
 }
 PAIRS = [((), ()), ((3,), (3,)), ((), (3,)), ((3,), (2, 3)), ((2, 1), (1, 3)), ((2, 3), ())]
 
@@ -211,7 +218,23 @@ def _build_table() -> dict[str, list[Case]]:
     _add_shape_cases(add)
     _add_integer_and_mask_cases(add)
     _add_linalg_cases(add)
+    _add_scan_cases(add)
     return t
+
+
+def _add_scan_cases(add):
+    """Cumulative sums and products; the integer positions of argsort, argmax and argmin."""
+    for name, ref, dom in [("cumsum", np.cumsum, "real"), ("cumprod", np.cumprod, "away0")]:
+        for shape, kw in [((4,), {}), ((2, 3), {}), ((2, 3), {"axis": 0}), ((2, 3), {"axis": -1}),
+                          ((2, 3, 2), {"axis": 1})]:
+            add(name, E(f"{name}(x{_kw(**kw)})", lambda x, ref=ref, kw=kw: ref(x, **kw), x=(shape, dom)))
+    add("cumsum", D("cumsum(reverse)", lambda a: P.cumsum(a, axis=-2, reverse=True), ((3, 2), "real"),
+                    ref=lambda a: np.cumsum(a[::-1], axis=0)[::-1]))
+    for name, ref in [("argsort", lambda x, axis=-1: np.argsort(x, axis=axis)),
+                      ("argmax", np.argmax), ("argmin", np.argmin)]:
+        for shape, kw in [((5,), {}), ((2, 3), {"axis": 0}), ((2, 3), {})]:
+            add(name, E(f"{name}(x{_kw(**kw)}) * y", lambda x, y, ref=ref, kw=kw: ref(x, **kw) * y,
+                        unconnected=("x",), x=(shape, "distinct"), y=((), "real")))
 
 
 def _add_elementwise_cases(add):
