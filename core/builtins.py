@@ -202,11 +202,6 @@ def _outer(a, b):
     return P.reshape(a, shape=(-1, 1)) * P.reshape(b, shape=(1, -1))
 
 
-@_builtin("trace")
-def _trace(x):
-    return P.reduce_sum(P.diag(x))
-
-
 @_builtin("diag", static=("k",))
 def _diag(x, k=0):
     if isinstance(k, bool) or not isinstance(k, int):  # as NumPy: no float diagonal offsets
@@ -224,12 +219,34 @@ def _transpose(x, axes=None):
     return P.transpose(x, axes=axes)
 
 
-def _moveaxis(x, source, destination):
+@_builtin("moveaxis", static=("start", "end"))
+def _moveaxis(x, start, end):
+    # (NumPy calls them source and destination; words the language keeps away from, see
+    # test_no_builtin_function_takes_a_path_or_a_command)
     nd = x.ndim
-    src, dst = P.normalize_axes(source, nd)[0] + nd, P.normalize_axes(destination, nd)[0] + nd
-    order = [k for k in range(nd) if k != src]
-    order.insert(dst, src)
+    src, dst = _axis_list(start, nd), _axis_list(end, nd)
+    if len(src) != len(dst):
+        raise ShapeError("moveaxis: source and destination must have the same number of axes")
+    order = [k for k in range(nd) if k not in src]
+    for d, a in sorted(zip(dst, src)):
+        order.insert(d, a)
     return P.transpose(x, axes=tuple(order))
+
+
+def _one_axis(axis, nd) -> int:
+    """One axis (an int, not a tuple) as a non-negative axis."""
+    if isinstance(axis, tuple):
+        raise ShapeError(f"axis must be an integer, not {axis!r}")
+    return _axis_list(axis, nd)[0]
+
+
+def _axis_list(axis, nd) -> list:
+    """An int or a tuple of axes as non-negative axes, in the order given (checked)."""
+    items = axis if isinstance(axis, tuple) else (axis,)
+    out = [P.normalize_axes(a, nd)[0] + nd for a in items]
+    if len(set(out)) != len(out):
+        raise ShapeError(f"repeated axis in {axis}")
+    return out
 
 
 @_builtin("reshape", static=("shape",))
@@ -262,6 +279,285 @@ def _stack(*xs, axis=0):
     axis %= nd + 1
     parts = [P.reshape(x, shape=x.shape[:axis] + (1,) + x.shape[axis:]) for x in xs]
     return parts[0] if len(parts) == 1 else P.concat(*parts, axis=axis)
+
+
+# -- shape: reshapes, transposes and gathers ------------------------------------
+
+@_builtin("squeeze", static=("axis",))
+def _squeeze(x, axis=None):
+    nd = x.ndim
+    axes = [k for k, d in enumerate(x.shape) if d == 1] if axis is None else _axis_list(axis, nd)
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ShapeError(f"cannot squeeze axis {a} of length {x.shape[a]} (shape {x.shape})")
+    return P.reshape(x, shape=tuple(d for k, d in enumerate(x.shape) if k not in axes))
+
+
+@_builtin("expand_dims", static=("axis",))
+def _expand_dims(x, axis):
+    nd = x.ndim + (len(axis) if isinstance(axis, tuple) else 1)
+    axes = _axis_list(axis, nd)
+    dims = iter(x.shape)
+    return P.reshape(x, shape=tuple(1 if k in axes else next(dims) for k in range(nd)))
+
+
+@_builtin("swapaxes", static=("axis1", "axis2"))
+def _swapaxes(x, axis1, axis2):
+    order = list(range(x.ndim))
+    a, b = _one_axis(axis1, x.ndim), _one_axis(axis2, x.ndim)
+    order[a], order[b] = b, a
+    return P.transpose(x, axes=tuple(order))
+
+
+@_builtin("flip", static=("axis",))
+def _flip(x, axis=None):
+    axes = range(x.ndim) if axis is None else _axis_list(axis, x.ndim)
+    return P.index(x, idx=tuple(slice(None, None, -1) if k in axes else slice(None) for k in range(x.ndim)))
+
+
+@_builtin("fliplr")
+def _fliplr(x):
+    if x.ndim < 2:
+        raise ShapeError(f"fliplr needs an array of at least two dimensions, got shape {x.shape}")
+    return _flip(x, 1)
+
+
+@_builtin("flipud")
+def _flipud(x):
+    if x.ndim < 1:
+        raise ShapeError("flipud needs an array of at least one dimension")
+    return _flip(x, 0)
+
+
+@_builtin("rot90", static=("k", "axes"))
+def _rot90(x, k=1, axes=(0, 1)):
+    # numpy.rot90's own steps: flips and one transpose
+    if not isinstance(axes, tuple) or len(axes) != 2 or x.ndim < 2:
+        raise ShapeError("rot90 needs two axes of an array of at least two dimensions")
+    a, b = _axis_list(axes, x.ndim)
+    k = _int(k, "k") % 4
+    if k == 0:
+        return x
+    if k == 2:
+        return _flip(_flip(x, a), b)
+    order = list(range(x.ndim))
+    order[a], order[b] = order[b], order[a]
+    if k == 1:
+        return P.transpose(_flip(x, b), axes=tuple(order))
+    return _flip(P.transpose(x, axes=tuple(order)), b)
+
+
+@_builtin("roll", static=("shift", "axis"))
+def _roll(x, shift, axis=None):
+    if axis is None:
+        return P.reshape(_roll(P.reshape(x, shape=(-1,)), shift, 0), shape=x.shape)
+    axes = _axis_list(axis, x.ndim)
+    shifts = shift if isinstance(shift, tuple) else (shift,) * len(axes)
+    if len(shifts) != len(axes):
+        raise ShapeError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
+    for a, n in zip(axes, shifts):  # (as NumPy: a shift along a repeated axis adds up)
+        x = _gather_axis(x, (np.arange(x.shape[a]) - _int(n, "shift")) % max(x.shape[a], 1), a)
+    return x
+
+
+def _gather_axis(x, positions: np.ndarray, axis: int):
+    """x with axis replaced by x's entries at the given integer positions (one gather)."""
+    return P.index(x, idx=(slice(None),) * axis + (positions.astype(np.intp),))
+
+
+@_builtin("repeat", static=("repeats", "axis"))
+def _repeat(x, repeats, axis=None):
+    if axis is None:
+        x, axis = P.reshape(x, shape=(-1,)), 0
+    a = _one_axis(axis, x.ndim)
+    counts = np.asarray(repeats)
+    if counts.dtype.kind not in "iu" or (counts < 0).any() or counts.ndim > 1:
+        raise ShapeError(f"repeats must be a non-negative integer or a tuple of them, got {repeats!r}")
+    if counts.ndim == 1 and len(counts) != x.shape[a]:
+        raise ShapeError(f"repeat: {len(counts)} repeats for an axis of length {x.shape[a]}")
+    return _gather_axis(x, np.repeat(np.arange(x.shape[a]), counts), a)
+
+
+@_builtin("tile", static=("reps",))
+def _tile(x, reps):
+    reps = tuple(_int(r, "reps") for r in (reps if isinstance(reps, tuple) else (reps,)))
+    nd = max(x.ndim, len(reps))
+    x = P.reshape(x, shape=(1,) * (nd - x.ndim) + x.shape)
+    reps = (1,) * (nd - len(reps)) + reps
+    for a, r in enumerate(reps):
+        if r != 1:
+            x = _gather_axis(x, np.tile(np.arange(x.shape[a]), r), a)
+    return x
+
+
+_PAD_MODES = ("constant", "edge", "wrap", "reflect", "symmetric")
+
+
+@_builtin("pad", static=("pad_width", "mode"), numbers=("constant_values",))
+def _pad(x, pad_width, mode="constant", constant_values=0.0):
+    if mode not in _PAD_MODES:
+        raise UsageError(f"pad: mode {mode!r} is not supported; use one of "
+                         f"{', '.join(repr(m) for m in _PAD_MODES)}")
+    try:
+        widths = np.broadcast_to(np.asarray(pad_width), (x.ndim, 2))
+    except ValueError:
+        raise ShapeError(f"pad: pad_width {pad_width!r} does not fit an array of dimension {x.ndim}") from None
+    if widths.dtype.kind not in "iu" or (widths < 0).any():
+        raise ShapeError(f"pad: pad_width holds non-negative integers, got {pad_width!r}")
+    if mode == "constant":
+        return _pad_constant(x, widths, constant_values)
+    for a, (before, after) in enumerate(widths.tolist()):
+        if x.shape[a] == 0 and before + after:
+            raise ShapeError(f"pad: mode {mode!r} cannot pad the empty axis {a}")
+        x = _gather_axis(x, np.pad(np.arange(x.shape[a]), (before, after), mode=mode), a)
+    return x
+
+
+def _pad_constant(x, widths, value):
+    shape = tuple(d + b + a for d, (b, a) in zip(x.shape, widths.tolist()))
+    x.builder.check_size(shape)
+    inside = tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, widths.tolist()))
+    out = P.index_put(x, idx=inside, shape=shape)
+    if value == 0:
+        return out
+    border = np.full(shape, float(value))
+    border[inside] = 0.0
+    return out + border
+
+
+@_builtin("broadcast_to", static=("shape",))
+def _broadcast_to(x, shape):
+    return P.broadcast_to(x, shape=_new_shape(shape))
+
+
+def _atleast(nd, x):
+    """numpy.atleast_{nd}d: a vector becomes a row (2-D) or (1, n, 1) (3-D)."""
+    if x.ndim >= nd:
+        return x
+    if nd < 3:
+        return P.reshape(x, shape=(1,) * (nd - x.ndim) + x.shape)
+    return P.reshape(x, shape={0: (1, 1, 1), 1: (1,) + x.shape + (1,), 2: x.shape + (1,)}[x.ndim])
+
+
+for _nd in (1, 2, 3):
+    _builtin(f"atleast_{_nd}d")((lambda nd: lambda x: _atleast(nd, x))(_nd))
+
+
+def _arrays(name, xs):
+    if not xs:
+        raise UsageError(f"{name} needs at least one array")
+    return xs
+
+
+@_builtin("vstack")
+def _vstack(*xs):
+    return P.concat(*[_atleast(2, x) for x in _arrays("vstack", xs)], axis=0)
+
+
+@_builtin("hstack")
+def _hstack(*xs):
+    xs = [_atleast(1, x) for x in _arrays("hstack", xs)]
+    return P.concat(*xs, axis=0 if xs[0].ndim == 1 else 1)
+
+
+@_builtin("column_stack")
+def _column_stack(*xs):
+    cols = [P.reshape(x, shape=(-1, 1)) if x.ndim < 2 else x for x in _arrays("column_stack", xs)]
+    return P.concat(*cols, axis=1)
+
+
+@_builtin("append", static=("axis",))
+def _append(x, values, axis=None):
+    if axis is None:
+        return P.concat(P.reshape(x, shape=(-1,)), P.reshape(values, shape=(-1,)), axis=0)
+    return P.concat(x, values, axis=axis)
+
+
+@_builtin("take", static=("axis",))
+def _take(x, indices, axis=None):
+    if axis is None:
+        x, axis = P.reshape(x, shape=(-1,)), 0
+    a = _one_axis(axis, x.ndim)
+    return P.index(x, idx=(slice(None),) * a + (_index_values(indices),))
+
+
+@_builtin("take_along_axis", static=("axis",))
+def _take_along_axis(x, indices, axis):
+    if axis is None:
+        x, axis = P.reshape(x, shape=(-1,)), 0
+    idx = _index_values(indices)
+    if idx.ndim != x.ndim:
+        raise ShapeError(f"take_along_axis: indices of dimension {idx.ndim} for an array of dimension {x.ndim}")
+    return _take_along(x, idx, axis)
+
+
+def _index_values(t) -> np.ndarray:
+    """An index array's integers (guarded: the tape holds while they stay the same)."""
+    value = np.asarray(t.value)
+    if not (np.isfinite(value) & (value == np.round(value))).all():
+        raise ShapeError("an index array must hold integers")
+    return _decided(t, "index")
+
+
+@_builtin("diagonal", static=("offset", "axis1", "axis2"))
+def _diagonal(x, offset=0, axis1=0, axis2=1):
+    if x.ndim < 2:
+        raise ShapeError(f"needs a matrix, got shape {x.shape}")
+    a, b = _one_axis(axis1, x.ndim), _one_axis(axis2, x.ndim)
+    if a == b:
+        raise ShapeError("axis1 and axis2 cannot be the same")
+    k = _int(offset, "offset")
+    if (a, b) == (x.ndim - 2, x.ndim - 1) and x.ndim == 2:
+        return P.diag(x, k=k)
+    rest = [d for d in range(x.ndim) if d not in (a, b)]
+    moved = P.transpose(x, axes=tuple(rest) + (a, b))
+    n, m = x.shape[a], x.shape[b]
+    rows = np.arange(max(0, -k), max(0, min(n, m - k)))
+    return P.index(moved, idx=(slice(None),) * len(rest) + (rows, rows + k))
+
+
+@_builtin("trace", static=("offset", "axis1", "axis2"))
+def _trace(x, offset=0, axis1=0, axis2=1):
+    return P.reduce_sum(_diagonal(x, offset, axis1, axis2), axis=-1)
+
+
+def _triangle(name, keep):
+    @_builtin(name, static=("k",))
+    def fn(x, k=0):
+        if x.ndim < 2:
+            raise ShapeError(f"{name} needs an array of at least two dimensions, got shape {x.shape}")
+        mask = keep(np.ones(x.shape[-2:]), _int(k, "k"))
+        return P.where(mask, x, 0.0)  # (where, not a product: an inf above the diagonal gives 0)
+
+
+_triangle("tril", np.tril)
+_triangle("triu", np.triu)
+
+
+# -- sizes: integer values ---------------------------------------------------------
+
+@_builtin("len")
+def _len(x):
+    if x.ndim == 0:
+        raise ShapeError("len() of a scalar")
+    return x.builder.const(np.float64(x.shape[0]))
+
+
+@_builtin("size", static=("axis",))
+def _size(x, axis=None):
+    n = math.prod(x.shape) if axis is None else x.shape[_one_axis(axis, x.ndim)]
+    return x.builder.const(np.float64(n))
+
+
+@_builtin("ndim")
+def _ndim(x):
+    return x.builder.const(np.float64(x.ndim))
+
+
+def _int(v, what) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ShapeError(f"{what} must be an integer, not {v!r}")
+    return v
 
 
 # -- scans and order -------------------------------------------------------------

@@ -108,6 +108,71 @@ PROGRAMS = [
     ("argsort", "x[argsort(x)]", lambda x: x[np.argsort(x)], {"x": ((4,), "distinct")}),
     ("argmax", "ravel(x)[argmax(x)] * ravel(x)[argmin(x)]", lambda x: x.max() * x.min(), {"x": ((2, 3), "distinct")}),
 ]
+R23, R234 = {"x": ((2, 3), "real")}, {"x": ((2, 3, 4), "real")}
+SHAPE_PROGRAMS = [
+    ("squeeze", "squeeze(x)", np.squeeze, {"x": ((1, 3, 1), "real")}),
+    ("squeeze", "squeeze(x, axis=-1)", lambda x: np.squeeze(x, axis=-1), {"x": ((1, 3, 1), "real")}),
+    ("expand_dims", "expand_dims(x, 1)", lambda x: np.expand_dims(x, 1), R23),
+    ("expand_dims", "expand_dims(x, (0, -1))", lambda x: np.expand_dims(x, (0, -1)), R23),
+    ("moveaxis", "moveaxis(x, 0, -1)", lambda x: np.moveaxis(x, 0, -1), R234),
+    ("moveaxis", "moveaxis(x, (0, 1), (2, 0))", lambda x: np.moveaxis(x, (0, 1), (2, 0)), R234),
+    ("swapaxes", "swapaxes(x, 0, 2)", lambda x: np.swapaxes(x, 0, 2), R234),
+    ("flip", "flip(x)", np.flip, R23),
+    ("flip", "flip(x, axis=(0, 2))", lambda x: np.flip(x, axis=(0, 2)), R234),
+    ("fliplr", "fliplr(x)", np.fliplr, R23),
+    ("flipud", "flipud(x)", np.flipud, {"x": ((4,), "real")}),
+    ("rot90", "rot90(x)", np.rot90, R23),
+    ("rot90", "rot90(x, 2)", lambda x: np.rot90(x, 2), R23),
+    ("rot90", "rot90(x, -1, axes=(1, 2))", lambda x: np.rot90(x, -1, axes=(1, 2)), R234),
+    ("roll", "roll(x, 2)", lambda x: np.roll(x, 2), R23),
+    ("roll", "roll(x, -1, axis=1)", lambda x: np.roll(x, -1, axis=1), R23),
+    ("roll", "roll(x, (1, 5), axis=(0, 2))", lambda x: np.roll(x, (1, 5), axis=(0, 2)), R234),
+    ("repeat", "repeat(x, 2)", lambda x: np.repeat(x, 2), R23),
+    ("repeat", "repeat(x, (1, 0, 3), axis=1)", lambda x: np.repeat(x, (1, 0, 3), axis=1), R23),
+    ("tile", "tile(x, 2)", lambda x: np.tile(x, 2), {"x": ((3,), "real")}),
+    ("tile", "tile(x, (2, 1, 2))", lambda x: np.tile(x, (2, 1, 2)), R23),
+    ("pad", "pad(x, 1)", lambda x: np.pad(x, 1), R23),
+    ("pad", "pad(x, ((0, 1), (2, 0)), constant_values=-1.5)",
+     lambda x: np.pad(x, ((0, 1), (2, 0)), constant_values=-1.5), R23),
+    ("pad", "pad(x, (1, 2), mode='edge')", lambda x: np.pad(x, (1, 2), mode="edge"), R23),
+    ("pad", "pad(x, 2, mode='reflect')", lambda x: np.pad(x, 2, mode="reflect"), {"x": ((4,), "real")}),
+    ("pad", "pad(x, ((1, 1), (0, 4)), mode='wrap')", lambda x: np.pad(x, ((1, 1), (0, 4)), mode="wrap"), R23),
+    ("pad", "pad(x, 1, mode='symmetric')", lambda x: np.pad(x, 1, mode="symmetric"), R23),
+    ("broadcast_to", "broadcast_to(x, (2, 2, 3))", lambda x: np.broadcast_to(x, (2, 2, 3)), {"x": ((3,), "real")}),
+    ("atleast_1d", "atleast_1d(x)", np.atleast_1d, {"x": ((), "real")}),
+    ("atleast_2d", "atleast_2d(x)", np.atleast_2d, {"x": ((3,), "real")}),
+    ("atleast_3d", "atleast_3d(x)", np.atleast_3d, {"x": ((3,), "real")}),
+    ("atleast_3d", "atleast_3d(x)", np.atleast_3d, R23),
+    ("vstack", "vstack(x, y)", lambda x, y: np.vstack((x, y)), {"x": ((3,), "real"), "y": ((2, 3), "real")}),
+    ("hstack", "hstack(x, y)", lambda x, y: np.hstack((x, y)), {"x": ((3,), "real"), "y": ((2,), "real")}),
+    ("hstack", "hstack(x, y)", lambda x, y: np.hstack((x, y)), {"x": ((2, 1), "real"), "y": ((2, 3), "real")}),
+    ("column_stack", "column_stack(x, y)", lambda x, y: np.column_stack((x, y)),
+     {"x": ((3,), "real"), "y": ((3, 2), "real")}),
+    ("take", "take(x, [4, 0, 0])", lambda x: np.take(x, [4, 0, 0]), R23),
+    ("take", "take(x, [[0, 2]], axis=1)", lambda x: np.take(x, [[0, 2]], axis=1), R23),
+    ("take", "take(x, argmin(x, axis=1), axis=1)", lambda x: np.take(x, np.argmin(x, axis=1), axis=1),
+     {"x": ((3, 2), "distinct")}),
+    ("take_along_axis", "take_along_axis(x, [[1, 0], [2, 2]], 1)",
+     lambda x: np.take_along_axis(x, np.array([[1, 0], [2, 2]]), 1), R23),
+    ("take_along_axis", "take_along_axis(x, argmax(x, axis=0) + zeros((1, 3)), 0)",
+     lambda x: np.max(x, axis=0, keepdims=True), {"x": ((2, 3), "distinct")}),
+    ("append", "append(x, y)", lambda x, y: np.append(x, y), {"x": ((2, 3), "real"), "y": ((2,), "real")}),
+    ("append", "append(x, y, axis=0)", lambda x, y: np.append(x, y, axis=0),
+     {"x": ((2, 3), "real"), "y": ((1, 3), "real")}),
+    ("len", "x * (len(x) + size(x) + ndim(x) + size(x, axis=1))",
+     lambda x: x * (len(x) + np.size(x) + np.ndim(x) + np.size(x, 1)), R23),
+    ("size", "size(x) * x", lambda x: np.size(x) * x, {"x": ((), "real")}),
+    ("ndim", "ndim(x) * x", lambda x: np.ndim(x) * x, R234),
+    ("trace", "trace(x)", np.trace, {"x": ((3, 3), "real")}),
+    ("trace", "trace(x, offset=1)", lambda x: np.trace(x, offset=1), R23),
+    ("trace", "trace(x, -1, 0, 2)", lambda x: np.trace(x, -1, 0, 2), R234),
+    ("diagonal", "diagonal(x)", np.diagonal, R23),
+    ("diagonal", "diagonal(x, 1, 2, 0)", lambda x: np.diagonal(x, 1, 2, 0), R234),
+    ("diagonal", "diagonal(x, offset=-1)", lambda x: np.diagonal(x, offset=-1), {"x": ((3, 3), "real")}),
+    ("tril", "tril(x)", np.tril, {"x": ((3, 3), "real")}),
+    ("tril", "tril(x, k=-1)", lambda x: np.tril(x, k=-1), R234),
+    ("triu", "triu(x, 1)", lambda x: np.triu(x, 1), R23),
+]
 PAIRS = [((), ()), ((3,), (3,)), ((3,), (2, 3)), ((2, 1), (1, 3))]
 DOMAINS["offgrid"] = lambda rng, s: rng.integers(-3, 3, s) + rng.uniform(0.1, 0.4, s)
 DOMAINS["divisor"] = lambda rng, s: rng.choice([-2.0, -1.0, 1.0, 2.0], s)
@@ -132,7 +197,7 @@ def _cases():
     for name, (src, ref, dx, dy) in BINARY.items():
         for sx, sy in PAIRS:
             out.append((name, src, ref, {"x": (sx, dx), "y": (sy, dy)}))
-    return out + PROGRAMS
+    return out + PROGRAMS + SHAPE_PROGRAMS
 
 
 CASES = _cases()
@@ -149,7 +214,7 @@ def test_builtin_derivatives(name, src, ref, inputs):
 
 def test_every_new_builtin_is_exercised():
     used = {m for c in CASES for m in re.findall(r"\b([a-z_0-9]+)\(", c[1])}
-    missing = [f for f in [*ELEMENTWISE, *ALIASES, *BINARY, *(p[0] for p in PROGRAMS)] if f not in FUNCTIONS or f not in used]
+    missing = [f for f in [*ELEMENTWISE, *ALIASES, *BINARY, *(p[0] for p in PROGRAMS + SHAPE_PROGRAMS)] if f not in FUNCTIONS or f not in used]
     assert not missing
 
 
@@ -254,3 +319,24 @@ def test_argmax_values_are_numpys():
     assert _value("argmax(x)", x=x) == 3
     assert _value("argmin(x, axis=1)", x=x).tolist() == [0, 1]
     assert _value("argsort(x, axis=0)", x=x).tolist() == np.argsort(x, axis=0).tolist()
+
+
+@pytest.mark.parametrize("src, message", [
+    ("pad(x, 1, mode='mean')", "pad: mode 'mean' is not supported; use one of 'constant', 'edge', "
+     "'wrap', 'reflect', 'symmetric'"),
+    ("pad(x, ((1, 2, 3),))", "pad: pad_width ((1, 2, 3),) does not fit an array of dimension 2"),
+    ("squeeze(x, 0)", "squeeze(): cannot squeeze axis 0 of length 2 (shape (2, 3))"),
+    ("repeat(x, (1, 2), axis=1)", "repeat: 2 repeats for an axis of length 3"),
+    ("len(x[0, 0])", "len() of a scalar"),
+    ("fliplr(x[0])", "fliplr needs an array of at least two dimensions, got shape (3,)"),
+])
+def test_shape_argument_errors(src, message):
+    with pytest.raises(gradcalc.GradcalcError) as err:
+        gradcalc.evaluate(src, at={"x": np.zeros((2, 3))})
+    assert err.value.message == message
+
+
+def test_string_arguments_are_checked_where_no_string_is_taken():
+    with pytest.raises(gradcalc.GradcalcError) as err:
+        gradcalc.evaluate("roll(x, 'a')", at={"x": np.zeros(3)})
+    assert "shift must be an integer" in err.value.message

@@ -163,7 +163,7 @@ NAMES = [
     ("__import__(1)", "unknown function '__import__'", (1, 1), None),
     ("eval(x)", "unknown function 'eval'", (1, 1), None),
     ("exec(x)", "unknown function 'exec'", (1, 1), None),
-    ("open(x)", "unknown function 'open'", (1, 1), None),
+    ("open(x)", "unknown function 'open'", (1, 1), "did you mean 'append'?"),
     ("getattr(x, 1)", "unknown function 'getattr'", (1, 1), None),
     ("x * y(2)", "unknown function 'y'", (1, 5), None),
     ("z = 2; x * z(2)", "unknown function 'z'", (1, 12), "'z' is a value, not a function; use '*' to multiply"),
