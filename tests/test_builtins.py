@@ -17,7 +17,7 @@ import pytest
 import gradcalc
 from gradcalc.builtins import FUNCTIONS
 
-from fdcheck import check_program
+from fdcheck import check_hessian, check_program
 
 def _math(fn):
     loop = np.frompyfunc(fn, 1, 1)
@@ -340,3 +340,13 @@ def test_string_arguments_are_checked_where_no_string_is_taken():
     with pytest.raises(gradcalc.GradcalcError) as err:
         gradcalc.evaluate("roll(x, 'a')", at={"x": np.zeros(3)})
     assert "shift must be an integer" in err.value.message
+
+
+# Second order: each composition's derivative pass is itself a traced program, differentiated
+# again (forward over reverse) and compared with central differences of the gradient.
+@pytest.mark.parametrize("name, src, ref, inputs", CASES,
+                         ids=[f"sum(sin({c[1]})) | " + " ".join("x".join(map(str, s)) or "scalar"
+                                                                for s, _ in c[3].values()) for c in CASES])
+def test_builtin_second_derivatives(name, src, ref, inputs):
+    report = check_hessian(f"sum(sin({src}))", _point(src + repr(inputs), inputs))
+    assert report.ok, f"{src}\n{report}"
