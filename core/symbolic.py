@@ -424,13 +424,6 @@ def _rules():
         "minimum": _elementwise(extremum(sp.Min), 2),
         "atan2": _elementwise(sp.atan2, 2),
         "hypot": _elementwise(lambda a, b: sp.sqrt(a ** 2 + b ** 2), 2),
-        # (fmax and fmin differ from maximum and minimum only at nan, which no symbol is)
-        "fmax": _elementwise(extremum(sp.Max), 2),
-        "fmin": _elementwise(extremum(sp.Min), 2),
-        "logaddexp": _elementwise(lambda a, b: sp.log(sp.exp(a) + sp.exp(b)), 2),
-        "logaddexp2": _elementwise(lambda a, b: sp.log(_power(sp.Integer(2), a)
-                                                       + _power(sp.Integer(2), b), 2), 2),
-        "copysign": _elementwise(lambda a, b: sp.Piecewise((sp.Abs(a), b >= 0), (-sp.Abs(a), True)), 2),
         "where": _elementwise(lambda c, a, b: sp.Piecewise((a, _truth(c)), (b, True)), 3),
         "lt": _elementwise(_mask(lambda a, b: a < b), 2),
         "le": _elementwise(_mask(lambda a, b: a <= b), 2),
@@ -450,8 +443,22 @@ def _rules():
         "det": det, "inv": inv, "solve": solve,
     })
     rules.update(_integer_and_mask_rules(sp, unary["floor"]))
+    rules.update(_two_argument_rules(sp, extremum))
     rules.update(_scan_rules())
     return rules
+
+
+def _two_argument_rules(sp, extremum) -> dict:
+    """NumPy's two-argument functions beyond arithmetic."""
+    return {
+        # (fmax and fmin differ from maximum and minimum only at nan, which no symbol is)
+        "fmax": _elementwise(extremum(sp.Max), 2),
+        "fmin": _elementwise(extremum(sp.Min), 2),
+        "logaddexp": _elementwise(lambda a, b: sp.log(sp.exp(a) + sp.exp(b)), 2),
+        "logaddexp2": _elementwise(lambda a, b: sp.log(_power(sp.Integer(2), a)
+                                                       + _power(sp.Integer(2), b), 2), 2),
+        "copysign": _elementwise(lambda a, b: sp.Piecewise((sp.Abs(a), b >= 0), (-sp.Abs(a), True)), 2),
+    }
 
 
 def _scan_rules() -> dict:
