@@ -55,7 +55,8 @@ def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
 def evaluate(source, at=None, of=None, all: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS,
         max_steps=DEFAULT_MAX_STEPS) -> Result:
     """The values of the output (or of every name with all=True, or of each name in of)."""
-    tr = trace_source(source, at, max_elements, max_steps=max_steps)
+    # No derivative is taken: a run that keeps no tape, in memory bounded on a long loop.
+    tr = trace_source(source, at, max_elements, max_steps=max_steps, record=False)
     if all:
         names = list(tr.tape.names)
     elif of is None:

@@ -282,6 +282,7 @@ class _Return(Exception):
 
 
 _NO_VALUE = ()  # what a call that ended without `return` gives
+_MASKS_BOUND = 256  # masks held before the dead among them are forgotten (see forget_masks)
 
 
 def _primitive(name: str):
@@ -328,7 +329,10 @@ class Interpreter:
         self.constants_only = constants_only
         self.numbers: dict[float, Tracer] = {}  # the program's number literals, one constant each
         self.literal_vars: set[int] = set()  # their variables
-        self.masks: set[int] = set()  # variables holding masks (comparisons, and, or, not)
+        # variables holding masks (comparisons, and, or, not), as plain ints: a builder that keeps
+        # no tape frees a value when its variable goes (see forget_masks)
+        self.masks: set[int] = set()
+        self.masks_bound = _MASKS_BOUND
         self.names: dict[str, int] = {}  # top-level name -> var of its last value
         self.positions: dict[str, int] = {}  # top-level name -> where last assigned
 
@@ -469,13 +473,22 @@ class Interpreter:
     def step(self, loc, what: str) -> None:
         """Count a loop iteration or a call, and stop a run past max_steps (SPEC §7)."""
         self.iterations += 1
-        if self.iterations + len(self.b.equations) > self.max_steps:
+        if len(self.masks) > self.masks_bound:
+            self.forget_masks()
+        if self.iterations + self.b.operations() > self.max_steps:
             p = to_pos(loc)
             where = f"the {what} at line {p.line}, column {p.col}"
             raise LimitError(f"the program ran more than {option('max_steps')}={self.max_steps} steps "
                              f"(operations recorded plus loop iterations) in {where}", loc,
                              hint=f"raise {option('max_steps')} if it is meant to run that long",
                              option="max_steps")
+
+    def forget_masks(self) -> None:
+        """Forget the masks whose values are gone (a builder that keeps no tape frees them),
+        so that a loop's comparisons do not pile up; looked at again when the set has doubled."""
+        values = self.b.values
+        self.masks = {var for var in self.masks if var in values}
+        self.masks_bound = 2 * len(self.masks) + _MASKS_BOUND
 
     def guard(self, t: Tracer, expected, loc, what: str) -> None:
         """Record a decision taken from t's value (constants decide nothing: skipped)."""
@@ -606,7 +619,7 @@ class Interpreter:
             prim = _BINARY.get(op.op) or _operator(op.op)
             acc = bind(prim, (acc, right), NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
             if op.op in _MASK_OPS:
-                self.masks.add(acc.var)
+                self.masks.add(int(acc.var))
         return acc
 
     def unary(self, node: Unary) -> Tracer:
@@ -614,7 +627,7 @@ class Interpreter:
         self.b.pos = node.loc
         if node.op == "not":
             out = _operator("not") if _primitive("logical_not") is None else P.logical_not(x)
-            self.masks.add(out.var)
+            self.masks.add(int(out.var))
             return out
         return P.neg(x) if node.op == "-" else x
 
@@ -724,7 +737,7 @@ class Interpreter:
             raise NameError_(f"unknown function '{node.func}'", node.pos, hint=hint)
         if node.func in _MASK_BUILTINS:
             out = self.builtin(node, fn)
-            self.masks.add(out.var)
+            self.masks.add(int(out.var))
             return out
         return self.builtin(node, fn)
 
@@ -872,22 +885,31 @@ class Interpreter:
         b = self.b
         b.pos = node.loc
         leaf = args[argnum] = P.copy(args[argnum])  # a variable of its own: only it is varied
-        start = len(b.equations)
-        out = self.single(self.call_function(node, fdef, args, kwargs), callee.args[0])
-        if callee.func == "grad" and out.shape != () and out.value.size != 1:
-            raise ShapeError(f"grad({fdef.name}) needs '{fdef.name}' to give one element; it gives shape "
-                             f"{out.shape}", node.pos, hint=f"use jacobian({fdef.name}) for several")
-        equations = b.equations[start:]
+        # On a builder that keeps no tape, the call's equations are recorded for the pass, and
+        # its values kept until the pass is done.
+        with b.recording():
+            start = len(b.equations)
+            out = self.single(self.call_function(node, fdef, args, kwargs), callee.args[0])
+            if callee.func == "grad" and out.shape != () and out.value.size != 1:
+                raise ShapeError(f"grad({fdef.name}) needs '{fdef.name}' to give one element; it gives shape "
+                                 f"{out.shape}", node.pos, hint=f"use jacobian({fdef.name}) for several")
+            result = self.derivative_value(callee.func, b.equations[start:], out, leaf, node.loc)
+            return result if b.owns(result) else P.copy(result)
+
+    def derivative_value(self, kind: str, equations: list, out: Tracer, leaf: Tracer, loc) -> Tracer:
+        """The derivative (kind "grad" or "jacobian") of out with respect to leaf, by traced
+        backward passes over the equations that lead from one to the other."""
+        b = self.b
         rows = []
-        for k in np.ndindex(*out.shape) if callee.func == "jacobian" else [None]:
+        for k in np.ndindex(*out.shape) if kind == "jacobian" else [None]:
             seed = np.ones(out.shape) if k is None else np.zeros(out.shape)
             if k is not None:
                 seed[k] = 1.0
             found = backward(b, equations, {out.var: b.const(seed)}, [leaf.var])
             g = found[leaf.var]
             rows.append(g if g is not None else b.const(np.zeros(leaf.shape)))
-        b.pos = node.loc
-        if callee.func == "grad":
+        b.pos = loc
+        if kind == "grad":
             return rows[0]
         return P.reshape(stack(*rows), shape=out.shape + leaf.shape) if rows else b.const(np.zeros(leaf.shape))
 
@@ -973,11 +995,14 @@ def _not_an_input(name: str, known: dict, assigned: dict) -> UsageError:
 
 
 def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAULT_MAX_ELEMENTS,
-          sample=None, check_finite: bool = True, max_steps: int = DEFAULT_MAX_STEPS) -> Traced:
+          sample=None, check_finite: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
+          record: bool = True) -> Traced:
     """Run program at the point ``at`` (name -> array), recording the path it takes.
 
     Inputs not in ``at`` take their declared default; without one, ``sample``
-    (name, shape) -> array supplies a value if given, else it is an error.
+    (name, shape) -> array supplies a value if given, else it is an error.  With
+    ``record=False`` no tape is kept (see :class:`~.tape.Builder`): the values of the
+    program's names (their last values) and its warnings are all the result holds.
     """
     at = dict(at or {})
     try:
@@ -989,7 +1014,7 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
         for name in at:
             if name not in known:
                 raise _not_an_input(name, known, facts.assigned)
-        b = Builder(max_elements, check_finite)
+        b = Builder(max_elements, check_finite, record=record)
         env: dict[str, Tracer] = {}
         with np.errstate(all="ignore"):
             for info in inputs:

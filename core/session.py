@@ -49,9 +49,11 @@ def parse(source: str | Program, label: str = "<expr>") -> Program:
     return source if isinstance(source, Program) else parse_text(source, label)
 
 
-def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_STEPS) -> Traced:
+def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_STEPS, record=True) -> Traced:
+    """Parse and trace source at at; with record=False, keeping no tape (values only: eval)."""
     program = parse(source)
-    return trace(program, as_arrays(at), max_elements=max_elements, sample=sample, max_steps=max_steps)
+    return trace(program, as_arrays(at), max_elements=max_elements, sample=sample, max_steps=max_steps,
+                 record=record)
 
 
 def as_arrays(at) -> dict:

@@ -14,7 +14,10 @@ whole batch of seeds at once.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import weakref
+from collections import deque
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -236,6 +239,76 @@ def broadcast_shapes(*shapes) -> tuple:
     return tuple(out)
 
 
+class _Dropped:
+    """The equations of a builder that keeps no tape: counted (``--max-steps`` counts the
+    operations a run records), never kept."""
+
+    __slots__ = ("count",)
+
+    def __init__(self):
+        self.count = 0
+
+    def append(self, equation) -> None:
+        self.count += 1
+
+    def __len__(self) -> int:
+        return self.count
+
+
+class _NoConsts(dict):
+    """The constants of a builder that keeps no tape: none is kept (a kept variable would
+    keep its value alive)."""
+
+    def __setitem__(self, var, value) -> None:
+        pass
+
+
+class _Var(int):
+    """A variable of a builder that keeps no tape, as its tracers, names and equations hold
+    it: when the last reference to it goes, its value is freed (see :class:`_Lifetimes`).
+    Each such builder has a subclass of its own whose ``lifetimes`` is a weak reference to
+    the builder's :class:`_Lifetimes` (an int subclass has no room for an attribute)."""
+
+    __slots__ = ()
+    lifetimes: Any = None
+
+    def __del__(self):
+        lifetimes = self.lifetimes()
+        if lifetimes is not None:
+            lifetimes.release(self)
+
+
+class _Lifetimes:
+    """How long the values of a builder that keeps no tape live: as long as something refers
+    to their variable (a tracer, a name of the program, a recorded equation).  The builder's
+    dicts are keyed by plain ints, so that only the :class:`_Var` held elsewhere decides.
+    Inside :meth:`Builder.recording`, nothing is freed until the outermost block ends."""
+
+    __slots__ = ("values", "shapes", "held", "dead", "var", "__weakref__")
+
+    def __init__(self, values: dict, shapes: dict):
+        self.values, self.shapes = values, shapes
+        self.held = 0  # recording blocks open
+        self.dead: list[int] = []  # variables released while held
+        # (the class holds this object weakly: a class lives in reference cycles, until a collection)
+        self.var = type("Var", (_Var,), {"__slots__": (), "lifetimes": weakref.ref(self)})
+
+    def tracer(self, builder: "Builder", var: int) -> "Tracer":
+        return Tracer(builder, self.var(var))
+
+    def release(self, var) -> None:
+        if self.held:
+            self.dead.append(int(var))
+        else:
+            self.values.pop(var, None)
+            self.shapes.pop(var, None)
+
+    def release_dead(self) -> None:
+        dead, self.dead = self.dead, []
+        for var in dead:
+            self.release(var)
+
+
 class Builder:
     """Records equations while computing their values on concrete inputs.
 
@@ -243,13 +316,24 @@ class Builder:
     global "current tape".  ``pos`` is where in the source the next equations
     belong, for error messages and non-finite warnings: a location (an int, see
     :func:`errors.to_loc`; what the lowering sets), a Pos, or None.
+
+    With ``record=False`` (a run whose values are all that is wanted: eval), the builder
+    keeps no tape: no equation, constant or guard, and a value only as long as something
+    refers to its variable, so that a long loop runs in bounded memory.  Its values,
+    warnings and errors are those of a recording builder; :meth:`recording` records a
+    stretch of equations where they are needed (``grad(f)(x)`` in a program).
     """
 
-    def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS, check_finite: bool = True):
-        self.equations: list[Equation] = []
+    def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS, check_finite: bool = True,
+                 record: bool = True):
         self.values: dict[int, np.ndarray] = {}
         self.shapes: dict[int, tuple] = {}
-        self.consts: dict[int, np.ndarray] = {}
+        self.record = record
+        self.equations: list[Equation] = [] if record else _Dropped()
+        self.dropped = 0  # equations counted beside self.equations (see recording())
+        self.consts: dict[int, np.ndarray] = {} if record else _NoConsts()
+        self.lifetimes = None if record else _Lifetimes(self.values, self.shapes)
+        self.new_tracer = Tracer if record else self.lifetimes.tracer
         self.max_elements = max_elements
         self.check_finite = check_finite
         self.warnings: list[Warning_] = []
@@ -258,8 +342,40 @@ class Builder:
         # location of a call -> the builtin called there, where it records several primitives
         # (mean: sum and div), so that warnings name what the program wrote
         self.labels: dict[int, str] = {}
-        self.guards: list[Guard] = []  # the path taken (see Guard), in the order it was taken
+        # the path taken (see Guard), in the order it was taken (a builder that keeps no tape keeps none)
+        self.guards: list[Guard] = [] if record else deque(maxlen=0)
         self._next = 0
+
+    def operations(self) -> int:
+        """The operations recorded so far, kept on the tape or not (what max_steps counts)."""
+        return len(self.equations) + self.dropped
+
+    @contextlib.contextmanager
+    def recording(self):
+        """Record the equations made in the block, and free no value until it ends, on a
+        builder that keeps no tape (blocks nested in it record into its list); on a
+        recording builder, nothing changes."""
+        lifetimes = self.lifetimes
+        outermost = lifetimes is not None and not lifetimes.held
+        if outermost:
+            dropped = self.equations
+            self.equations, self.dropped = [], len(dropped)
+        if lifetimes is not None:
+            lifetimes.held += 1
+        try:
+            yield
+        finally:
+            if lifetimes is not None:
+                lifetimes.held -= 1
+            if outermost:
+                dropped.count += len(self.equations)
+                self.equations, self.dropped = dropped, 0  # (the block's equations go, and what they held)
+                lifetimes.release_dead()
+
+    def owns(self, t: "Tracer") -> bool:
+        """Whether t keeps its value alive: always on a recording builder; on one that keeps
+        no tape, unless a derivative pass made t of a recorded variable (inside recording())."""
+        return self.lifetimes is None or type(t.var) is self.lifetimes.var
 
     # -- variables ------------------------------------------------------------
     def _new(self, value) -> Tracer:
@@ -274,7 +390,7 @@ class Builder:
         self._next = var + 1
         self.values[var] = value
         self.shapes[var] = shape
-        return Tracer(self, var)
+        return self.new_tracer(self, var)
 
     def input(self, value) -> Tracer:
         return self._new(_scalar_or_array(value))
@@ -363,7 +479,7 @@ class Builder:
         if self.check_finite and not (
                 math.isfinite(value) if scalar else (prim.keeps_finite and dtype is F64) or all_finite(value)):
             self._note_nonfinite(prim, args, value)
-        return Tracer(self, var)
+        return self.new_tracer(self, var)
 
     def op_name(self, prim, loc) -> str:
         """An operation as messages name it: the builtin the program called at loc (mean), or
@@ -386,7 +502,8 @@ class Builder:
         self.warnings.append(Warning_(f"{op}{where} produced {what}", pos))
 
     def tape(self, inputs: dict, names: dict, output: str | None, positions=None) -> Tape:
-        return Tape(tuple(self.equations), dict(self.consts), dict(inputs), dict(names),
+        # (not tuple() of the dropped equations: it would allocate room for each of them)
+        return Tape(tuple(self.equations) if self.record else (), dict(self.consts), dict(inputs), dict(names),
                     dict(self.shapes), output, dict(positions or {}), tuple(self.guards))
 
 

@@ -1,0 +1,232 @@
+"""eval keeps no tape: a long loop runs in bounded memory (issue 15 item 6, issue 18 "Memory").
+
+A run that takes no derivative (``evaluate``) traces on a builder that keeps no tape
+(``record=False``): a value lives only as long as something refers to its variable.  These
+tests hold it to that (the values alive during a loop, and the address space a subprocess may
+take), and hold it to the recording run's results: the same values, bit for bit, the same
+warnings, errors and step counts.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import gradcalc
+from gradcalc import run
+from gradcalc.errors import GradcalcError
+from gradcalc.session import quiet, trace_source
+
+
+def loop(n: int) -> str:
+    return f"s = 1.0; for i in range({n}) {{ s = s*0.999 + 0.001 }}; s"
+
+
+@quiet
+def traced(source, at=None, record=True, max_steps=10**7):
+    return trace_source(source, at, 10**8, max_steps=max_steps, record=record)
+
+
+def most_alive(monkeypatch, source, at=None) -> tuple[int, int]:
+    """The most values the builder held, and masks the interpreter knew, at any loop iteration
+    or call of an eval run."""
+    most = [0, 0]
+    step = run.Interpreter.step
+
+    def counting(self, loc, what):
+        most[:] = max(most[0], len(self.b.values)), max(most[1], len(self.masks))
+        return step(self, loc, what)
+    monkeypatch.setattr(run.Interpreter, "step", counting)
+    gradcalc.evaluate(source, at=at)
+    return most[0], most[1]
+
+
+# -- bounded: what stays alive ---------------------------------------------------------------------
+
+LONG = {
+    "for": loop(20000),
+    "while with a comparison": "k = 0; s = 0.0; while k < 20000 { s = s + sin(k); k += 1 }; s",
+    "a call per step": "def f(a, b) { t = a*b; return t + 1 }; s = 0.0; for i in range(20000) { s = f(s, 0.5) }; s",
+    "arrays and masks": "v = x; for i in range(5000) { m = v > 0; v = v - 0.001*m + 0.0005 }; sum(v[v > 0])",
+    "grad(f) in a loop": "def f(t) = t^3; s = 0.0; for i in range(3000) { s = s + grad(f)(x) }; s",
+    "an if in a loop": "s = 0.0; for i in range(20000) { if i % 2 == 0 { s += 1 } else { s -= 0.5 } }; s",
+}
+
+
+@pytest.mark.parametrize("source", LONG.values(), ids=LONG.keys())
+def test_values_alive_during_a_long_eval_loop_do_not_grow_with_its_steps(monkeypatch, source):
+    at = {"x": np.linspace(-1, 1, 7)} if "v = x" in source else {"x": 1.5} if "(x)" in source else {}
+    values, masks = most_alive(monkeypatch, source, at)
+    assert values < 40 and masks <= 2 * 256 + 1
+
+
+def test_after_the_run_only_the_names_values_are_kept():
+    tr = traced("a = 2.0; s = a; for i in range(10000) { t = s*a; s = t/4 + 0.5 }; s", record=False)
+    names = set(tr.tape.names)
+    assert names == {"a", "s", "i", "t", "_"}
+    assert len(tr.builder.values) <= len(names) + 1  # (a, s, i, t, _ = a copy of s; no intermediate)
+    assert tr.tape.equations == () and tr.tape.guards == () and tr.tape.consts == {}
+    assert {n: float(tr.value(n)) for n in names} == {"a": 2.0, "s": 1.0, "i": 9999.0, "t": 2.0, "_": 1.0}
+
+
+def test_a_recording_run_keeps_every_value():
+    tr = traced(loop(1000))
+    assert len(tr.builder.values) > 3000 and len(tr.tape.equations) > 2000
+
+
+def _address_space_script(source: str, record: bool, headroom_mb: int) -> str:
+    return textwrap.dedent(f"""
+        import resource
+        import gradcalc
+        from gradcalc.session import quiet, trace_source
+        gradcalc.evaluate("s = 1.0; for i in range(3) {{ s = s + 1 }}; s")  # every import done
+        size = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize"))
+        resource.setrlimit(resource.RLIMIT_AS, (size + {headroom_mb} * 2**20, resource.RLIM_INFINITY))
+        try:
+            if {record}:
+                quiet(trace_source)({source!r}, None, 10**8)
+                print("ran")
+            else:
+                print("ran", gradcalc.evaluate({source!r})["_"])
+        except MemoryError:
+            print("MemoryError")
+    """)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_eval_of_a_200000_step_loop_fits_where_a_tape_does_not():
+    """40 MB more than the interpreter holds after its imports: a run that records 200,000
+    steps needs about 200 MB more, eval next to nothing."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    results = {}
+    for record in (False, True):
+        done = subprocess.run([sys.executable, "-c", _address_space_script(loop(200000), record, 40)],
+                              capture_output=True, text=True, env=env, timeout=120)
+        results[record] = done.stdout.strip()
+    assert results[True] == "MemoryError"  # the limit is one that a tape exceeds
+    assert results[False].startswith("ran ")
+
+
+# -- the same run: values, warnings, errors, steps -----------------------------------------------------
+
+PROGRAMS = {
+    "a loop": (loop(500), {}),
+    "nan inside a loop": ("s = x; for i in range(5) { s = log(s - 1) }; s", {"x": 1.5}),
+    "inf and nan in a while": ("y = x; k = 0; while k < 40 { y = exp(y) - y; k += 1 }; z = y - y; z", {"x": 2.0}),
+    "a function, branches, masks": (
+        "def f(v, c=2) { w = v*c; return w - 1 }\n"
+        "v = x\n"
+        "for i in range(20) { if sum(v) > 0 { v = f(v) / 3 } else { v = f(v, c=0.5) } }\n"
+        "v[v > 0] = 0\n"
+        "sum(v^2)", {"x": [0.3, -1.2, 2.0]}),
+    "rows of an array, integer indexing": (
+        "acc = 0.0; for row in X { acc = acc + row[[0, 2, 2]] @ row[[1, 1, 0]] }; acc",
+        {"X": np.arange(12.0).reshape(4, 3)}),
+    "grad(f) and its grad": ("def f(t) = t^3 * sin(t); def g(t) = grad(f)(t); h = grad(g)(x); h * 2", {"x": 0.7}),
+    "jacobian(f)": ("def f(v) = tanh(v) * v[0]; J = jacobian(f)(x); sum(J)", {"x": [0.5, -0.25]}),
+    "a division by zero": ("d = x - x; q = 1 / d; r = q * 0; r", {"x": 3.0}),
+    "a mean of nan (a builtin of several primitives)": ("m = mean(sqrt(x)); m", {"x": [-1.0, 4.0]}),
+}
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("source, at", PROGRAMS.values(), ids=PROGRAMS.keys())
+def test_eval_values_and_warnings_are_those_of_the_recording_run(source, at):
+    recorded = traced(source, at)
+    result = gradcalc.evaluate(source, at=at, all=True)
+    assert list(result) == list(recorded.tape.names)
+    for name, value in result.items():
+        assert _same(value, recorded.value(name)), name
+    assert result.warnings == [w.message for w in recorded.warnings]
+
+
+@pytest.mark.parametrize("source, at", PROGRAMS.values(), ids=PROGRAMS.keys())
+def test_eval_output_and_warnings_are_those_of_grad(source, at):
+    out = gradcalc.evaluate(source, at=at)
+    g = gradcalc.grad(source, at=at)
+    assert _same(list(out.values())[0], g.value)
+    # grad may add warnings of its own about derivatives, after those of the run
+    assert g.warnings[:len(out.warnings)] == out.warnings
+    assert all(w.startswith("the derivative") for w in g.warnings[len(out.warnings):])
+
+
+def test_nan_warnings_name_the_operation_and_its_place():
+    source, at = PROGRAMS["nan inside a loop"]
+    assert gradcalc.evaluate(source, at=at).warnings == ["'log' at line 1, column 32 produced nan"]
+    source, at = PROGRAMS["inf and nan in a while"]  # (inf - inf is nan, from an operand already inf)
+    assert gradcalc.evaluate(source, at=at).warnings == ["'exp' at line 1, column 34 produced inf"]
+
+
+def _error(fn, *args, **kwargs) -> str:
+    with pytest.raises(GradcalcError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def _fewest_steps(source) -> int:
+    """The smallest max_steps a recording run of source passes with (found by bisection)."""
+    lo, hi = 1, 10**6
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            traced(source, max_steps=mid)
+            hi = mid
+        except GradcalcError:
+            lo = mid + 1
+    return lo
+
+
+@pytest.mark.parametrize("source", [loop(300), "def f(t) = t^2; s = 0.5; for i in range(50) { s = grad(f)(s) / 2 }; s",
+                                    "k = 0; while k < 100 { k = k + 1 }; k"])
+def test_eval_counts_max_steps_as_a_recording_run_does(source):
+    need = _fewest_steps(source)
+    assert need > 100
+    gradcalc.evaluate(source, max_steps=need)
+    eval_error = _error(gradcalc.evaluate, source, max_steps=need - 1)
+    assert eval_error == _error(traced, source, max_steps=need - 1)
+    assert "steps" in eval_error
+
+
+def test_an_endless_eval_loop_ends_with_the_same_message():
+    message = _error(gradcalc.evaluate, "while true { }", max_steps=100000)
+    assert message == _error(gradcalc.grad, "while true { }; 1", max_steps=100000)
+    assert "--max-steps" not in message and "max_steps=100000" in message
+
+
+def test_the_output_rule_is_that_of_a_recording_run():
+    source = "if x > 0 { y = 2*x }; y"
+    assert _error(gradcalc.evaluate, source, at={"x": -1.0}) == _error(gradcalc.grad, source, at={"x": -1.0})
+    assert float(gradcalc.evaluate(source, at={"x": 1.5})["_"]) == 3.0
+    assert list(gradcalc.evaluate("a = x^2; b = a + 1", at={"x": 2.0})) == ["b"]
+
+
+# -- the builder that keeps no tape, on its own ------------------------------------------------------
+
+def test_a_value_lives_as_long_as_its_variable():
+    from gradcalc import primitives as P
+    from gradcalc.tape import Builder, Tracer
+
+    b = Builder(record=False)
+    x = b.input(2.0)
+    y = P.sin(x)
+    var = int(y.var)
+    assert var in b.values and b.operations() == 1
+    del y
+    assert var not in b.values and var not in b.shapes
+    assert b.operations() == 1  # counted, though not kept
+    with b.recording():  # (what grad(f)(x) in a program runs in)
+        z = P.exp(x)
+        borrowed = Tracer(b, int(z.var))  # as a derivative pass makes them: it keeps nothing alive
+        del z
+        assert borrowed.var in b.values and len(b.equations) == 1 and b.operations() == 2
+        assert not b.owns(borrowed) and b.owns(x)
+    assert borrowed.var not in b.values  # freed when the block ends
+    assert b.operations() == 2 and len(b.tape({}, {}, None).equations) == 0
