@@ -21,13 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 import gradcalc
-from gradcalc.cli.app import app
 from gradcalc.errors import GradcalcError
 
-runner = CliRunner()
+from cli_run import ok, ok_json, run, user_error
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 
@@ -88,27 +86,6 @@ def fd(f, x, h=1e-6):
     return out
 
 
-def run(*args, input=None):
-    return runner.invoke(app, [str(a) for a in args], input=input)
-
-
-def ok(*args, input=None):
-    r = run(*args, input=input)
-    assert r.exit_code == 0, (r.exit_code, r.stdout, r.stderr, r.exception)
-    return r
-
-
-def ok_json(*args) -> dict:
-    doc = json.loads(ok(*args, "-f", "json").stdout)
-    assert doc["schema"] == 1
-    return doc
-
-
-def user_error(*args, input=None):
-    r = run(*args, input=input)
-    assert r.exit_code == 2, (r.exit_code, r.stdout, r.stderr, r.exception)
-    assert "Traceback" not in r.stderr
-    return r
 
 
 def mentions_line(text: str, line: int) -> bool:
