@@ -29,10 +29,11 @@ class Builtin:
     """A function of the language: a Python function over tracers, and which of its
     parameters take literals (axis, shape...) rather than arrays."""
 
-    __slots__ = ("name", "fn", "static", "numbers", "_signature", "arity", "prim")
+    __slots__ = ("name", "fn", "static", "numbers", "_signature", "arity", "prim", "strings")
 
-    def __init__(self, name, fn, static, numbers=(), prim=None):
+    def __init__(self, name, fn, static, numbers=(), prim=None, strings=()):
         self.name, self.fn, self.static, self._signature = name, fn, frozenset(static), None
+        self.strings = dict(strings)  # parameters that take a string literal: an example of one
         self.prim = prim  # the primitive fn calls on its arguments as they are, if that is all it does
         self.numbers = frozenset(numbers)  # constant expressions taken as plain numbers
         # Fast path: a call with exactly the required arguments, all arrays (``sum(x)``, not
@@ -54,9 +55,9 @@ class Builtin:
 FUNCTIONS: dict[str, Builtin] = {}
 
 
-def _builtin(name, static=(), numbers=(), prim=None):
+def _builtin(name, static=(), numbers=(), prim=None, strings=()):
     def register(fn):
-        FUNCTIONS[name] = Builtin(name, fn, static, numbers, prim)
+        FUNCTIONS[name] = Builtin(name, fn, static, numbers, prim, strings)
         return fn
     return register
 
@@ -200,6 +201,70 @@ def _dot(a, b):
 @_builtin("outer")
 def _outer(a, b):
     return P.reshape(a, shape=(-1, 1)) * P.reshape(b, shape=(1, -1))
+
+
+# -- contractions, over einsum ------------------------------------------------------
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+@_builtin("einsum", static=("subscripts",), strings={"subscripts": "'ij,j->i'"})
+def _einsum(subscripts, *operands):
+    if not isinstance(subscripts, str):
+        raise UsageError("the first argument must be the subscripts, a string such as 'ij,j->i'",
+                         hint="einsum('ij,j->i', A, x)")
+    if not operands:
+        raise UsageError("einsum needs at least one operand after its subscripts")
+    return P.einsum(*operands, subscripts=subscripts)
+
+
+def _tensordot_axes(axes, na: int, nb: int) -> tuple:
+    if isinstance(axes, int) and not isinstance(axes, bool):
+        if not 0 <= axes <= min(na, nb):
+            raise ShapeError(f"axes={axes} needs both arrays to have at least {axes} axes")
+        return tuple(range(na - axes, na)), tuple(range(axes))
+    if isinstance(axes, tuple) and len(axes) == 2:
+        xa, xb = (p if isinstance(p, tuple) else (p,) for p in axes)
+        if len(xa) == len(xb) and all(isinstance(v, int) for v in xa + xb):
+            return (tuple(_one_axis(v, na) for v in xa), tuple(_one_axis(v, nb) for v in xb))
+    raise ShapeError(f"axes must be an integer or two tuples of axes of equal length, got {axes!r}")
+
+
+@_builtin("tensordot", static=("axes",))
+def _tensordot(a, b, axes=2):
+    xa, xb = _tensordot_axes(axes, a.ndim, b.ndim)
+    sa = list(_LETTERS[:a.ndim])
+    sb = list(_LETTERS[a.ndim:a.ndim + b.ndim])
+    for i, j in zip(xa, xb):
+        sb[j] = sa[i]
+    out = [c for k, c in enumerate(sa) if k not in xa] + [c for k, c in enumerate(sb) if k not in xb]
+    return P.einsum(a, b, subscripts="".join(sa) + "," + "".join(sb) + "->" + "".join(out))
+
+
+@_builtin("inner")
+def _inner(a, b):
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    sa = _LETTERS[:a.ndim - 1] + "z"
+    sb = _LETTERS[a.ndim - 1:a.ndim + b.ndim - 2] + "z"
+    return P.einsum(a, b, subscripts=f"{sa},{sb}->{sa[:-1]}{sb[:-1]}")
+
+
+@_builtin("vdot")
+def _vdot(a, b):
+    if math.prod(a.shape) != math.prod(b.shape):
+        raise ShapeError(f"vdot needs arrays of equal size, got shapes {a.shape} and {b.shape}")
+    return P.matmul(P.reshape(a, shape=(-1,)), P.reshape(b, shape=(-1,)))
+
+
+@_builtin("kron")
+def _kron(a, b):
+    n = max(a.ndim, b.ndim)
+    a = P.reshape(a, shape=(1,) * (n - a.ndim) + a.shape)
+    b = P.reshape(b, shape=(1,) * (n - b.ndim) + b.shape)
+    sa, sb = _LETTERS[:n], _LETTERS[n:2 * n]
+    pairs = "".join(x + y for x, y in zip(sa, sb))  # each axis of a with b's beside it
+    outer = P.einsum(a, b, subscripts=f"{sa},{sb}->{pairs}")
+    return P.reshape(outer, shape=tuple(p * q for p, q in zip(a.shape, b.shape)))
 
 
 @_builtin("diag", static=("k",))

@@ -42,7 +42,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ShapeError, ValueError_
+from .errors import ShapeError, UsageError, ValueError_
 from .tape import F64_SCALAR, Tracer, all_finite, broadcast_shapes
 
 
@@ -1471,6 +1471,99 @@ solve = _def("solve", _solve,
              (_solve_vjp_a, lambda g, ans, a, b, ndb: solve(mT(a), g)),
              (lambda t, ans, a, b, ndb: -solve(a, t @ ans), lambda t, ans, a, b, ndb: solve(a, t)),
              _solve_params)
+
+
+# -- einsum: one contraction over subscripts ---------------------------------------
+# Parameters: ins (one subscript string per operand) and out, explicit, with letters only;
+# an operand with more axes than its subscripts carries leading batch axes (`...`).
+
+def _einsum_split(subscripts: str, n: int) -> tuple:
+    spec = subscripts.replace(" ", "")
+    if "." in spec:
+        raise UsageError(f"einsum: ellipsis ('...') is not supported, in {subscripts!r}")
+    lhs, arrow, out = spec.partition("->")
+    ins = tuple(lhs.split(","))
+    bad = sorted({c for c in lhs + out if not (c.isalpha() and c.isascii()) and c != ","})
+    if bad or "-" in out or ">" in out:
+        raise UsageError(f"einsum: subscripts {subscripts!r} may hold only letters, ',' and one '->'")
+    if len(ins) != n:
+        raise UsageError(f"einsum: subscripts {subscripts!r} name {len(ins)} operand"
+                         f"{'s' * (len(ins) != 1)}, but {n} {'were' if n != 1 else 'was'} given")
+    if not arrow:  # implicit output: the letters seen once, in alphabetical order (NumPy's rule)
+        out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
+    return ins, out
+
+
+def _einsum_sizes(ins, shapes, subscripts) -> dict:
+    sizes: dict = {}
+    for k, (sub, shape) in enumerate(zip(ins, shapes), start=1):
+        if len(sub) != len(shape):
+            raise ShapeError(f"einsum: operand {k} has shape {tuple(shape)}, but its subscripts "
+                             f"'{sub}' name {len(sub)} ax{'es' if len(sub) != 1 else 'is'}")
+        for c, d in zip(sub, shape):
+            if sizes.setdefault(c, d) != d:
+                raise ShapeError(f"einsum: '{c}' has length {sizes[c]} and {d} in {subscripts!r}")
+    return sizes
+
+
+def _einsum_params(shapes, builder, subscripts):
+    if not isinstance(subscripts, str):
+        raise UsageError(f"einsum: the subscripts must be a string such as 'ij,j->i', got {subscripts!r}")
+    ins, out = _einsum_split(subscripts, len(shapes))
+    sizes = _einsum_sizes(ins, shapes, subscripts)
+    for c in out:
+        if c not in sizes:
+            raise UsageError(f"einsum: output subscript '{c}' is not among the operands' in {subscripts!r}")
+        if out.count(c) > 1:
+            raise UsageError(f"einsum: output subscript '{c}' is repeated in {subscripts!r}")
+    builder.check_size(tuple(sizes[c] for c in out))
+    return {"subscripts": ",".join(ins) + "->" + out}
+
+
+def _einsum(*xs, subscripts):
+    lhs, out = subscripts.split("->")
+    ins = lhs.split(",")
+    batched = [x.ndim > len(s) for x, s in zip(xs, ins)]
+    if any(batched):  # leading batch axes: NumPy's ellipsis lines them up (and broadcasts them)
+        ins = ["..." + s if b else s for s, b in zip(ins, batched)]
+        out = "..." + out
+    # (a path search pays off from three operands; sympy's object arrays take the plain loop)
+    fast = len(xs) > 2 and all(x.dtype.kind == "f" for x in xs)
+    r = np.einsum(",".join(ins) + "->" + out, *xs, optimize=fast)
+    return r[()] if r.ndim == 0 else r
+
+
+def _einsum_vjp(i, g, ans, *xs, subscripts):
+    """An einsum of the cotangent with the other operands, giving operand i's subscripts.  A
+    letter of operand i that no other factor has is brought by a vector of ones; a letter
+    repeated in it (a diagonal, 'ii') is renamed and tied to its first use by an identity."""
+    lhs, out = subscripts.split("->")
+    ins = lhs.split(",")
+    target, others = ins[i], [s for k, s in enumerate(ins) if k != i]
+    free = iter(c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in lhs)
+    subs, ops = [out] + others, [g] + [x for k, x in enumerate(xs) if k != i]
+    seen, result = set(), ""
+    for c, d in zip(target, xs[i].shape[len(xs[i].shape) - len(target):]):
+        if c in seen:  # a repeated letter: a fresh one, equal to c on the identity's diagonal
+            fresh = next(free)
+            subs.append(c + fresh)
+            ops.append(np.eye(d))
+            result += fresh
+            continue
+        seen.add(c)
+        if not any(c in s for s in subs):
+            subs.append(c)
+            ops.append(np.ones(d))
+        result += c
+    return einsum(*ops, subscripts=",".join(subs) + "->" + result)
+
+
+def _einsum_jvp(i, t, ans, *xs, subscripts):
+    return einsum(*[t if k == i else x for k, x in enumerate(xs)], subscripts=subscripts)
+
+
+# einsum(operands..., subscripts='ij,j->i'): NumPy's einsum without ellipsis
+einsum = _def("einsum", _einsum, _einsum_vjp, _einsum_jvp, _einsum_params, variadic=True)
 
 
 def _diag_params(shapes, builder, k=0):

@@ -764,6 +764,9 @@ class Interpreter:
         for pname, arg in list(bound.arguments.items()):
             if constructor and pname == "builder":
                 bound.arguments[pname] = self.b
+            elif pname in fn.strings and type(arg) is not Str:
+                raise UsageError(f"{node.func}(): '{pname}' must be a string such as {fn.strings[pname]}",
+                                 _pos(arg), hint=f"usage: {node.func}{usage(fn)}")
             elif pname in fn.static:
                 bound.arguments[pname] = self.static_arg(node.func, pname, arg)
             elif pname in fn.numbers:

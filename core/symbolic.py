@@ -493,7 +493,7 @@ def _integer_and_mask_rules(sp, floor) -> dict:
 # and linear maps (indexing, reshapes, matmul by dot products, zero-filled embeddings).
 _STRUCTURAL = frozenset({"copy", "reshape", "transpose", "index", "index_put", "index_update", "index_add",
                          "concat", "broadcast_to", "sum_to", "diag", "diag_embed", "matmul",
-                         "cumsum"})
+                         "cumsum", "einsum"})
 
 #: The primitives with no sympy form, and why.  Every other primitive of the registry has one
 #: (a rule in _rules, or a forward function that works on expressions): a test walks the

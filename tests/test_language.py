@@ -1181,7 +1181,7 @@ def test_a_top_level_value_that_depends_on_the_argument_is_still_held_fixed():
 
 def test_no_perturbation_confusion():
     # Siskind and Pearlmutter: d/dx [x * d/dy (x + y)] = d/dx [x * 1] = 1
-    r = grad("def inner(y) = x + y\nx * grad(inner)(1)", x=1.0)
+    r = grad("def plus_x(y) = x + y\nx * grad(plus_x)(1)", x=1.0)
     assert (float(r.value), float(r["x"])) == (1.0, 1.0)
 
 

@@ -435,6 +435,36 @@ def _add_shape_cases(add):
                         ref=lambda a, to=to: _np_sum_to(a, to), bug=bug))
 
 
+def _einsum_case(subscripts, **inputs) -> Case:
+    names = ", ".join(inputs)
+    return E(f"einsum('{subscripts}', {names})", lambda *xs: np.einsum(subscripts, *xs), **inputs)
+
+
+def _add_einsum_cases(add):
+    """einsum and the contractions written over it (NumPy's own functions are the reference)."""
+    r = "real"
+    add("einsum",
+        _einsum_case("ij,j->i", A=((2, 3), r), x=((3,), r)),
+        _einsum_case("ij,jk", A=((2, 3), r), B=((3, 2), r)),
+        _einsum_case("ii", A=((3, 3), r)),  # a trace: the VJP ties the repeated letter by eye
+        _einsum_case("ii->i", A=((3, 3), r)),
+        _einsum_case("ij->", A=((2, 3), r)),  # a letter only one operand has: ones bring it back
+        _einsum_case("ij->ji", A=((2, 3), r)),
+        _einsum_case("i,j->ij", x=((2,), r), y=((3,), r)),
+        _einsum_case("bij,bjk->bik", A=((2, 2, 3), r), B=((2, 3, 2), r)),
+        _einsum_case("ij,jk,kl->il", A=((2, 3), r), B=((3, 2), r), C=((2, 2), r)),
+        _einsum_case("i,i", x=((3,), r), y=((3,), r)),
+        E("tensordot(A, B, axes=1)", lambda A, B: np.tensordot(A, B, 1), A=((2, 3), r), B=((3, 2), r)),
+        E("tensordot(A, B)", np.tensordot, A=((2, 2, 3), r), B=((2, 3, 2), r)),
+        E("tensordot(A, B, axes=((0, 1), (1, 0)))", lambda A, B: np.tensordot(A, B, ((0, 1), (1, 0))),
+          A=((2, 3), r), B=((3, 2), r)),
+        E("inner(A, B)", np.inner, A=((2, 3), r), B=((4, 3), r)),
+        E("inner(x, y)", np.inner, x=((3,), r), y=((3,), r)),
+        E("kron(A, B)", np.kron, A=((2, 3), r), B=((2, 2), r)),
+        E("kron(x, B)", np.kron, x=((3,), r), B=((2, 2), r)))
+    add("matmul", E("vdot(A, B)", np.vdot, A=((2, 3), r), B=((3, 2), r)))
+
+
 def _add_linalg_cases(add):
     """Linear algebra."""
     # -- linear algebra ---------------------------------------------------------------
@@ -460,6 +490,7 @@ def _add_linalg_cases(add):
         E("solve(A, b)", np.linalg.solve, A=((3, 3), "wellcond"), b=((3,), "real")),
         E("solve(A, b)", np.linalg.solve, A=((3, 3), "wellcond"), b=((3, 2), "real")),
         E("solve(A, b)", np.linalg.solve, A=((2, 2), "wellcond"), b=((2, 1), "real")))
+    _add_einsum_cases(add)
     add("diag",
         E("diag(x)", np.diag, x=((3, 3), "real")),
         E("diag(x, k=1)", lambda x: np.diag(x, 1), x=((3, 3), "real")),
@@ -663,7 +694,7 @@ abs sign sqrt cbrt exp expm1 exp2 log log1p log2 log10 sin cos tan asin acos ata
 tanh asinh acosh atanh sigmoid relu softplus floor ceil round
 atan2 hypot maximum minimum pow where clip
 sum mean prod max min norm var std logsumexp
-matmul dot outer trace diag det inv solve transpose
+matmul dot outer trace diag det inv solve transpose einsum tensordot inner vdot kron
 reshape flatten concat stack
 softmax log_softmax
 zeros ones eye arange linspace
