@@ -1421,23 +1421,28 @@ def _invertible(a):
         raise ValueError_("second derivatives of 'det' need an invertible matrix") from None
 
 
+def _per_matrix(s):
+    """A number per matrix of a stack, shaped to scale each matrix: (..., 1, 1)."""
+    return reshape(s, shape=s.shape + (1, 1))
+
+
 def _adjugate_jvp(t, ans, a):
     # d(det A inv A) = det A (tr(inv A t) inv A - inv A t inv A): needs A invertible
     ia = _invertible(a)
-    return det(a) * (reduce_sum(mT(ia) * t, axis=(-2, -1)) * ia - ia @ t @ ia)
+    return _per_matrix(det(a)) * (_per_matrix(reduce_sum(mT(ia) * t, axis=(-2, -1))) * ia - ia @ t @ ia)
 
 
 def _adjugate_vjp(g, ans, a):
     ia = _invertible(a)
     it = mT(ia)
-    return det(a) * (reduce_sum(g * ia, axis=(-2, -1)) * it - it @ g @ it)
+    return _per_matrix(det(a)) * (_per_matrix(reduce_sum(g * ia, axis=(-2, -1))) * it - it @ g @ it)
 
 
 # (internal) det(A) inv(A), defined for singular A too (det's derivative); its own derivative
 # needs A invertible
 adjugate = _def("adjugate", _adjugate, (_adjugate_vjp,), (_adjugate_jvp,), _square_params)
 det = _def("det", np.linalg.det,
-           (lambda g, ans, a: g * mT(adjugate(a)),),
+           (lambda g, ans, a: _per_matrix(g) * mT(adjugate(a)),),
            (lambda t, ans, a: reduce_sum(mT(adjugate(a)) * t, axis=(-2, -1)),),
            _square_params)
 inv = _def("inv", np.linalg.inv,
@@ -1447,29 +1452,60 @@ inv = _def("inv", np.linalg.inv,
 
 
 def _solve_params(shapes, builder):
+    """NumPy's (2.x) rule: a 1-D b is one right-hand side for every matrix of the stack a;
+    otherwise b is a (stack of) matrices of columns, its stack broadcast against a's."""
     a, b = shapes
     _square_params([a], builder)
-    if len(b) not in (1, 2) or b[0] != a[-1]:
+    rows = b[-1] if len(b) == 1 else (b[-2] if len(b) >= 2 else None)
+    if rows != a[-1]:
         raise ShapeError(f"solve: right-hand side of shape {tuple(b)} does not match matrix {tuple(a)}")
-    return {"ndb": len(b)}
+    if len(b) > 1:
+        try:
+            stack = broadcast_shapes(a[:-2], b[:-2])
+        except ValueError:
+            raise ShapeError(f"solve: stacks {tuple(a)} and {tuple(b)} do not broadcast") from None
+        builder.check_size(stack + b[-2:])
+    return {"nda": len(a), "ndb": len(b)}
 
 
-def _solve(a, b, ndb):
-    if ndb == 1:
-        return np.linalg.solve(a, b[..., None])[..., 0]
-    return np.linalg.solve(a, b)
+def _solve(a, b, nda, ndb):
+    if ndb == 1:  # one column, lined up with a's stack (b's batch axes lead)
+        return np.linalg.solve(a, _align(b[..., None], 2, nda))[..., 0]
+    n = max(nda, ndb)
+    return np.linalg.solve(_align(a, nda, n), _align(b, ndb, n))
 
 
-def _solve_vjp_a(g, ans, a, b, ndb):
-    gb = solve(mT(a), g)
-    if ndb == 1:
-        return -(reshape(gb, shape=gb.shape + (1,)) * ans)
-    return -(gb @ mT(ans))
+def _solve_columns(a, v):
+    """solve(a, v) for v one right-hand side per matrix of the stack a, shape (..., n)."""
+    if len(v.shape) == 1:
+        return solve(a, v)
+    return reshape(solve(a, reshape(v, shape=v.shape + (1,))), shape=v.shape)
 
 
-solve = _def("solve", _solve,
-             (_solve_vjp_a, lambda g, ans, a, b, ndb: solve(mT(a), g)),
-             (lambda t, ans, a, b, ndb: -solve(a, t @ ans), lambda t, ans, a, b, ndb: solve(a, t)),
+def _matvec(m, v):
+    """m @ v for v one vector per matrix of the stack m, shape (..., n)."""
+    if len(v.shape) == 1:
+        return m @ v
+    return reshape(m @ reshape(v, shape=v.shape + (1,)), shape=v.shape)
+
+
+def _solve_vjp_a(g, ans, a, b, nda, ndb):
+    if ndb == 1:  # -(inv(A)^T g) ans^T, one outer product per matrix
+        gb = _solve_columns(mT(a), g)
+        return -(reshape(gb, shape=gb.shape + (1,)) * reshape(ans, shape=ans.shape[:-1] + (1,) + ans.shape[-1:]))
+    return -(solve(mT(a), g) @ mT(ans))
+
+
+def _solve_vjp_b(g, ans, a, b, nda, ndb):
+    return _solve_columns(mT(a), g) if ndb == 1 else solve(mT(a), g)
+
+
+def _solve_jvp_a(t, ans, a, b, nda, ndb):
+    return -(_solve_columns(a, _matvec(t, ans)) if ndb == 1 else solve(a, t @ ans))
+
+
+solve = _def("solve", _solve, (_solve_vjp_a, _solve_vjp_b),
+             (_solve_jvp_a, lambda t, ans, a, b, nda, ndb: solve(a, t)),
              _solve_params)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cli_run import ok, user_error
+from cli_run import ok, ok_json, user_error
 
 
 def _plain(*args) -> np.ndarray:
@@ -53,3 +53,36 @@ def test_contractions_match_numpy(src, ref):
 def test_einsum_subscripts_are_checked(src, message):
     r = user_error("eval", src, "--at", "A=[[1,2],[3,4]]")
     assert message in r.stderr, r.stderr
+
+
+# ==========================================================================
+# Stacks of matrices
+# ==========================================================================
+
+def test_jacobian_of_inv_of_a_stack_from_a_npy_file(tmp_path):
+    rng = np.random.default_rng(16)
+    A = rng.uniform(-0.5, 0.5, (2, 3, 3)) + 2 * np.eye(3)
+    np.save(tmp_path / "stack.npy", A)
+    doc = ok_json("jacobian", "inv(A)", "--at", f"A=@{tmp_path / 'stack.npy'}")
+    J = np.array(doc["jacobian"]["_"]["A"], dtype=float)
+    assert J.shape == (2, 3, 3, 2, 3, 3)
+    # d inv(A_s)[a, b] / d A_t[c, d] = -inv(A_s)[a, c] inv(A_s)[d, b] when s == t, else 0
+    inv = np.linalg.inv(A)
+    want = np.zeros(J.shape)
+    for s in range(2):
+        want[s, :, :, s] = -np.einsum("ac,db->abcd", inv[s], inv[s])
+    np.testing.assert_allclose(J, want, atol=1e-12)
+
+
+@pytest.mark.parametrize("src, ref", [
+    ("sum(det(A))", lambda A: np.linalg.det(A)[:, None, None] * np.linalg.inv(A).transpose(0, 2, 1)),
+    # d sum(inv(A) b) / dA = -inv(A)^T 1 x^T, x = solve(A, b), for each matrix of the stack
+    ("sum(solve(A, [1, 2, 3]))", lambda A: -np.einsum("sa,sb->sab", np.linalg.inv(A).sum(axis=1),
+                                                       np.linalg.solve(A, [1.0, 2, 3]))),
+])
+def test_gradients_through_stacks_match_closed_forms(tmp_path, src, ref):
+    rng = np.random.default_rng(3)
+    A = rng.uniform(-0.5, 0.5, (2, 3, 3)) + 2 * np.eye(3)
+    np.save(tmp_path / "stack.npy", A)
+    got = _plain("grad", src, "--at", f"A=@{tmp_path / 'stack.npy'}")
+    np.testing.assert_allclose(got, ref(A).ravel(), rtol=1e-10)

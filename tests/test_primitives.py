@@ -465,6 +465,20 @@ def _add_einsum_cases(add):
     add("matmul", E("vdot(A, B)", np.vdot, A=((2, 3), r), B=((3, 2), r)))
 
 
+def _add_stack_cases(add):
+    """Stacks of matrices (leading axes), as numpy.linalg takes them."""
+    w = "wellcond"
+    add("det", E("det(A)", np.linalg.det, A=((2, 3, 3), w)), E("det(A)", np.linalg.det, A=((2, 1, 2, 2), w)))
+    add("adjugate", D("adjugate 2x3x3", lambda a: P.adjugate(a), ((2, 3, 3), w),
+                      ref=lambda a: np.linalg.det(a)[..., None, None] * np.linalg.inv(a)))
+    add("inv", E("inv(A)", np.linalg.inv, A=((2, 3, 3), w)))
+    add("solve",
+        E("solve(A, b)", np.linalg.solve, A=((2, 3, 3), w), b=((3,), "real")),
+        E("solve(A, b)", np.linalg.solve, A=((2, 3, 3), w), b=((3, 2), "real")),
+        E("solve(A, b)", np.linalg.solve, A=((2, 3, 3), w), b=((2, 3, 2), "real")),
+        E("solve(A, b)", np.linalg.solve, A=((3, 3), w), b=((2, 3, 1), "real")))
+
+
 def _add_linalg_cases(add):
     """Linear algebra."""
     # -- linear algebra ---------------------------------------------------------------
@@ -491,6 +505,7 @@ def _add_linalg_cases(add):
         E("solve(A, b)", np.linalg.solve, A=((3, 3), "wellcond"), b=((3, 2), "real")),
         E("solve(A, b)", np.linalg.solve, A=((2, 2), "wellcond"), b=((2, 1), "real")))
     _add_einsum_cases(add)
+    _add_stack_cases(add)
     add("diag",
         E("diag(x)", np.diag, x=((3, 3), "real")),
         E("diag(x, k=1)", lambda x: np.diag(x, 1), x=((3, 3), "real")),
