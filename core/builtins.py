@@ -73,7 +73,7 @@ for _name, _prim in {
     "sinh": P.sinh, "cosh": P.cosh, "tanh": P.tanh, "asinh": P.asinh, "acosh": P.acosh,
     "atanh": P.atanh, "sigmoid": P.sigmoid, "relu": P.relu, "softplus": P.softplus,
     "floor": P.floor, "ceil": P.ceil, "round": P.round_, "stop_gradient": P.stop_gradient,
-    "inv": P.inv, "det": P.det, "trunc": P.trunc, "erf": P.erf, "erfc": P.erfc, "sinc": P.sinc,
+    "inv": P.inv, "det": P.det, "cholesky": P.cholesky, "trunc": P.trunc, "erf": P.erf, "erfc": P.erfc, "sinc": P.sinc,
 }.items():
     _register_primitive(_name, _prim)
 
@@ -265,6 +265,34 @@ def _kron(a, b):
     pairs = "".join(x + y for x, y in zip(sa, sb))  # each axis of a with b's beside it
     outer = P.einsum(a, b, subscripts=f"{sa},{sb}->{pairs}")
     return P.reshape(outer, shape=tuple(p * q for p, q in zip(a.shape, b.shape)))
+
+
+# -- several results: slogdet, eigh ---------------------------------------------------
+@_builtin("slogdet")
+def _slogdet(a):
+    return P.slogdet_sign(a), P.logabsdet(a)
+
+
+# A gap between eigenvalues below this share of the spectrum's scale counts as repeated: there
+# the eigenvectors' derivative (1 / gap) is not defined
+_EIGH_GAP = 1e-8
+
+
+def _note_repeated_eigenvalues(w) -> None:
+    values = w.value
+    if values.shape[-1] < 2:
+        return
+    scale = np.max(np.abs(values), axis=-1, keepdims=True)
+    if np.any(np.diff(values, axis=-1) <= _EIGH_GAP * scale):
+        w.builder.note_warning("'eigh'", "has repeated eigenvalues: its derivatives are not defined "
+                                         "there (they divide by the gaps between eigenvalues)")
+
+
+@_builtin("eigh")
+def _eigh(a):
+    w = P.eigh_values(a)
+    _note_repeated_eigenvalues(w)
+    return w, P.eigh_vectors(a)
 
 
 @_builtin("diag", static=("k",))

@@ -1509,6 +1509,93 @@ solve = _def("solve", _solve, (_solve_vjp_a, _solve_vjp_b),
              _solve_params)
 
 
+# -- slogdet, cholesky, eigh ----------------------------------------------------------
+# NumPy's functions of several results are one primitive per result (the tape's equations
+# have one output each); the built-ins of core/builtins.py put them together.
+
+def _logabsdet_jvp(t, ans, a):
+    return reduce_sum(mT(inv(a)) * t, axis=(-2, -1))
+
+
+# sign and log|det A| of slogdet: log|det| has derivative inv(A)^T (no det, so no overflow)
+slogdet_sign = _def("slogdet_sign", lambda a: np.linalg.slogdet(a)[0],
+                    (lambda g, ans, a: zeros_like(a),), (lambda t, ans, a: zeros_like(ans),),
+                    _square_params, analytic=False)
+logabsdet = _def("logabsdet", lambda a: np.linalg.slogdet(a)[1],
+                 (lambda g, ans, a: _per_matrix(g) * mT(inv(a)),), (_logabsdet_jvp,), _square_params)
+
+
+def _symmetric(x):
+    return (x + mT(x)) * 0.5
+
+
+def _cholesky(a):
+    try:
+        return np.linalg.cholesky(a)
+    except np.linalg.LinAlgError:
+        raise ValueError_("cholesky: the matrix is not positive definite",
+                          hint="cholesky reads the lower triangle of a symmetric positive definite "
+                               "matrix") from None
+
+
+def _lower_half_diagonal(n: int):
+    """The mask of Phi, Cholesky's derivative: the lower triangle, with the diagonal halved."""
+    return np.tril(np.ones((n, n))) - 0.5 * np.eye(n)
+
+
+def _cholesky_jvp(t, ans, a):
+    # dL = L Phi(L^-1 sym(dA) L^-T)
+    li = inv(ans)
+    return ans @ (li @ _symmetric(t) @ mT(li) * _lower_half_diagonal(ans.shape[-1]))
+
+
+def _cholesky_vjp(g, ans, a):
+    # the adjoint of the JVP: sym(L^-T Phi(L^T g) L^-1)
+    li = inv(ans)
+    return _symmetric(mT(li) @ (mT(ans) @ g * _lower_half_diagonal(ans.shape[-1])) @ li)
+
+
+# the lower Cholesky factor (NumPy's: reads the lower triangle); derivatives treat A as symmetric
+cholesky = _def("cholesky", _cholesky, (_cholesky_vjp,), (_cholesky_jvp,), _square_params)
+
+
+def _eigh_gaps(w):
+    """F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it (eigenvectors' derivative)."""
+    n = w.shape[-1]
+    wi = reshape(w, shape=w.shape[:-1] + (n, 1))
+    wj = reshape(w, shape=w.shape[:-1] + (1, n))
+    eye = np.eye(n)
+    return (1.0 - eye) / (wj - wi + eye)
+
+
+def _eigh_vectors_jvp(t, ans, a):
+    v = ans
+    return v @ (_eigh_gaps(eigh_values(a)) * (mT(v) @ _symmetric(t) @ v))
+
+
+def _eigh_vectors_vjp(g, ans, a):
+    v = ans
+    return _symmetric(v @ (_eigh_gaps(eigh_values(a)) * (mT(v) @ g)) @ mT(v))
+
+
+def _eigh_values_vjp(g, ans, a):
+    v = eigh_vectors(a)  # V diag(g) V^T: symmetric already
+    return (v * reshape(g, shape=g.shape[:-1] + (1,) + g.shape[-1:])) @ mT(v)
+
+
+def _eigh_values_jvp(t, ans, a):
+    v = eigh_vectors(a)
+    return reduce_sum(v * (t @ v), axis=-2)  # diag(V^T t V)
+
+
+# eigh's w (ascending) and V (NumPy's signs); NumPy reads the lower triangle, the derivatives
+# treat A as symmetric (their gradients are symmetric, as JAX's)
+eigh_values = _def("eigh_values", np.linalg.eigvalsh, (_eigh_values_vjp,), (_eigh_values_jvp,),
+                   _square_params)
+eigh_vectors = _def("eigh_vectors", lambda a: np.linalg.eigh(a)[1], (_eigh_vectors_vjp,),
+                    (_eigh_vectors_jvp,), _square_params)
+
+
 # -- einsum: one contraction over subscripts ---------------------------------------
 # Parameters: ins (one subscript string per operand) and out, explicit, with letters only;
 # an operand with more axes than its subscripts carries leading batch axes (`...`).

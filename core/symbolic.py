@@ -445,7 +445,33 @@ def _rules():
     rules.update(_integer_and_mask_rules(sp, unary["floor"]))
     rules.update(_two_argument_rules(sp, extremum))
     rules.update(_scan_rules())
+    rules.update(_spectral_rules(sp))
     return rules
+
+
+def _spectral_rules(sp) -> dict:
+    """slogdet and cholesky in closed form; eigh refused, with the reason."""
+    def slogdet_sign(a, tr, eq, **_):
+        return sp.sign(_square(a, "slogdet", tr, eq).det())
+
+    def logabsdet(a, tr, eq, **_):
+        return sp.log(sp.Abs(_square(a, "slogdet", tr, eq).det()))
+
+    def cholesky(a, tr, eq, **_):
+        # of (A + A^T) / 2: equal to NumPy's (which reads the lower triangle) where A is
+        # symmetric, and with the numeric rules' symmetric derivative
+        m = _square(a, "cholesky", tr, eq)
+        sym = (m + m.T) / 2
+        return np.array(sym.cholesky(hermitian=False).tolist(), dtype=object).reshape(a.shape)
+
+    def eigh(*_, tr, eq, **__):
+        at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
+        raise _located(UsageError(
+            f"{_SYMBOLIC} cannot express 'eigh'{at} in closed form: eigenvalues are the roots of "
+            "a polynomial", eq.pos, option="symbolic"), tr)
+
+    return {"slogdet_sign": slogdet_sign, "logabsdet": logabsdet, "cholesky": cholesky,
+            "eigh_values": eigh, "eigh_vectors": eigh}
 
 
 def _two_argument_rules(sp, extremum) -> dict:

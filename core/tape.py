@@ -493,13 +493,17 @@ class Builder:
     def note_nonfinite(self, op: str, value) -> None:
         """Record a warning that op, at the current position, produced nan or inf."""
         what = "nan" if np.isnan(value).any() else ("inf" if (value == np.inf).any() else "-inf")
+        self.note_warning(op, f"produced {what}")
+
+    def note_warning(self, op: str, text: str) -> None:
+        """Record a warning that op, at the current position, `text` (once per place)."""
         pos = to_pos(self.pos)
-        key = (op, pos, what)
+        key = (op, pos, text)
         if key in self._warned:
             return
         self._warned.add(key)
         where = f" at line {pos.line}, column {pos.col}" if pos else ""
-        self.warnings.append(Warning_(f"{op}{where} produced {what}", pos))
+        self.warnings.append(Warning_(f"{op}{where} {text}", pos))
 
     def tape(self, inputs: dict, names: dict, output: str | None, positions=None) -> Tape:
         # (not tuple() of the dropped equations: it would allocate room for each of them)

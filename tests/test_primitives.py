@@ -479,6 +479,34 @@ def _add_stack_cases(add):
         E("solve(A, b)", np.linalg.solve, A=((3, 3), w), b=((2, 3, 1), "real")))
 
 
+def _np_sym(a):
+    return a + np.swapaxes(a, -1, -2)
+
+
+def _sym(a):
+    return a + P.mT(a)
+
+
+def _add_spectral_cases(add):
+    """slogdet, cholesky, eigh.  Their inputs are symmetric by construction where NumPy reads
+    one triangle (the derivatives treat the matrix as symmetric)."""
+    w, r = "wellcond", "real"
+    add("logabsdet", *[D(f"logabsdet {s}", lambda a: P.logabsdet(a), (s, w),
+                         ref=lambda a: np.linalg.slogdet(a)[1]) for s in [(1, 1), (3, 3), (2, 3, 3)]],
+        D("logabsdet -A", lambda a: P.logabsdet(-a), ((3, 3), w), ref=lambda a: np.linalg.slogdet(-a)[1]))
+    add("slogdet_sign", *[D(f"slogdet_sign {s}", lambda a: P.slogdet_sign(a), (s, w),
+                            ref=lambda a: np.linalg.slogdet(a)[0]) for s in [(3, 3), (2, 3, 3)]])
+    add("cholesky",
+        E("cholesky(A @ transpose(A) + eye(3))", lambda A: np.linalg.cholesky(A @ A.T + np.eye(3)),
+          A=((3, 3), r)),
+        E("cholesky(A @ swapaxes(A, -1, -2) + eye(2))",
+          lambda A: np.linalg.cholesky(A @ np.swapaxes(A, -1, -2) + np.eye(2)), A=((2, 2, 2), r)))
+    add("eigh_values", *[D(f"eigh_values {s}", lambda a: P.eigh_values(_sym(a)), (s, r),
+                           ref=lambda a: np.linalg.eigvalsh(_np_sym(a))) for s in [(2, 2), (3, 3), (2, 2, 2)]])
+    add("eigh_vectors", *[D(f"eigh_vectors {s}", lambda a: P.eigh_vectors(_sym(a)), (s, r),
+                            ref=lambda a: np.linalg.eigh(_np_sym(a))[1]) for s in [(2, 2), (3, 3), (2, 3, 3)]])
+
+
 def _add_linalg_cases(add):
     """Linear algebra."""
     # -- linear algebra ---------------------------------------------------------------
@@ -506,6 +534,7 @@ def _add_linalg_cases(add):
         E("solve(A, b)", np.linalg.solve, A=((2, 2), "wellcond"), b=((2, 1), "real")))
     _add_einsum_cases(add)
     _add_stack_cases(add)
+    _add_spectral_cases(add)
     add("diag",
         E("diag(x)", np.diag, x=((3, 3), "real")),
         E("diag(x, k=1)", lambda x: np.diag(x, 1), x=((3, 3), "real")),
@@ -710,6 +739,7 @@ tanh asinh acosh atanh sigmoid relu softplus floor ceil round
 atan2 hypot maximum minimum pow where clip
 sum mean prod max min norm var std logsumexp
 matmul dot outer trace diag det inv solve transpose einsum tensordot inner vdot kron
+cholesky
 reshape flatten concat stack
 softmax log_softmax
 zeros ones eye arange linspace
