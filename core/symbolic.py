@@ -442,10 +442,9 @@ def _rules():
         "log_softmax": log_softmax,
         "det": det, "inv": inv, "solve": solve,
     })
-    rules.update(_integer_and_mask_rules(sp, unary["floor"]))
-    rules.update(_two_argument_rules(sp, extremum))
-    rules.update(_scan_rules())
-    rules.update(_spectral_rules(sp))
+    for more in (_integer_and_mask_rules(sp, unary["floor"]), _two_argument_rules(sp, extremum),
+                 _scan_rules(), _spectral_rules(sp)):
+        rules.update(more)
     return rules
 
 
