@@ -17,8 +17,7 @@ from typing import Annotated, Callable, List, NamedTuple, Optional
 import typer
 
 from gradcalc.errors import GradcalcError, LimitError, UsageError
-from gradcalc.lower import DEFAULT_MAX_STEPS
-from gradcalc.tape import DEFAULT_MAX_ELEMENTS
+from gradcalc.tape import DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_STEPS
 
 from . import views
 from .errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, report_internal_error, report_user_error

@@ -27,11 +27,9 @@ from .syntax import (Apply, ArrayLit, Assign, AugAssign, Binary, Bool, Break, Ca
                      Continue, Def, Destructure, EllipsisLit, ExprStmt, For, If, Index,
                      IndexAssign, Inputs, Name, NoneLit, Num, Program, Return, Slice, Str,
                      TupleLit, Unary, While, parse_expression, walk_names)
-from .tape import DEFAULT_MAX_ELEMENTS, MAX_NDIM, NO_PARAMS, Builder, Guard, Tape, Tracer
+from .tape import DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_STEPS, MAX_NDIM, NO_PARAMS, Builder, Guard, Tape, Tracer
 from .transforms import backward
 
-#: Primitive operations recorded plus loop iterations a run may take (SPEC §7).
-DEFAULT_MAX_STEPS = 10**7
 #: Calls of the program's functions that may be active at once (SPEC §2.2).
 MAX_CALL_DEPTH = 100
 

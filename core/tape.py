@@ -26,6 +26,8 @@ from .alloc import keep_freed_memory
 from .errors import GradcalcError, LimitError, Pos, ShapeError, ValueError_, option, to_pos
 
 DEFAULT_MAX_ELEMENTS = 10**8
+#: Primitive operations recorded plus loop iterations a run may take (SPEC §7).
+DEFAULT_MAX_STEPS = 10**7
 MAX_NDIM = 32  # NumPy's own limit for several of its operations
 
 
