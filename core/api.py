@@ -29,6 +29,11 @@ def _warnings(tr: Traced) -> list[str]:
     return [w.message for w in tr.warnings]
 
 
+def _point(tr: Traced) -> dict:
+    """The point a run used: every input's value, {name: array}, defaults included."""
+    return {n: tr.value(n) for n in tr.tape.inputs}
+
+
 def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
     """Fill in unconnected derivatives as zero / None, or raise; returns (values, names)."""
     if mode not in UNCONNECTED:
@@ -94,8 +99,8 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
                              "write sum(...) in the program instead", option="symbolic")
         from .symbolic import symbolic_gradient
         closed = symbolic_part(symbolic_gradient(tr, out, wrt), SYMBOLIC_PARTS)
-    return Result(gradient, command="grad", of=out, value=np.sum(y) if sum else y, unconnected=missing,
-                  warnings=_warnings(tr), symbolic=closed)
+    return Result(gradient, command="grad", of=out, at=_point(tr), value=np.sum(y) if sum else y,
+                  unconnected=missing, warnings=_warnings(tr), symbolic=closed)
 
 
 @quiet
@@ -208,8 +213,8 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
     if symbolic:
         from .symbolic import symbolic_jacobian
         closed = symbolic_part(symbolic_jacobian(tr, outs, wrt), SYMBOLIC_PARTS)
-    return Result(jac, command="jacobian", of=outs, value={o: tr.value(o) for o in outs}, mode=mode,
-                  unconnected=missing, warnings=_warnings(tr), symbolic=closed)
+    return Result(jac, command="jacobian", of=outs, at=_point(tr), value={o: tr.value(o) for o in outs},
+                  mode=mode, unconnected=missing, warnings=_warnings(tr), symbolic=closed)
 
 
 @quiet

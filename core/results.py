@@ -13,10 +13,12 @@ from __future__ import annotations
 #:   ``key?``      a fact that only some results have, left out when absent or None
 #:                 (grad's closed forms without symbolic=True; the black box's facts of
 #:                 grad --exec)
+#: ``at`` (grad, jacobian) is the point used: every input's value, defaults included, so
+#: that a stored output (an expectation file of check) says where it was made.
 PAYLOADS = {
     "eval": "values= warnings",
-    "grad": "of value gradient= error_estimate? method? exec? requests? unconnected warnings symbolic?",
-    "jacobian": "of value jacobian= unconnected warnings symbolic?",
+    "grad": "of at? value gradient= error_estimate? method? exec? requests? unconnected warnings symbolic?",
+    "jacobian": "of at value jacobian= unconnected warnings symbolic?",
     "vjp": "of value cotangent vjp= unconnected warnings",
     "jvp": "of value jvp warnings",
     "hessian": "of value hessian= warnings",

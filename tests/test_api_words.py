@@ -62,9 +62,9 @@ def test_results_carry_the_json_payload_of_their_command():
     r = gradcalc.grad("x^2*y", at={"x": 3.0, "y": 2.0})
     assert r.command == "grad"
     payload = r.to_json()
-    assert list(payload) == ["command", "of", "value", "gradient", "unconnected", "warnings"]
+    assert list(payload) == ["command", "of", "at", "value", "gradient", "unconnected", "warnings"]
     assert json.loads(json.dumps(to_json(payload))) == {
-        "command": "grad", "of": "_", "value": 18.0, "gradient": {"x": 12.0, "y": 9.0},
+        "command": "grad", "of": "_", "at": {"x": 3.0, "y": 2.0}, "value": 18.0, "gradient": {"x": 12.0, "y": 9.0},
         "unconnected": [], "warnings": []}
     jac = gradcalc.jacobian("y = [x*2, x^2]", at={"x": 3.0})
     assert jac.to_json()["jacobian"]["y"]["x"].tolist() == [2.0, 6.0]
