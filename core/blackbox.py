@@ -453,7 +453,7 @@ def check_blackbox(box: BlackBox, at, method: str = "richardson", rtol: float | 
                                        [why]))
                 continue
             out.append(_against_differences(label, p, of, w, reported[w], est[w], err[w], method, step, tol))
-    return check_result(out, tol)
+    return check_result(out, tol, "exec")
 
 
 def _against_differences(label, p, of, w, ad, fd, e, method, step, tol) -> CheckResult:
@@ -528,7 +528,7 @@ def check_against_source(box: BlackBox, traced, at=None, rtol: float | None = No
                     continue
                 checks.append(_against(name, p, out, w, g[w], ref_g, "exec gradient", tol, extra,
                                        "gradient"))
-    return check_result(checks, tol)
+    return check_result(checks, tol, "exec")
 
 
 def _plan(tr, given, of, wrt):

@@ -53,17 +53,23 @@ class CheckResult:
     ok: bool
     notes: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    #: what was compared: "jacobian" (full, against finite differences), "directions"
+    #: (--directions), "expect" (a stored result), "exec" (a black box)
+    comparison: str = "jacobian"
 
     def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("source", "point", "of", "wrt", "max_abs_err",
+        d = {k: getattr(self, k) for k in ("source", "point", "of", "wrt", "comparison", "max_abs_err",
                                            "max_rel_err", "worst_index", "method", "step", "ok",
                                            "notes")}
         d.update(self.extra)
         return d
 
 
-def check_result(results: list, tol: tuple) -> Result:
-    """What a check returns: its results, whether all pass, and the tolerances applied."""
+def check_result(results: list, tol: tuple, comparison: str | None = None) -> Result:
+    """What a check returns: its results, whether all pass, and the tolerances applied
+    (and, given, what every result compared: see CheckResult.comparison)."""
+    for r in results if comparison else ():
+        r.comparison = comparison
     return Result({}, command="check", ok=all(r.ok for r in results), results=results,
                   rtol=tol[0], atol=tol[1])
 

@@ -373,18 +373,38 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
         rng = np.random.default_rng(seed)
         results = []
         limits = {"max_elements": max_elements, "max_steps": max_steps}
-        for p, tr in _points(program, as_arrays(at), points, rng, limits):
-            outs = [select_output(tr, None)] if of is None else select_names(tr, of, option("of"), ())
-            wrts = select_names(tr, wrt, option("wrt"), tr.tape.inputs)
+        values = as_arrays(at)
+        for p, tr in _points(program, values, points, rng, limits):
+            outs, wrts = _selected(tr, of, wrt)
             try:
                 results += _check_point(tr, name, p, outs, wrts, plan, rng)
             except GradcalcError as err:  # (a batch over max_elements, say): name the program
                 raise err.located(program.source)
-            if expect is not None and p == 0:
-                results += _check_expect(tr, name, outs, wrts, expect, tol)
+        if expect is not None:
+            tr = trace(program, {**values, **expect_point(expect)}, **limits)
+            results += _check_expect(tr, name, *_selected(tr, of, wrt), expect, tol)
         return check_result(results, tol)
 
     return run()
+
+
+def _selected(tr: Traced, of, wrt) -> tuple[list, list]:
+    """(outs, wrts): the outputs and inputs a check compares."""
+    outs = [select_output(tr, None)] if of is None else select_names(tr, of, option("of"), ())
+    return outs, select_names(tr, wrt, option("wrt"), tr.tape.inputs)
+
+
+def expect_point(expect: dict) -> dict:
+    """The point a stored result was made at ("at", recorded by grad/jacobian JSON), if any."""
+    at = expect.get("at", {})
+    if not isinstance(at, dict):
+        raise ValueError_(f"{option('expect')}: \"at\" must map names to values, as gradcalc grad -f json "
+                          "writes it", option="expect")
+    try:
+        return {k: array_from_json(v) for k, v in at.items()}
+    except JSONNumberError:
+        raise ValueError_(f"{option('expect')}: \"at\" holds something that is not a number or a nested "
+                          "list of numbers", option="expect") from None
 
 
 def _tolerances(method, points, directions, seed, rtol, atol) -> tuple[float, float]:
@@ -587,7 +607,7 @@ def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
     x = tr.value(w)
     if x.size == 0:  # no direction to take: as the full check of an empty Jacobian, nothing is wrong
         return [CheckResult(name, p, o, w, 0.0, 0.0, [], f"{method} ({k} directions)", 0.0, True, [],
-                            {"dot_product_abs_err": 0.0}) for o in outs]
+                            {"dot_product_abs_err": 0.0}, "directions") for o in outs]
     kind, step = stencil.along_direction(x, method)
     _check_batch(tr, len(stencil.offsets(kind)) * k, x.size)
     v = rng.standard_normal((k,) + x.shape)
@@ -619,7 +639,7 @@ def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
             ok2 = False
             notes.append("non-finite derivative")
         results.append(CheckResult(name, p, o, w, mabs, mrel, worst, f"{method} ({k} directions)",
-                                   hs, ok and ok2, notes, {"dot_product_abs_err": dabs}))
+                                   hs, ok and ok2, notes, {"dot_product_abs_err": dabs}, "directions"))
     return results
 
 
@@ -700,7 +720,7 @@ def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
             got = np.zeros(shape) if got is None else got
             if want.shape != got.shape:
                 results.append(CheckResult(name, 0, o, w, math.inf, math.inf, [], "expect", 0.0, False,
-                                           [f"stored shape {want.shape} != {got.shape}"]))
+                                           [f"stored shape {want.shape} != {got.shape}"], {}, "expect"))
                 continue
             ok, mabs, mrel, worst = compare(got, want, *tol)
             notes = []
@@ -708,7 +728,8 @@ def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
                 idx = "".join(f"[{i}]" for i in worst)
                 notes.append(f"entry {'jacobian' if 'jacobian' in expect else 'gradient'}"
                              f"['{w}']{idx}: stored {_g(want[tuple(worst)])}, computed {_g(got[tuple(worst)])}")
-            results.append(CheckResult(name, 0, o, w, mabs, mrel, worst, "expect", 0.0, ok, notes))
+            results.append(CheckResult(name, 0, o, w, mabs, mrel, worst, "expect", 0.0, ok, notes, {},
+                                       "expect"))
     return results
 
 

@@ -1,0 +1,360 @@
+"""``check`` of several sources, as a CI job runs it (SPEC §5, "check for CI").
+
+:func:`check_sources` expands directories into their ``*.grad`` files and checks each
+source on its own (:func:`check_source`): its ``# check:`` lines give it options, the
+caller's ``overrides`` win over them, a sibling ``NAME.expect.json`` is compared (or
+written, ``update_expect``), and any user error becomes an error result for that source
+(:class:`CheckError`) while the others are still checked.  The command line, the pytest
+plugin and ``gradcalc.testing`` all run this one function; none of it prints.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+
+from .checks import CheckResult
+from .errors import GradcalcError, Pos, ShapeError, Source, UsageError, ValueError_
+from .results import Result
+
+#: The options a ``# check:`` line may give (SPEC §5), as the library's keywords: the
+#: kind of value each takes ("list": repeatable, "flag": takes none).
+FILE_OPTIONS = {"at": "list", "of": "list", "wrt": "list", "method": "str", "rtol": "float",
+                "atol": "float", "points": "int", "seed": "int", "directions": "int", "taylor": "flag"}
+#: The marker of an options line in a program's leading comment block.
+CHECK_LINE = "# check:"
+#: Exit codes of a suite (SPEC §7): all pass, a mismatch, a source that could not be checked.
+EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+@dataclass
+class CheckError:
+    """A source that could not be checked: the error, in the fields a report needs.
+    It stands among check's results (``ok`` False, ``error`` set) wherever they go."""
+
+    source: str
+    error: GradcalcError
+    ok: bool = False
+    point: int | None = None
+    of: str | None = None
+    wrt: str | None = None
+    comparison: str = "error"
+    notes: list = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return self.error.kind
+
+    @property
+    def message(self) -> str:
+        return self.error.message
+
+    @property
+    def file(self) -> str:
+        """The file the error is in (the source's label when the error names no other)."""
+        return self.error.source.label if self.error.source is not None else self.source
+
+    @property
+    def line(self) -> int | None:
+        return self.error.pos.line if self.error.pos else None
+
+    @property
+    def column(self) -> int | None:
+        return self.error.pos.col if self.error.pos else None
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "ok": False,
+                "error": {"kind": self.kind, "message": self.message, "hint": self.error.hint,
+                          "file": self.file, "line": self.line, "column": self.column}}
+
+
+@dataclass
+class SourceCheck:
+    """One source's check: its results, or the error that stopped it (``results`` is then
+    ``[CheckError]``); the options applied, the expectation file compared or written."""
+
+    source: str
+    results: list
+    options: dict = field(default_factory=dict)
+    expect_file: str | None = None
+    updated: bool = False
+    notes: list = field(default_factory=list)  # e.g. nothing to check: no inputs
+
+    @property
+    def error(self) -> CheckError | None:
+        return next((r for r in self.results if isinstance(r, CheckError)), None)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+
+def suite_result(checks: list) -> Result:
+    """The Result of a suite (command "check"): every result of every source in order,
+    ``ok``, ``exit_code`` (0, 1 or 2), ``sources`` (the SourceChecks) and the tolerances
+    (``rtol``/``atol``: those every source applied, None where they differ)."""
+    results = [r for c in checks for r in c.results]
+    tols = {(c.options.get("rtol"), c.options.get("atol")) for c in checks if c.error is None}
+    rtol, atol = tols.pop() if len(tols) == 1 else (None, None)
+    errors = any(c.error is not None for c in checks)
+    code = EXIT_ERROR if errors else EXIT_PASSED if all(r.ok for r in results) else EXIT_FAILED
+    return Result({}, command="check", ok=code == EXIT_PASSED, results=results, rtol=rtol, atol=atol,
+                  sources=checks, exit_code=code)
+
+
+def check_sources(sources, *, overrides: dict | None = None, update_expect: bool = False,
+                  no_expect: bool = False) -> Result:
+    """Check each source (program text, a file, '-', or a directory: every *.grad inside)
+    as :func:`check_source` does; one Result for all (:func:`suite_result`).
+
+    An explicit expectation (``overrides["expect"]``) belongs to one source: with several,
+    it is a usage error (raised: nothing is checked)."""
+    overrides = dict(overrides or {})
+    found = expand(sources)
+    if overrides.get("expect") is not None and len(found) > 1:
+        raise UsageError("--expect compares one source with a stored result, and "
+                         f"{len(found)} sources are given",
+                         hint="check each source with its own --expect, or store NAME.expect.json "
+                              "beside NAME.grad (compared automatically)", option="expect")
+    checks = [c if isinstance(c, SourceCheck) else
+              check_source(c, overrides=overrides, update_expect=update_expect, no_expect=no_expect)
+              for c in found]
+    return suite_result(checks)
+
+
+def expand(sources) -> list:
+    """Sources with each directory replaced by its *.grad files (sorted); a directory
+    without any is a SourceCheck holding that error."""
+    if list(sources).count("-") > 1:  # the second read would find standard input empty
+        raise UsageError("'-' (standard input) is given more than once", hint="give '-' once")
+    out = []
+    for s in sources:
+        if isinstance(s, str) and "\n" not in s and len(s) < 4096 and os.path.isdir(s):
+            found = sorted(os.path.join(d, f) for d, _, fs in os.walk(s) for f in fs if f.endswith(".grad"))
+            out.extend(found or [_failed(s, ValueError_(f"no .grad files in directory '{s}'"))])
+        else:
+            out.append(s)
+    return out
+
+
+def _failed(source: str, err: GradcalcError) -> SourceCheck:
+    return SourceCheck(source, [CheckError(source, err)])
+
+
+def check_source(source, *, overrides: dict | None = None, update_expect: bool = False,
+                 no_expect: bool = False) -> SourceCheck:
+    """Check one source (program text, a path, or '-'), never raising a user error.
+
+    ``overrides`` holds check()'s keyword arguments as the caller gives them (the command
+    line: at as {name: array}, of, wrt, method, rtol, atol, points, seed, directions,
+    taylor, symbolic, max_elements, max_steps) and ``expect`` (a path); a None value is
+    not given.  They win over the source's ``# check:`` lines (``at`` name by name).
+    The expectation compared: ``expect``, else NAME.expect.json beside NAME.grad unless
+    ``no_expect``; ``update_expect`` writes it first from this source's derivatives."""
+    from .values import read_source
+    label = source if isinstance(source, str) and "\n" not in source else "<expr>"
+    try:
+        src = read_source(source)
+        label = src.label
+        options = merged(file_options(src), overrides or {})
+        return _check_read(src, options, update_expect, no_expect)
+    except GradcalcError as err:
+        return _failed(label, err)
+
+
+def _check_read(src: Source, options: dict, update_expect: bool, no_expect: bool) -> SourceCheck:
+    from .numerics import check, expect_point
+    from .session import parse
+    program = parse(src.text, src.label)
+    path = options.pop("expect", None) or (None if no_expect else expect_path(src.label))
+    if update_expect:
+        if path is None:
+            raise UsageError("update_expect writes NAME.expect.json beside a file NAME.grad, and "
+                             "this source is not a file", option="update_expect")
+        write_expect(program, options, path)
+    stored = read_expect(path) if path and (update_expect or os.path.isfile(path)) else None
+    if stored is not None:  # the point the expectation was made at, for the values not given
+        options["at"] = {**expect_point(stored), **options.get("at", {})}
+    checked = check(program, expect=stored, **options)
+    options.update(rtol=checked.rtol, atol=checked.atol)
+    notes = [] if checked.results else ["nothing to check: the program has no inputs"]
+    return SourceCheck(src.label, checked.results, options, path if stored is not None else None,
+                       update_expect, notes)
+
+
+def merged(from_file: dict, overrides: dict) -> dict:
+    """The file's options with the caller's given ones (not None) on top; ``at`` merges
+    name by name, the caller's values winning."""
+    out = dict(from_file)
+    for k, v in overrides.items():
+        if v is None:
+            continue
+        out[k] = {**out.get("at", {}), **v} if k == "at" else v
+    return out
+
+
+# ==========================================================================
+# # check: lines
+# ==========================================================================
+
+def file_options(src: Source) -> dict:
+    """The options of the ``# check:`` lines of a program's leading comment block (the lines
+    before its first statement), as check()'s keyword arguments; ``at`` parsed (an @FILE
+    relative to the program's folder).  A bad line is a UsageError at its line."""
+    found: dict = {}
+    for number, line in enumerate(src.text.splitlines(), 1):
+        text = line.strip()
+        if text and not text.startswith("#"):
+            break  # the first statement ends the leading comment block
+        if text.startswith(CHECK_LINE):
+            _read_line(src, number, line, found)
+    if "at" in found:
+        found["at"] = _file_values(src, found["at"])
+    return found
+
+
+def _read_line(src: Source, number: int, line: str, found: dict) -> None:
+    start = line.index(CHECK_LINE) + len(CHECK_LINE)
+
+    def fail(message, word=None, hint=None):
+        col = line.find(word, start) + 1 if word and word in line[start:] else start + 1
+        return UsageError(f"# check: {message}", Pos(number, col), source=src, hint=hint)
+
+    try:
+        words = shlex.split(line[start:])
+    except ValueError as err:
+        raise fail(f"cannot split the line: {err}") from None
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name, eq, value = word[2:].partition("=") if word.startswith("--") else (None, "", "")
+        key = name.replace("-", "_") if name else None
+        if key not in FILE_OPTIONS:
+            raise fail(f"unknown option '{word}'", word, hint="a # check: line takes " +
+                       ", ".join("--" + k for k in FILE_OPTIONS))
+        kind = FILE_OPTIONS[key]
+        if kind == "flag":
+            if eq:
+                raise fail(f"--{name} takes no value", word)
+            found[key] = True
+            i += 1
+            continue
+        if not eq:
+            if i + 1 >= len(words):
+                raise fail(f"--{name} needs a value", word)
+            value, i = words[i + 1], i + 1
+        i += 1
+        found[key] = found.get(key, []) + [value] if kind == "list" else _convert(kind, value, fail, word)
+
+
+def _convert(kind: str, value: str, fail, word: str):
+    from .stencil import METHODS
+    try:
+        x = {"int": int, "float": float, "str": str}[kind](value)
+    except ValueError:
+        raise fail(f"'{value}' is not {'an integer' if kind == 'int' else 'a number'}", word) from None
+    if kind == "str" and x not in METHODS:
+        raise fail(f"unknown method '{value}'", word, hint="one of " + ", ".join(METHODS))
+    return x
+
+
+def _file_values(src: Source, items: list) -> dict:
+    """--at items of a # check: line: an @FILE is read relative to the program's folder."""
+    from .values import parse_assignments
+    folder = os.path.dirname(src.label) if os.path.isfile(src.label) else ""
+    items = ["@" + os.path.join(folder, i.strip()[1:]) if i.strip().startswith("@") else i for i in items]
+    try:
+        return parse_assignments(items, "--at")
+    except GradcalcError as err:
+        line = next(n for n, t in enumerate(src.text.splitlines(), 1) if t.strip().startswith(CHECK_LINE))
+        err.pos = err.pos or Pos(line, 1)
+        raise err.located(src)
+
+
+# ==========================================================================
+# Expectation files
+# ==========================================================================
+
+#: The suffix of an expectation file: NAME.grad is compared with NAME.expect.json.
+EXPECT_SUFFIX = ".expect.json"
+
+
+def expect_path(label: str) -> str | None:
+    """NAME.expect.json for a file NAME.grad; None for anything else."""
+    if label.endswith(".grad") and os.path.isfile(label):
+        return label[:-len(".grad")] + EXPECT_SUFFIX
+    return None
+
+
+def read_expect(path: str) -> dict:
+    """A stored grad/jacobian JSON object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as err:
+        raise ValueError_(f"expectation file '{path}' cannot be read: {err}", option="expect") from None
+    if not isinstance(data, dict):
+        raise ValueError_(f"expectation file '{path}' must hold a JSON object from grad or jacobian -f json",
+                          option="expect")
+    return data
+
+
+def expect_document(program, options: dict) -> dict:
+    """What `gradcalc grad -f json` (a scalar output) or `gradcalc jacobian -f json` (any
+    other) writes for the program at the options' point, of and wrt: the expectation."""
+    from . import api
+    from .codec import to_json
+    kw = {k: options[k] for k in ("of", "wrt", "max_elements", "max_steps") if options.get(k) is not None}
+    at = options.get("at", {})
+    of = kw.pop("of", None)
+    result = None
+    if of is None or len(of) == 1:
+        try:
+            result = api.grad(program, at, of=of[0] if of else None, **kw)
+        except ShapeError as err:  # a non-scalar output: its Jacobian
+            if "grad needs a scalar output" not in err.message:
+                raise
+    if result is None:
+        result = api.jacobian(program, at, of=of, **kw)
+    payload = result.to_json()
+    payload.setdefault("at", dict(at))  # (grad/jacobian JSON records "at" itself once it does)
+    return {"schema": JSON_SCHEMA, **to_json(payload)}
+
+
+#: The "schema" of every JSON document gradcalc writes (SPEC §6).
+JSON_SCHEMA = 1
+
+
+def write_expect(program, options: dict, path: str) -> None:
+    """Write (or refresh) the expectation file at path."""
+    doc = expect_document(program, options)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(doc, allow_nan=False) + "\n")
+    except OSError as err:
+        raise ValueError_(f"cannot write expectation file '{path}': {err.strerror}") from None
+
+
+# ==========================================================================
+# Names of results
+# ==========================================================================
+
+def result_id(r) -> str:
+    """A result's test id: ``mlp.grad::dloss/dW1@point0`` (``@expect`` for a comparison with
+    the expectation file, ``@point0[directions]`` along random directions, ``::error`` for a
+    source that could not be checked)."""
+    name = os.path.basename(r.source) if os.path.isfile(r.source) else r.source
+    if isinstance(r, CheckError):
+        return f"{name}::error"
+    what = f"d{r.of}/d{r.wrt}" if r.wrt else f"{r.of}(value)"
+    comparison = getattr(r, "comparison", "jacobian")
+    where = "expect" if comparison == "expect" else f"point{r.point}"
+    if comparison not in ("jacobian", "expect"):
+        where += f"[{comparison}]"
+    return f"{name}::{what}@{where}"
+
+
+__all__ = ["check_sources", "check_source", "CheckError", "SourceCheck", "CheckResult", "result_id",
+           "file_options", "expect_path", "write_expect", "read_expect", "EXIT_PASSED", "EXIT_FAILED",
+           "EXIT_ERROR"]
