@@ -1,0 +1,116 @@
+"""The pytest plugin (entry point ``pytest11``; SPEC §10): ``pytest DIR`` checks every
+``*.grad`` file under DIR as ``gradcalc check`` would, one test item per result.
+
+    $ pytest samples/
+    samples/mlp.grad::dloss/dW1@point0 PASSED
+
+A file's ``# check:`` lines and its ``NAME.expect.json`` are honoured;
+``--gradcalc-update-expect`` writes or refreshes those files.  A failing item's report
+is the check's row with its numbers; a file that cannot be checked (a syntax error, a
+missing value) is one failing item whose report is gradcalc's error message.
+
+pytest loads this module in every run of every project where gradcalc is installed, so
+it imports nothing of gradcalc until it meets a ``.grad`` file: the checks run when a
+file is collected (its results decide its items), and each item reports its result.
+``pytest -p no:gradcalc`` turns the plugin off.
+"""
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("gradcalc", "gradcalc: gradient checks of *.grad files")
+    group.addoption("--gradcalc-update-expect", action="store_true", default=False,
+                    help="write or refresh NAME.expect.json beside each collected NAME.grad "
+                         "(as gradcalc check --update-expect)")
+
+
+def pytest_collect_file(parent, file_path):
+    if file_path.suffix == ".grad":
+        return GradFile.from_parent(parent, path=file_path)
+    return None
+
+
+class GradFile(pytest.File):
+    """A .grad program: one item per check result, or one item for the error that stopped
+    its check."""
+
+    def collect(self):
+        from .errors import GradcalcError
+        update = self.config.getoption("gradcalc_update_expect")
+        try:
+            results = _check_file(str(self.path), update)
+        except GradcalcError as err:
+            yield GradError.from_parent(self, name="error", error=err)
+            return
+        seen: dict[str, int] = {}
+        for result in results:
+            name = item_name(result)
+            seen[name] = seen.get(name, 0) + 1
+            if seen[name] > 1:  # (two comparisons of one derivative with nothing to tell them apart)
+                name += f"#{seen[name]}"
+            yield GradResult.from_parent(self, name=name, result=result)
+
+
+def _check_file(path: str, update: bool) -> list:
+    """The check results of the program in path."""
+    from .numerics import check
+    from .session import parse
+    from .values import read_source
+    source = read_source(path)
+    return check(parse(source.text, source.label)).results
+
+
+def item_name(result) -> str:
+    """A result's test id: d{of}/d{wrt}@point{n}, with the comparison it is when it is not
+    the finite differences' ([expect])."""
+    what = f"d{result.of}/d{result.wrt}" if result.wrt else f"{result.of}"
+    name = f"{what}@point{result.point}"
+    return name + "[expect]" if result.method == "expect" else name
+
+
+class CheckFailed(Exception):
+    """A result that did not pass (its report is the result's row: repr_failure)."""
+
+
+class GradResult(pytest.Item):
+    """One check result (source, point, of, wrt): passes when the check passed."""
+
+    def __init__(self, *, result, **kwargs):
+        super().__init__(**kwargs)
+        self.result = result
+
+    def runtest(self) -> None:
+        if not self.result.ok:
+            raise CheckFailed(self.result)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CheckFailed):
+            from .testing import failure_text
+            return failure_text([self.result])
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}::{self.name}"
+
+
+class GradError(pytest.Item):
+    """A program that could not be checked: fails with gradcalc's error message."""
+
+    def __init__(self, *, error, **kwargs):
+        super().__init__(**kwargs)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise self.error
+
+    def repr_failure(self, excinfo, style=None):
+        from .errors import GradcalcError
+        if isinstance(excinfo.value, GradcalcError):
+            from .testing import error_text
+            return error_text(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: cannot be checked"

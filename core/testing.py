@@ -1,0 +1,88 @@
+"""Gradient checks inside a project's own tests.
+
+    >>> from gradcalc.testing import assert_gradients
+    >>> assert_gradients("sum(x^2)", at={"x": [1.0, 2.0]})   # passes: returns check's Result
+    >>> assert_gradients("relu(x)", at={"x": 0.0})  # a kink: the differences disagree
+    AssertionError: gradcalc check: 1 of 1 failed ...
+
+``assert_gradients`` runs :func:`gradcalc.check` and raises ``AssertionError``
+whose message is the table of the failing results with their numbers (errors,
+tolerances, the automatic and finite-difference values at the worst element),
+so that a failing test says what is wrong without a rerun.  A program that
+cannot be checked at all (a syntax error, a missing value) raises its
+:class:`gradcalc.GradcalcError`, as any other library call does.
+"""
+from __future__ import annotations
+
+__all__ = ["assert_gradients", "failure_text", "results_table", "error_text"]
+
+
+def assert_gradients(source, **options):
+    """Check source as ``gradcalc.check(source, **options)`` does; returns its Result when
+    every result passes, and raises AssertionError carrying the failing rows otherwise."""
+    from .numerics import check
+    result = check(source, **options)
+    failed = [r for r in result.results if not r.ok]
+    if failed:
+        raise AssertionError(failure_text(failed, len(result.results), (result.rtol, result.atol)))
+    return result
+
+
+def failure_text(failed: list, total: int | None = None, tol: tuple | None = None) -> str:
+    """What a failure says: how many failed, the rule an element passes by (with the
+    tolerances (rtol, atol) tol, when given), and the failing rows (:func:`results_table`)."""
+    count = f"{len(failed)} of {total}" if total is not None else f"{len(failed)}"
+    rule = "|ad - fd| <= atol + rtol*|fd|" + (f", rtol {tol[0]:g}, atol {tol[1]:g}" if tol else "")
+    return f"gradcalc check: {count} failed (an element passes when {rule})\n" + results_table(failed)
+
+
+#: The columns of a results table: (heading, how a CheckResult shows in it).
+_COLUMNS = (
+    ("source", lambda r: str(r.source)),
+    ("pt", lambda r: str(r.point)),
+    ("derivative", lambda r: f"d{r.of}/d{r.wrt}" if r.wrt else f"{r.of} (value)"),
+    ("method", lambda r: r.method),
+    ("abs err", lambda r: f"{r.max_abs_err:.3g}"),
+    ("rel err", lambda r: f"{r.max_rel_err:.3g}"),
+    ("worst", lambda r: "[" + ", ".join(map(str, r.worst_index)) + "]"),
+    ("ad", lambda r: _number(r.extra.get("ad"))),
+    ("fd", lambda r: _number(r.extra.get("fd"))),
+    ("step", lambda r: f"{r.step:.3g}"),
+)
+
+
+def _number(x) -> str:
+    return "" if x is None else f"{float(x):.10g}"
+
+
+def results_table(results) -> str:
+    """Check results as a plain-text table, one row each (columns aligned; a column no
+    result fills is left out), each row's notes (the bound it broke...) on lines below it."""
+    columns = [(head, [show(r) for r in results]) for head, show in _COLUMNS]
+    columns = [(head, cells) for head, cells in columns if any(cells)]
+    widths = [max(len(head), *map(len, cells)) for head, cells in columns]
+    lines = ["  ".join(head.ljust(w) for (head, _), w in zip(columns, widths)).rstrip()]
+    for i, r in enumerate(results):
+        lines.append("  ".join(cells[i].ljust(w) for (_, cells), w in zip(columns, widths)).rstrip())
+        lines += [f"    {note}" for note in _notes(r)]
+    return "\n".join(lines)
+
+
+def _notes(r) -> list:
+    """What a row says besides its numbers: the bound it broke, then its notes."""
+    bound = r.extra.get("bound")
+    return ([f"bound: {bound}"] if bound else []) + list(r.notes)
+
+
+def error_text(err) -> str:
+    """A GradcalcError as the command line words it: SOURCE:LINE:COL: message, the source
+    line with a caret under the column, and the hint (options named as flags, --at)."""
+    message, hint = err.worded(lambda name: "--" + name.replace("_", "-"))
+    where = (f"{err.source.label}:" if err.source is not None else "") + (f"{err.pos}:" if err.pos else "")
+    lines = [f"{where} {message}" if where else message]
+    line = err.source.line(err.pos.line) if err.source is not None and err.pos else ""
+    if line:
+        lines += [f"  {line}", "  " + " " * (err.pos.col - 1) + "^"]
+    if hint:
+        lines.append(f"hint: {hint}")
+    return "\n".join(lines)
