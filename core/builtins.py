@@ -159,6 +159,19 @@ for _name, _prim in {"sum": P.reduce_sum, "max": P.reduce_max, "min": P.reduce_m
     _reduction(_name, _prim)
 
 
+def _truth(name, reduce):
+    # masks, no gradient: counts of non-zero elements through logical primitives, which cut the
+    # graph and (unlike a comparison) flag no kink of their own, so check notes only the
+    # comparisons a program wrote; nan counts as true, as in NumPy
+    @_builtin(name, static=("axis", "keepdims"))
+    def fn(x, axis=None, keepdims=False):
+        return reduce(lambda m: P.reduce_sum(m, axis=axis, keepdims=keepdims), x)
+
+
+_truth("any", lambda total, x: P.logical_or(total(P.logical_or(x, 0.0)), 0.0))  # some non-zero
+_truth("all", lambda total, x: P.logical_not(total(P.logical_not(x))))  # no zero
+
+
 def _count(x, axis) -> int:
     return math.prod(x.shape[a] for a in P.normalize_axes(axis, x.ndim))
 
@@ -566,6 +579,35 @@ def _append(x, values, axis=None):
     return P.concat(x, values, axis=axis)
 
 
+def _split_bounds(n_or_indices, length: int, even: bool) -> list:
+    """numpy.split's (start, stop) of each part along an axis of the given length."""
+    if isinstance(n_or_indices, tuple):  # split points, taken as slice bounds (as NumPy does)
+        cuts = [_int(i, "a split index") for i in n_or_indices]
+        return list(zip([0] + cuts, cuts + [length]))
+    n = _int(n_or_indices, "the number of sections")
+    if n <= 0:
+        raise ShapeError(f"the number of sections must be positive, got {n}")
+    if even and length % n:
+        raise ShapeError(f"an axis of length {length} does not split into {n} equal sections",
+                         hint="array_split allows unequal ones; or give the split indices, e.g. (2, 5)")
+    q, r = divmod(length, n)  # (numpy.array_split: the first r parts have one more)
+    stops = np.cumsum([q + 1] * r + [q] * (n - r)).tolist()
+    return list(zip([0] + stops[:-1], stops))
+
+
+def _splitter(name, even):
+    @_builtin(name, static=("n_or_indices", "axis"))
+    def fn(x, n_or_indices, axis=0):
+        # several results (a, b = split(x, 2)): one slice of x each
+        a = _one_axis(axis, x.ndim)
+        return tuple(P.index(x, idx=(slice(None),) * a + (slice(start, stop),))
+                     for start, stop in _split_bounds(n_or_indices, x.shape[a], even))
+
+
+_splitter("split", even=True)
+_splitter("array_split", even=False)
+
+
 @_builtin("take", static=("axis",))
 def _take(x, indices, axis=None):
     if axis is None:
@@ -584,12 +626,49 @@ def _take_along_axis(x, indices, axis):
     return _take_along(x, idx, axis)
 
 
-def _index_values(t) -> np.ndarray:
+def _index_values(t, what="an index array", guard="index") -> np.ndarray:
     """An index array's integers (guarded: the tape holds while they stay the same)."""
     value = np.asarray(t.value)
     if not (np.isfinite(value) & (value == np.round(value))).all():
-        raise ShapeError("an index array must hold integers")
-    return _decided(t, "index")
+        raise ShapeError(f"{what} must hold integers")
+    return _decided(t, guard)
+
+
+def _ids_below(t, n: int, what: str) -> np.ndarray:
+    """The integers of t, each in [0, n) (a user error otherwise: no wrapping, no dropping)."""
+    ids = _index_values(t, what, what)
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        bad = ids.min() if ids.min() < 0 else ids.max()
+        raise ShapeError(f"{what} holds {bad}, out of range for n={n} (ids go from 0 to n - 1)")
+    return ids
+
+
+# -- gather and scatter ----------------------------------------------------------
+
+@_builtin("one_hot", static=("n",))
+def _one_hot(labels, n):
+    # a constant: labels.shape + (n,), 1 at each label (no gradient flows to the labels)
+    n = _int_arg("n", n)
+    ids = _ids_below(labels, n, "labels")
+    labels.builder.check_size(ids.shape + (n,))
+    return labels.builder.const((ids[..., None] == np.arange(n)).astype(np.float64))
+
+
+@_builtin("segment_sum", static=("n",))
+def _segment_sum(data, segment_ids, n):
+    """TensorFlow's unsorted_segment_sum: out[k] sums the rows data[i] with segment_ids[i] = k
+    (segment_ids' shape a prefix of data's; a segment with no row is 0)."""
+    n = _int_arg("n", n)
+    k = segment_ids.ndim
+    if k == 0 or data.shape[:k] != segment_ids.shape:
+        raise ShapeError(f"segment_ids of shape {segment_ids.shape} must have the shape of data's "
+                         f"leading axes {data.shape[:max(k, 1)]}: one id per row of data")
+    shape = (n,) + data.shape[k:]
+    ids = _ids_below(segment_ids, n, "segment_ids")
+    data.builder.check_size(shape)
+    # the scatter that adds repeated indices (numpy.add.at): its VJP is the gather
+    # g[segment_ids], its JVP the segment_sum of the tangent
+    return P.index_put(data, idx=P.normalize_index((ids,), shape), shape=shape)
 
 
 @_builtin("diagonal", static=("offset", "axis1", "axis2"))
@@ -851,12 +930,39 @@ def _arange(builder, start, stop=None, step=1):
     return builder.const(np.arange(start, stop, step, dtype=np.float64))
 
 
-@_constructor("linspace", numbers=("a", "b"))
-def _linspace(builder, a, b, n=50):
-    _number_arg(a), _number_arg(b)
+@_constructor("full", numbers=("v",))
+def _full(builder, shape, v):
+    shape = _new_shape(shape)
+    builder.check_size(shape)
+    return builder.const(np.full(shape, v, dtype=np.float64))
+
+
+def _like(name, fill):
+    _builtin(name)(lambda x: x.builder.const(np.full(x.shape, fill)))
+
+
+_like("zeros_like", 0.0)
+_like("ones_like", 1.0)
+
+
+@_builtin("full_like", numbers=("v",))
+def _full_like(x, v):
+    return x.builder.const(np.full(x.shape, v, dtype=np.float64))
+
+
+@_builtin("linspace", static=("n", "endpoint"))
+def _linspace(a, b, n=50, endpoint=True):
+    """numpy.linspace's own steps, differentiable in a and b: a + i (b - a) / (n - 1), the
+    last exactly b; arrays a and b give shape (n,) + their broadcast shape."""
     n = _int_arg("n", n)
-    builder.check_size((n,))
-    return builder.const(np.linspace(a, b, n))
+    delta = b - a
+    a.builder.check_size((n,) + delta.shape)
+    ramp = a.builder.const(np.arange(n, dtype=np.float64).reshape((-1,) + (1,) * delta.ndim))
+    div = n - 1 if endpoint else n
+    y = (ramp * (delta / float(div)) if div > 0 else ramp * delta) + a
+    # (NumPy's one other branch, for a step that underflows to 0 from a denormal b - a, is
+    # not followed: the derivatives are the same and only such values differ)
+    return P.index_update(y, b, idx=(-1,)) if endpoint and n > 1 else y
 
 
 def _int_arg(what, v) -> int:
