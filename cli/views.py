@@ -60,11 +60,6 @@ def formats(command: str) -> list[Format]:
     return [f for f in Format if f is not Format.dot or VIEWS[command].dot is not None]
 
 
-def of_label(name: str) -> str:
-    """How an output is named in tables: bare expressions (_, _2) read as f, f2."""
-    return "f" + name[1:] if name.startswith("_") else name
-
-
 # ==========================================================================
 # Plain text
 # ==========================================================================
@@ -96,8 +91,7 @@ def _grad_table(s: Shown, precision: int) -> None:
     if getattr(r, "exec", None) is not None:
         _grad_exec_table(s, precision)
         return
-    f = of_label(r.of)
-    f = f"sum({f})" if s.sum else f
+    f = f"sum({r.of})" if s.sum else r.of
     title = f"gradient of {f} = {render.value_text(r.value.sum() if s.sum else r.value, precision)}"
     rows = [(f"d{f}/d{k}" + (" (unconnected)" if k in r.unconnected else ""), v) for k, v in r.items()]
     render.print_table(title, rows, precision=precision, caption=_point_caption(s.at, precision))
@@ -143,21 +137,20 @@ def _jacobian_table(s: Shown, precision: int) -> None:
     r = s.result
     how = "a row per output element" if r.mode == "rev" else "a column per input element"
     for o, row in r.items():
-        f = of_label(o)
         for w, v in row.items():
-            title = f"jacobian d{f}/d{w}  ({r.mode} mode: {how})"
+            title = f"jacobian d{o}/d{w}  ({r.mode} mode: {how})"
             if v is None:
-                render.print_table(title, [(f"d{f}/d{w}", None)], precision=precision)
+                render.print_table(title, [(f"d{o}/d{w}", None)], precision=precision)
             else:
-                render.print_matrix(title, v, f, w, r.value[o].shape, v.shape[r.value[o].ndim:], precision)
+                render.print_matrix(title, v, o, w, r.value[o].shape, v.shape[r.value[o].ndim:], precision)
     if r.symbolic is not None:
-        _print_symbolic({f"d{of_label(o)}/d{w}": e for o, row in r.symbolic.items() for w, e in row.items()})
+        _print_symbolic({f"d{o}/d{w}": e for o, row in r.symbolic.items() for w, e in row.items()})
 
 
 def _vjp_table(s: Shown, precision: int) -> None:
     r = s.result
-    outs = [of_label(o) for o in ([r.of] if isinstance(r.of, str) else r.of)]
-    render.print_table("cotangent v", [(of_label(k), v) for k, v in r.cotangent.items()], precision=precision)
+    outs = [r.of] if isinstance(r.of, str) else r.of
+    render.print_table("cotangent v", [(k, v) for k, v in r.cotangent.items()], precision=precision)
     render.print_table("vjp: v^T J, one backward pass (no Jacobian is formed)",
                        [(f"v^T d{'+'.join(outs)}/d{k}", v) for k, v in r.items()], precision=precision)
 
@@ -165,7 +158,7 @@ def _vjp_table(s: Shown, precision: int) -> None:
 def _jvp_table(s: Shown, precision: int) -> None:
     r = s.result
     render.print_table("tangent v", list(s.tangent.items()), precision=precision)
-    render.print_table("jvp: J v, one forward pass", [("J v", r.jvp), (of_label(r.of), r.value)],
+    render.print_table("jvp: J v, one forward pass", [("J v", r.jvp), (r.of, r.value)],
                        precision=precision)
 
 
@@ -174,7 +167,7 @@ def _hessian_table(s: Shown, precision: int) -> None:
     names = list(r)
     if all(np.shape(r[n][n]) == () for n in names):
         grid = np.array([[r[a][b] for b in names] for a in names])
-        _named_matrix(f"hessian of {of_label(r.of)}", grid, names, precision)
+        _named_matrix(f"hessian of {r.of}", grid, names, precision)
         return
     for a, row in r.items():
         for b, v in row.items():
@@ -254,9 +247,8 @@ def _check_lines(result, precision: int) -> str:
 
 
 def result_label(x) -> str:
-    """A check result's derivative: df/dx, or f (value) for a comparison of values."""
-    of = of_label(x.of)
-    return f"{of} (value)" if not x.wrt else f"d{of}/d{x.wrt}"
+    """A check result's derivative: dy/dx, or y (value) for a comparison of values."""
+    return f"{x.of} (value)" if not x.wrt else f"d{x.of}/d{x.wrt}"
 
 
 _NOT_XML = "[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]"  # what XML 1.0 cannot hold

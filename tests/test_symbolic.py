@@ -348,7 +348,7 @@ def test_cli_grad_symbolic_prints_the_closed_forms():
     runner = CliRunner()
     res = runner.invoke(app, ["grad", "sin(x)*y", "--at", "x=1,y=2", "--symbolic"])
     assert res.exit_code == 0
-    assert "df/dx = y*cos(x)" in res.stdout and "df/dy = sin(x)" in res.stdout
+    assert "d_/dx = y*cos(x)" in res.stdout and "d_/dy = sin(x)" in res.stdout
     res = runner.invoke(app, ["grad", "sin(x)*y", "--at", "x=1,y=2", "--symbolic", "-f", "json"])
     doc = _json.loads(res.stdout)
     assert doc["symbolic"]["x"]["text"] == "y*cos(x)" and doc["symbolic"]["y"]["text"] == "sin(x)"
