@@ -1,0 +1,176 @@
+"""``check --sweep``: the finite-difference error over a range of steps.
+
+The error of a difference quotient falls with the step while truncation dominates
+(as h^2 for central differences, h for forward ones, h^4 for Richardson's) until
+rounding, about eps |f| / h, takes over and it rises again: the V-shaped curve every
+numerical-methods course draws.  Drawn against the automatic derivative, it tells a
+wrong derivative (no V reaches down: the error never falls below a small fraction of
+the derivative's scale) from a badly chosen step (the V is there, and the step used
+sits on one of its sides).
+
+The steps are those of the check (per element, relative to ``max(1, |x|)``: see
+:mod:`.stencil`) from 1e-1 down to 1e-13 in half decades.  Every point of every step
+is one row of a single batch through :func:`.numerics.evaluate_batch`, so the
+differences are those of the program as written (a step that changes its path re-runs
+it there, and says so).  Nothing here prints: the CLI draws the curve.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from . import stencil
+from .lower import DEFAULT_MAX_STEPS, Traced
+from .numerics import evaluate_batch, kinks_near, path_notes
+from .session import jacobian_blocks
+
+#: The sweep's steps, relative to max(1, |x|): 1e-1 down to 1e-13 in half decades.
+STEPS = 10.0 ** (-np.arange(2, 27) / 2)
+#: A derivative is "wrong" when, at every step, the error exceeds atol plus this
+#: fraction of the derivative's scale.  A right one comes within about 1e-10 of its
+#: scale with central differences, 1e-8 with forward ones, and within 1e-6 even where
+#: |f| is a million times |f'| x (cancellation); a wrong one is usually off by its own
+#: size.
+WRONG_FRACTION = 1e-5
+#: The truncation side of the V, for the fitted slope: the steps above the best one
+#: whose error is at least this many times the smallest.
+TRUNCATION_MARGIN = 10.0
+
+WRONG = "wrong derivative"
+BAD_STEP = "step too small or too large"
+OK = "ok"
+NOT_FINITE = "finite differences are not finite here"
+
+
+class Sweep(NamedTuple):
+    """The error of the finite differences of d of / d wrt[element] at each step."""
+
+    element: list  # the input element moved (wrt's index; [] for a scalar)
+    steps: np.ndarray  # relative to max(1, |x|), as check's steps
+    errors: np.ndarray  # max over the output's elements of |fd - ad| at each step
+    scale: float  # the derivative's scale: max |ad|, |fd| at the check's own step
+    default_step: float  # the check's own step for that element
+    best_step: float
+    best_error: float
+    slope: float | None  # fitted on the truncation side (None: too few points there)
+    verdict: str
+    side: str | None  # where the check's own step sits: "truncation", "rounding", None
+    notes: list
+
+    def as_dict(self) -> dict:
+        return self._asdict()
+
+
+def sweep(tr: Traced, of: str, wrt: str, method: str = "central", *, element=None, ad=None,
+          tol: tuple = (0.0, 0.0), passed: bool | None = None,
+          max_steps: int = DEFAULT_MAX_STEPS) -> Sweep:
+    """The sweep of d of / d wrt along one element of wrt (default: its first).
+
+    ``ad`` is the automatic derivative to measure against, shape of.shape + wrt.shape
+    (default: reverse mode's, as check compares); ``tol`` the check's (rtol, atol);
+    ``passed`` whether the check passed at its own step (None: judged from the sweep).
+    """
+    x = tr.value(wrt)
+    y = tr.value(of)
+    j = _flat_element(element, x.shape)
+    if ad is None:
+        ad = jacobian_blocks(tr, [of], [wrt], "rev")[of][wrt]
+        ad = np.zeros(y.shape + x.shape) if ad is None else ad
+    column = np.asarray(ad, dtype=float).reshape(y.size, x.size)[:, j]
+    scale_x = max(1.0, abs(float(x.ravel()[j].real))) if x.size else 1.0
+    default = float(stencil.default_step(x.ravel()[j:j + 1], method)[0]) if x.size else 0.0
+    steps = np.append(STEPS, default / scale_x)  # the check's own step rides in the same batch
+    estimates, flipped = _differences(tr, of, wrt, j, method, steps * scale_x, max_steps)
+    with np.errstate(invalid="ignore"):
+        errors = np.max(np.abs(estimates - column), axis=1, initial=0.0)
+    at_default = errors[-1]
+    errors, estimates = errors[:-1], estimates[:-1]
+    scale = max(float(np.max(np.abs(column), initial=0.0)),
+                float(np.max(np.abs(estimates[_nearest(STEPS, default / scale_x)]), initial=0.0)))
+    notes = (kinks_near(tr, tr.tape.names[wrt], np.array([STEPS[0] * scale_x]), tr.tape.names[of])
+             + path_notes(tr, flipped, "sweep"))
+    return _judged(STEPS, errors, scale, default / scale_x, at_default, tol, passed,
+                   list(np.unravel_index(j, x.shape)) if x.ndim else [], notes)
+
+
+def _flat_element(element, shape) -> int:
+    if element is None or not shape:
+        return 0
+    return int(np.ravel_multi_index(tuple(int(i) for i in element), shape))
+
+
+def _nearest(steps: np.ndarray, step: float) -> int:
+    return int(np.argmin(np.abs(np.log(steps) - math.log(step)))) if step > 0 else len(steps) - 1
+
+
+def _differences(tr: Traced, of: str, wrt: str, j: int, method: str, hs: np.ndarray,
+                 max_steps: int) -> tuple[np.ndarray, tuple]:
+    """(estimates, flipped): method's estimate of d of / d x_j at each step of hs, shape
+    (len(hs), of.size), all steps' points in one batch (see evaluate_batch); and the
+    guards some step changed."""
+    x = tr.value(wrt)
+    scales = stencil.offsets(method)
+    centre = stencil.needs_centre(method)
+    complex_ = any(isinstance(c, complex) for c in scales)
+    base = x.astype(complex) if complex_ else x
+    flat = np.tile(base.ravel(), (len(scales) * len(hs) + centre, 1))
+    taken = []
+    for k, c in enumerate(scales):
+        block = flat[k * len(hs):(k + 1) * len(hs)]
+        block[:, j] += c * hs
+        taken.append(block[:, j] - base.ravel()[j])  # x + h may round: divide by the step taken
+    tr.builder.check_size((len(flat), x.size), what=f"a sweep of {len(flat)} perturbed copies of a "
+                                                    f"{x.size}-element input")
+    (ys,), (flipped,) = evaluate_batch(tr, wrt, flat.reshape((len(flat),) + x.shape), [of],
+                                       max_steps=max_steps)
+    ys = ys.reshape(len(flat), -1)
+    blocks = [ys[k * len(hs):(k + 1) * len(hs)] for k in range(len(scales))]
+    estimates = stencil.combine(method, blocks, taken, ys[-1:] if centre else None)
+    return np.real(estimates), flipped
+
+
+def _judged(steps, errors, scale, default, at_default, tol, passed, element, notes) -> Sweep:
+    """The sweep's best step, slope and verdict (see the module's docstring)."""
+    rtol, atol = tol
+    finite = np.isfinite(errors)
+    if not finite.any():
+        return Sweep(element, steps, errors, scale, default, math.nan, math.nan, None, NOT_FINITE,
+                     None, notes)
+    best = int(np.argmin(np.where(finite, errors, np.inf)))
+    floor = float(errors[best])
+    if floor > atol + WRONG_FRACTION * scale:
+        verdict = WRONG
+    elif passed if passed is not None else at_default <= atol + rtol * scale:
+        verdict = OK
+    else:
+        verdict = BAD_STEP
+    side = None
+    if verdict != WRONG and not at_default <= TRUNCATION_MARGIN * max(floor, stencil.EPS * scale):
+        side = "truncation" if default > steps[best] else "rounding"
+    return Sweep(element, steps, errors, scale, default, float(steps[best]), floor,
+                 _truncation_slope(steps, errors, best), verdict, side, notes)
+
+
+def _truncation_slope(steps, errors, best: int) -> float | None:
+    """The slope of log(error) against log(step) over the steps larger than the best
+    whose error stands clear of the floor (at least TRUNCATION_MARGIN times it)."""
+    floor = errors[best]
+    side = (np.arange(len(steps)) < best) & np.isfinite(errors) & (errors > 0) & \
+        (errors >= TRUNCATION_MARGIN * floor)
+    if side.sum() < 2:
+        return None
+    slope = np.polyfit(np.log10(steps[side]), np.log10(errors[side]), 1)[0]
+    return float(slope)
+
+
+def attach(tr: Traced, result, method: str, tol: tuple, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+    """Add the sweep of a check result (one of full Jacobian's) to its extra["sweep"]: along
+    the input element where the check found its worst error."""
+    xshape = tr.value(result.wrt).shape
+    rank = tr.value(result.of).ndim + len(xshape)
+    worst = result.worst_index
+    element = worst[len(worst) - len(xshape):] if len(worst) == rank else None
+    result.extra["sweep"] = sweep(tr, result.of, result.wrt, method, element=element, tol=tol,
+                                  passed=result.ok, max_steps=max_steps).as_dict()
