@@ -7,6 +7,7 @@ wrt) and return them in one Result (:func:`check_result`), whose ``rtol`` and
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,19 +75,21 @@ def check_result(results: list, tol: tuple, comparison: str | None = None) -> Re
                   rtol=tol[0], atol=tol[1])
 
 
-def compare(ad: np.ndarray, ref: np.ndarray, rtol: float, atol: float):
+def compare(ad: np.ndarray, ref: np.ndarray, rtol: float, atol: float, slack=None):
     """(ok, max_abs_err, max_rel_err, worst_index) of ad against the reference ref.
 
-    An element passes when |ad - ref| <= atol + rtol |ref|; a non-finite element
-    fails (its errors are inf).  The relative error of an element is
-    |ad - ref| / max(|ad|, |ref|) (0 when both are 0); worst_index is the
-    element furthest outside its tolerance.
+    An element passes when |ad - ref| <= atol + rtol |ref| (+ slack, an allowance per
+    element for rounding, broadcast to ad's shape); a non-finite element fails (its
+    errors are inf).  The relative error of an element is |ad - ref| / max(|ad|, |ref|)
+    (0 when both are 0); worst_index is the element furthest outside its tolerance.
     """
     ad, ref = np.broadcast_arrays(np.asarray(ad, float), np.asarray(ref, float))
     shape = ad.shape
     if ad.size == 0:
         return True, 0.0, 0.0, []
     ad, ref = ad.reshape(-1), ref.reshape(-1)
+    if slack is not None:
+        atol = atol + np.broadcast_to(slack, shape).reshape(-1)
     with np.errstate(all="ignore"):
         diff = np.abs(ad - ref)
         if all_finite(diff):
@@ -96,6 +99,37 @@ def compare(ad: np.ndarray, ref: np.ndarray, rtol: float, atol: float):
     worst = int(np.argmax(badness))
     return (bool(badness[worst] <= 1.0), float(diff.max()), float(rel.max()),
             [int(i) for i in np.unravel_index(worst, shape)])
+
+
+def breach(ad, ref, worst: list, rtol: float, atol: float, slack=None, ref_name: str = "fd") -> dict:
+    """What a failing comparison records at its worst element (SPEC §5): ``ad`` and the
+    reference there (``ref_name``: ``fd``, or ``stored``), ``allowed`` (atol + rtol |ref|,
+    plus any rounding slack) and ``bound``, the term of the tolerance that was the largest:
+    "rtol" when rtol |ref| >= atol (the relative error is too large), else "atol" (the
+    absolute error is), or "rounding" when the rounding slack outweighed both."""
+    ad, ref = np.broadcast_arrays(np.asarray(ad, float), np.asarray(ref, float))
+    at = tuple(worst)
+    a, r = float(ad[at]), float(ref[at])
+    extra = 0.0 if slack is None else float(np.broadcast_to(slack, ad.shape)[at])
+    terms = {"rtol": rtol * abs(r), "atol": atol, "rounding": extra}
+    bound = max(terms, key=lambda k: terms[k] if math.isfinite(terms[k]) else -1.0)
+    return {"ad": a, ref_name: r, "allowed": atol + rtol * abs(r) + extra, "bound": bound,
+            "rtol": rtol, "atol": atol}
+
+
+def breach_text(result) -> str | None:
+    """A failing result's numbers in words (None when it has none):
+    ``at [3]: ad 2.5, fd 2.4: |ad - fd| = 0.1 > 2.4e-06 allowed (rtol bound: rtol 1e-06 x |fd|)``."""
+    x = result.extra
+    if "bound" not in x:
+        return None
+    ref = "stored" if "stored" in x else "fd"
+    a, r = x["ad"], x[ref]
+    why = {"rtol": f"rtol {x['rtol']:g} x |{ref}|", "atol": f"atol {x['atol']:g}",
+           "rounding": "rounding allowance"}[x["bound"]]
+    where = "[" + ", ".join(map(str, result.worst_index)) + "]"
+    return (f"at {where}: ad {a:.10g}, {ref} {r:.10g}: |ad - {ref}| = {abs(a - r):.3g} > "
+            f"{x['allowed']:.3g} allowed ({x['bound']} bound: {why})")
 
 
 def _errors_finite(ad, ref, diff, rtol, atol):

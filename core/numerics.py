@@ -15,8 +15,8 @@ from typing import NamedTuple
 import numpy as np
 
 from . import stencil
-from .checks import (AD_TOLERANCE, SYMBOLIC_TOLERANCE, TOLERANCES, CheckResult, check_result, compare,
-                     tolerance)
+from .checks import (AD_TOLERANCE, SYMBOLIC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result,
+                     compare, tolerance)
 from .codec import JSONNumberError, array_from_json
 from .errors import GradcalcError, Pos, UsageError, ValueError_, option, to_pos
 from .lexer import tokenize
@@ -506,9 +506,10 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     shape = tr.value(o).shape + tr.value(w).shape
     ad = np.zeros(shape) if ad is None else ad
     ok, mabs, mrel, worst = compare(ad, fd, *tol)
-    if not ok:
-        notes += _rounding_note(tr.value(o), h, method, mabs)
     extra = {}
+    if not ok:
+        extra.update(breach(ad, fd, worst, *tol))
+        notes += _rounding_note(tr.value(o), h, method, mabs)
     if probes is not None and not _agrees_with_forward(ad, probes, o, tr.value(w).ndim, extra):
         ok = False
         notes.append("reverse and forward mode disagree")
@@ -601,9 +602,10 @@ def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX
 
 
 def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
-    """J v against a directional difference along k random directions; and <u, J v> = <J^T u, v>."""
-    names, b = tr.tape.names, tr.builder
-    method, tol, k = plan.method, plan.tol, plan.directions
+    """J v against a directional difference along k random directions; and <u, J v> = <J^T u, v>.
+    Both comparisons allow for their rounding error, which grows with the size of the problem
+    (see :func:`directional_slack` and :func:`dot_slack`)."""
+    method, k = plan.method, plan.directions
     x = tr.value(w)
     if x.size == 0:  # no direction to take: as the full check of an empty Jacobian, nothing is wrong
         return [CheckResult(name, p, o, w, 0.0, 0.0, [], f"{method} ({k} directions)", 0.0, True, [],
@@ -612,49 +614,118 @@ def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
     _check_batch(tr, len(stencil.offsets(kind)) * k, x.size)
     v = rng.standard_normal((k,) + x.shape)
     v /= np.sqrt(np.sum(v * v, axis=tuple(range(1, v.ndim)), keepdims=True))
-    rec = Recording(b)
-    seed = rec.seed(x.shape)
-    tan = forward(b, tr.tape.equations, {names[w]: seed})
-    jv = rec.run({seed.var: v}, [tan.get(names[o]) for o in outs], k)
-    dd, flipped = _directional_differences(tr, w, outs, v, kind, step, plan.max_steps)
+    jv = _tangents(tr, w, outs, v)
+    dd, flipped, sizes = _directional_differences(tr, w, outs, v, kind, step, plan.max_steps)
     # (the step reported for the complex step is the central difference's, as it always was)
     hs = float(np.max(default_step(x, method if method != "complex" else "central")))
-    results = []
-    for o, j, d, f in zip(outs, jv, dd, flipped):
-        yshape = tr.value(o).shape
-        j = np.zeros((k,) + yshape) if j is None else j
-        ok, mabs, mrel, worst = compare(j, d, *tol)
-        # the dot-product test: <u, J v> = <J^T u, v>
-        u = rng.standard_normal((k,) + yshape)
-        rec2 = Recording(b)
-        useed = rec2.seed(yshape)
-        found = backward(b, tr.tape.equations, {names[o]: useed}, [names[w]])
-        (jtu,) = rec2.run({useed.var: u}, [found[names[w]]], k)
-        jtu = np.zeros((k,) + x.shape) if jtu is None else jtu
-        lhs = np.sum((u * j).reshape(k, -1), axis=1)
-        rhs = np.sum((jtu * v).reshape(k, -1), axis=1)
-        ok2, dabs, _, _ = compare(lhs, rhs, *AD_TOLERANCE)
-        notes = path_notes(tr, f) + ([] if ok2 else ["<u, J v> != <J^T u, v>"])
-        if not (np.isfinite(j).all() and np.isfinite(jtu).all()):  # as the full check: a failure
-            ok2 = False
-            notes.append("non-finite derivative")
-        results.append(CheckResult(name, p, o, w, mabs, mrel, worst, f"{method} ({k} directions)",
-                                   hs, ok and ok2, notes, {"dot_product_abs_err": dabs}, "directions"))
-    return results
+    return [_direction_result(tr, name, p, o, w, v, j, d, f, size, kind, step, hs, plan, rng)
+            for o, j, d, f, size in zip(outs, jv, dd, flipped, sizes)]
+
+
+def _tangents(tr: Traced, w: str, outs, v: np.ndarray) -> list:
+    """Forward mode: J v for each output along each of the directions v (shape (k,) + w.shape)."""
+    rec = Recording(tr.builder)
+    seed = rec.seed(tr.value(w).shape)
+    tan = forward(tr.builder, tr.tape.equations, {tr.tape.names[w]: seed})
+    return rec.run({seed.var: v}, [tan.get(tr.tape.names[o]) for o in outs], len(v))
+
+
+def _cotangents(tr: Traced, o: str, w: str, u: np.ndarray):
+    """Reverse mode: J^T u for each of the cotangents u (shape (k,) + o.shape), or None."""
+    rec = Recording(tr.builder)
+    useed = rec.seed(tr.value(o).shape)
+    found = backward(tr.builder, tr.tape.equations, {tr.tape.names[o]: useed}, [tr.tape.names[w]])
+    return rec.run({useed.var: u}, [found[tr.tape.names[w]]], len(u))[0]
+
+
+def _direction_result(tr: Traced, name, p, o, w, v, j, d, flipped, size, kind, step, hs, plan: _Plan,
+                      rng) -> CheckResult:
+    """The check of d o / d w along the directions v: J v (j) against the directional
+    differences d, and the dot-product test with random cotangents u."""
+    k, x, yshape = len(v), tr.value(w), tr.value(o).shape
+    j = np.zeros((k,) + yshape) if j is None else j
+    u = rng.standard_normal((k,) + yshape)
+    jtu = _cotangents(tr, o, w, u)
+    jtu = np.zeros((k,) + x.shape) if jtu is None else jtu
+    products = np.abs(jtu * v).reshape(k, -1).sum(axis=1)  # sum_i |(J^T u)_i v_i|
+    unorm = np.sqrt(np.sum((u * u).reshape(k, -1), axis=1))
+    spread = np.divide(products, unorm, out=np.zeros(k), where=unorm > 0)  # ~ sum_i |J_i v_i|
+    slack = directional_slack(kind, step, size, spread, x.size)
+    ok, mabs, mrel, worst = compare(j, d, *plan.tol, slack=slack)
+    notes, extra = path_notes(tr, flipped), {}
+    if not ok:
+        extra.update(breach(j, d, worst, *plan.tol, slack=slack))
+    # the dot-product test: <u, J v> = <J^T u, v>
+    lhs = np.sum((u * j).reshape(k, -1), axis=1)
+    rhs = np.sum((jtu * v).reshape(k, -1), axis=1)
+    ok2, dabs, _, _ = compare(lhs, rhs, *AD_TOLERANCE, slack=dot_slack(u, j, products, spread, x.size))
+    extra["dot_product_abs_err"] = dabs
+    extra["rounding_allowance"] = float(np.max(slack))
+    if not ok2:
+        notes.append("<u, J v> != <J^T u, v>")
+    if not (np.isfinite(j).all() and np.isfinite(jtu).all()):  # as the full check: a failure
+        ok2 = False
+        notes.append("non-finite derivative")
+    return CheckResult(name, p, o, w, mabs, mrel, worst, f"{plan.method} ({k} directions)", hs,
+                       ok and ok2, notes, extra, "directions")
+
+
+#: How many times its estimate the rounding error of a difference quotient is allowed to be
+#: (the estimate eps |f| / h takes f as rounded once; a sum of n terms rounds more, by a
+#: factor that pairwise summation keeps near 1: measured 0.2 for sum(x^2) at n = 10^6).
+ROUNDING_MARGIN = 4.0
+
+
+def directional_slack(kind: str, step: float, size: np.ndarray, spread: np.ndarray, n: int) -> np.ndarray:
+    """The rounding allowance of J v against a directional difference, per direction and
+    output element (size: the largest |f| at the points evaluated, shape (k,) + f.shape;
+    spread: per direction, an estimate of sum_i |J_i v_i|; n: the input's size).
+
+    The difference quotient's rounding is ROUNDING[kind] eps |f| / h (none for the complex
+    step), with ROUNDING_MARGIN; and J v itself is an inner product of n terms, whose
+    rounding is at most gamma_n sum_i |J_i v_i| with gamma_n = n eps (Higham, Accuracy and
+    Stability of Numerical Algorithms, 3.1).  Neither grows with |J v|, which is O(1) for a
+    unit v: so at n = 10^6, sum(x^2) at ones has |f| = 10^6 and a rounding of 3e-5 in a
+    directional difference of size 1, where the relative tolerance allows 1e-6.
+    """
+    fd = ROUNDING_MARGIN * stencil.ROUNDING.get(kind, 0.0) * stencil.EPS * size / step
+    spread = spread.reshape((-1,) + (1,) * (size.ndim - 1))
+    return fd + gamma(n) * spread
+
+
+def dot_slack(u: np.ndarray, jv: np.ndarray, products: np.ndarray, spread: np.ndarray, n: int) -> np.ndarray:
+    """The rounding allowance of <u, J v> against <J^T u, v>, per direction: each side is an
+    inner product (of m = u's size terms, and of n), so within gamma_m sum |u_k (J v)_k| and
+    gamma_n sum_i |(J^T u)_i v_i| (products); and J v's own rounding, gamma_n spread per
+    element, enters the left side weighted by |u| (and J^T u's the right, alike)."""
+    k = len(u)
+    m = u[0].size
+    left = np.abs(u * jv).reshape(k, -1).sum(axis=1)
+    unorm1 = np.abs(u).reshape(k, -1).sum(axis=1)
+    return gamma(m) * left + gamma(n) * (2 * products + unorm1 * spread)
+
+
+def gamma(n: int) -> float:
+    """gamma_n = n eps / (1 - n eps): the bound on the relative rounding error of an inner
+    product of n terms, summed in any order (Higham, Lemma 3.1)."""
+    ne = n * stencil.EPS
+    return ne / (1 - ne) if ne < 0.5 else math.inf
 
 
 def _directional_differences(tr: Traced, w: str, outs, v: np.ndarray, kind: str, step: float,
                              max_steps: int = DEFAULT_MAX_STEPS) -> tuple[list, list]:
-    """([(k,) + o.shape for o in outs], flipped): the derivative of each output along each of
-    the k unit directions v (shape (k,) + w.shape), by a difference of the kind and step
-    stencil.along_direction chose, all in one batch; and the guards a step changed (Batch)."""
+    """([(k,) + o.shape for o in outs], flipped, sizes): the derivative of each output along
+    each of the k unit directions v (shape (k,) + w.shape), by a difference of the kind and
+    step stencil.along_direction chose, all in one batch; the guards a step changed (Batch);
+    and per output the largest |f| at the points evaluated (shape (k,) + o.shape)."""
     x, k = tr.value(w), len(v)
     scales = stencil.offsets(kind)
     ys, flipped = evaluate_batch(tr, w, np.concatenate([x + (c * step) * v for c in scales]), outs,
                                  max_steps=max_steps)
     taken = [np.full(k, c * step) for c in scales]
-    return [stencil.combine(kind, [y[i * k:(i + 1) * k] for i in range(len(scales))], taken)
-            for y in ys], flipped
+    parts = [[y[i * k:(i + 1) * k] for i in range(len(scales))] for y in ys]
+    sizes = [np.max([np.abs(q) for q in part], axis=0) for part in parts]  # (complex: its modulus)
+    return [stencil.combine(kind, part, taken) for part in parts], flipped, sizes
 
 
 class TaylorOrder(NamedTuple):
@@ -723,12 +794,13 @@ def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
                                            [f"stored shape {want.shape} != {got.shape}"], {}, "expect"))
                 continue
             ok, mabs, mrel, worst = compare(got, want, *tol)
-            notes = []
+            notes, facts = [], {}
             if not ok:
                 idx = "".join(f"[{i}]" for i in worst)
+                facts = breach(got, want, worst, *tol, ref_name="stored")
                 notes.append(f"entry {'jacobian' if 'jacobian' in expect else 'gradient'}"
                              f"['{w}']{idx}: stored {_g(want[tuple(worst)])}, computed {_g(got[tuple(worst)])}")
-            results.append(CheckResult(name, 0, o, w, mabs, mrel, worst, "expect", 0.0, ok, notes, {},
+            results.append(CheckResult(name, 0, o, w, mabs, mrel, worst, "expect", 0.0, ok, notes, facts,
                                        "expect"))
     return results
 
