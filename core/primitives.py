@@ -767,14 +767,68 @@ def _scan_params(shapes, builder, axis=-1, reverse=False):
     return {**params, "reverse": True} if reverse else params
 
 
+def _recurrence(x, r, axis, reverse):
+    """z_i = x_i z_(i-1) + r_i along axis, from z_(-1) = 0; reverse: z_i = x_(i+1) z_(i+1) + r_i
+    from the end, the transpose.  A term with a zero z contributes 0 (never 0 * inf)."""
+    x, r = np.broadcast_arrays(x, r)
+    xm = np.moveaxis(x, axis, -1)
+    z = np.moveaxis(r, axis, -1).astype(np.result_type(x, r), copy=True)
+    n = z.shape[-1]
+    steps = [(i, i + 1, i + 1) for i in range(n - 2, -1, -1)] if reverse else [(i, i, i - 1) for i in range(1, n)]
+    for i, k, prev in steps:
+        zp = z[..., prev]
+        z[..., i] += np.where(zp == 0, 0.0, xm[..., k] * zp)
+    return np.moveaxis(z, -1, axis)
+
+
+def _shifted(z, axis, later):
+    """z moved one place along axis, a zero coming in: later, z_(i-1) at i; else z_(i+1)."""
+    nd = len(z.shape)
+    front = (slice(None),) * (axis + nd)
+    keep = index(z, idx=front + ((slice(None, -1),) if later else (slice(1, None),)))
+    zero = zeros_like(index(z, idx=front + (slice(0, 1),)))
+    return concat(zero, keep, axis=axis) if later else concat(keep, zero, axis=axis)
+
+
+def _recurrence_x_jvp(u, ans, x, r, axis, reverse):
+    # forward: dz_i = u_i z_(i-1) + x_i dz_(i-1); reverse: dz_i = u_(i+1) z_(i+1) + x_(i+1) dz_(i+1)
+    if reverse:
+        return recurrence(x, _shifted(safe_mul(u, ans), axis, later=False), axis=axis, reverse=True)
+    return recurrence(x, safe_mul(u, _shifted(ans, axis, later=True)), axis=axis, reverse=False)
+
+
+def _recurrence_x_vjp(g, ans, x, r, axis, reverse):
+    h = recurrence(x, g, axis=axis, reverse=not reverse)
+    if reverse:
+        return safe_mul(_shifted(h, axis, later=True), ans)
+    return safe_mul(h, _shifted(ans, axis, later=True))
+
+
+# (internal) the first-order linear recurrence of cumprod's derivatives: exact (no division)
+# in every order, also where x holds zeros
+recurrence = _def("recurrence", _recurrence,
+                  (_recurrence_x_vjp,
+                   lambda g, ans, x, r, axis, reverse: recurrence(x, g, axis=axis, reverse=not reverse)),
+                  (_recurrence_x_jvp,
+                   lambda u, ans, x, r, axis, reverse: recurrence(x, u, axis=axis, reverse=reverse)),
+                  lambda shapes, builder, axis, reverse: {"axis": axis, "reverse": bool(reverse)})
+
+
+def _exclusive_products(ans, axis):
+    """E_i = x_0 ... x_(i-1) (1 at i = 0): cumprod's value one place later."""
+    nd = len(ans.shape)
+    one = zeros_like(index(ans, idx=(slice(None),) * (axis + nd) + (slice(0, 1),))) + 1.0
+    return concat(one, index(ans, idx=(slice(None),) * (axis + nd) + (slice(None, -1),)), axis=axis)
+
+
 def _cumprod_jvp(t, ans, x, axis):
-    # d y_i = y_i sum_{k <= i} t_k / x_k (x without zeros)
-    return ans * cumsum(t / x, axis=axis)
+    # dy_i = x_i dy_(i-1) + y_(i-1) t_i
+    return recurrence(x, safe_mul(t, _exclusive_products(ans, axis)), axis=axis, reverse=False)
 
 
 def _cumprod_vjp(g, ans, x, axis):
-    # x_j d/dx_j sum_i g_i y_i = sum_{i >= j} g_i y_i (x without zeros)
-    return cumsum(g * ans, axis=axis, reverse=True) / x
+    # d/dx_k sum_i g_i y_i = E_k S_k, S_k = g_k + x_(k+1) S_(k+1) (the transposed recurrence)
+    return safe_mul(recurrence(x, g, axis=axis, reverse=True), _exclusive_products(ans, axis))
 
 
 # cumulative sums (reverse: from the end, the transpose) and products along an axis
@@ -1594,6 +1648,163 @@ eigh_values = _def("eigh_values", np.linalg.eigvalsh, (_eigh_values_vjp,), (_eig
                    _square_params)
 eigh_vectors = _def("eigh_vectors", lambda a: np.linalg.eigh(a)[1], (_eigh_vectors_vjp,),
                     (_eigh_vectors_jvp,), _square_params)
+
+
+# -- svd, qr, pinv -------------------------------------------------------------------
+
+def _matrix_params(shapes, builder):
+    a = shapes[0]
+    if len(a) < 2:
+        raise ShapeError(f"needs a matrix (or a stack of them), got shape {tuple(a)}")
+    return {}
+
+
+def _row(s):
+    """A vector per matrix as a row, (..., 1, k): multiplying by it scales columns."""
+    return reshape(s, shape=s.shape[:-1] + (1, s.shape[-1]))
+
+
+def _column(s):
+    """A vector per matrix as a column, (..., k, 1): multiplying by it scales rows."""
+    return reshape(s, shape=s.shape + (1,))
+
+
+def _svd_gaps(s):
+    """F[i, j] = 1 / (s_j^2 - s_i^2) off the diagonal, 0 on it (singular vectors' derivative)."""
+    return _eigh_gaps(s * s)
+
+
+# The rules of the reduced SVD A = U diag(s) V^T are JAX's (lax.linalg's svd JVP, real case),
+# with dS = U^T dA V: ds = diag(dS); dU = U (F o (dS S + S dS^T)) plus, for m > n, the part of
+# dA V outside U's columns, over s; dV alike with m < n.  Each VJP is its JVP's adjoint.
+
+def _svd_s_vjp(g, ans, a):
+    return (svd_u(a) * _row(g)) @ svd_vt(a)  # U diag(g) V^T
+
+
+def _svd_s_jvp(t, ans, a):
+    return reduce_sum(svd_u(a) * (t @ mT(svd_vt(a))), axis=-2)  # diag(U^T t V)
+
+
+def _svd_u_jvp(t, ans, a):
+    u, s, v = ans, svd_s(a), mT(svd_vt(a))
+    dss = (mT(u) @ t @ v) * _row(s)
+    du = u @ (_svd_gaps(s) * (dss + mT(dss)))
+    if a.shape[-2] > a.shape[-1]:
+        dav = t @ v
+        du = du + (dav - u @ (mT(u) @ dav)) / _row(s)
+    return du
+
+
+def _svd_u_vjp(g, ans, a):
+    u, s, vt = ans, svd_s(a), svd_vt(a)
+    y = _svd_gaps(s) * (mT(u) @ g)
+    ga = u @ ((y + mT(y)) * _row(s)) @ vt
+    if a.shape[-2] > a.shape[-1]:
+        gs = g / _row(s)
+        ga = ga + (gs - u @ (mT(u) @ gs)) @ vt
+    return ga
+
+
+def _svd_vt_jvp(t, ans, a):
+    vt, u, s = ans, svd_u(a), svd_s(a)
+    v = mT(vt)
+    sds = _column(s) * (mT(u) @ t @ v)
+    dv = v @ (_svd_gaps(s) * (sds + mT(sds)))
+    if a.shape[-1] > a.shape[-2]:
+        dahu = mT(t) @ u
+        dv = dv + (dahu - v @ (vt @ dahu)) / _row(s)
+    return mT(dv)
+
+
+def _svd_vt_vjp(g, ans, a):
+    vt, u, s = ans, svd_u(a), svd_s(a)
+    y = _svd_gaps(s) * (vt @ mT(g))
+    ga = u @ (_column(s) * (y + mT(y))) @ vt
+    if a.shape[-1] > a.shape[-2]:
+        ga = ga + (u / _row(s)) @ (g - (g @ mT(vt)) @ vt)
+    return ga
+
+
+# svd's s (descending), U and V^T (NumPy's reduced SVD, its signs); derivatives need distinct
+# singular values (and nonzero ones for the extra columns of a non-square U or V)
+svd_s = _def("svd_s", lambda a: np.linalg.svd(a, compute_uv=False), (_svd_s_vjp,), (_svd_s_jvp,),
+             _matrix_params)
+svd_u = _def("svd_u", lambda a: np.linalg.svd(a, full_matrices=False)[0], (_svd_u_vjp,), (_svd_u_jvp,),
+             _matrix_params)
+svd_vt = _def("svd_vt", lambda a: np.linalg.svd(a, full_matrices=False)[2], (_svd_vt_vjp,),
+              (_svd_vt_jvp,), _matrix_params)
+
+
+# The reduced QR A = Q R (m >= n, R invertible): with X = dA R^-1, C = Q^T X and
+# K = triu(C) + tril(C, -1)^T, dQ = X - Q K and dR = K R (JAX's qr_jvp_rule, rewritten: its
+# do - C is -K).  K's map and its adjoint, for the VJPs:
+
+def _qr_k(c):
+    n = c.shape[-1]
+    return c * np.triu(np.ones((n, n))) + mT(c * np.tril(np.ones((n, n)), -1))
+
+
+def _qr_k_adjoint(h):
+    n = h.shape[-1]
+    return h * np.triu(np.ones((n, n))) + mT(h) * np.tril(np.ones((n, n)), -1)
+
+
+def _qr_tall(a):
+    m, n = a.shape[-2:]
+    if m < n:
+        raise UsageError(f"qr: derivatives need a matrix with at least as many rows as columns; "
+                         f"this one is {m}×{n}",
+                         hint="differentiate qr(transpose(A)) instead, or pad A with rows")
+
+
+def _qr_q_jvp(t, ans, a):
+    _qr_tall(a)
+    x = t @ inv(qr_r(a))
+    return x - ans @ _qr_k(mT(ans) @ x)
+
+
+def _qr_r_jvp(t, ans, a):
+    _qr_tall(a)
+    return _qr_k(mT(qr_q(a)) @ (t @ inv(ans))) @ ans
+
+
+def _qr_q_vjp(g, ans, a):
+    _qr_tall(a)
+    return (g - ans @ _qr_k_adjoint(mT(ans) @ g)) @ mT(inv(qr_r(a)))
+
+
+def _qr_r_vjp(g, ans, a):
+    _qr_tall(a)
+    return qr_q(a) @ _qr_k_adjoint(g @ mT(ans)) @ mT(inv(ans))
+
+
+# qr's Q and R (NumPy's reduced QR, LAPACK's signs); derivatives for m >= n and R invertible
+qr_q = _def("qr_q", lambda a: np.linalg.qr(a)[0], (_qr_q_vjp,), (_qr_q_jvp,), _matrix_params)
+qr_r = _def("qr_r", lambda a: np.linalg.qr(a)[1], (_qr_r_vjp,), (_qr_r_jvp,), _matrix_params)
+
+
+def _minus_from_eye(x):
+    """I - x for a (stack of) square matrices."""
+    return -x + np.eye(x.shape[-1])
+
+
+def _pinv_jvp(t, ans, a):
+    # Golub and Pereyra: dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P
+    p, tt = ans, mT(t)
+    return (-(p @ t @ p) + p @ (mT(p) @ tt) @ _minus_from_eye(a @ p)
+            + _minus_from_eye(p @ a) @ (tt @ (mT(p) @ p)))
+
+
+def _pinv_vjp(g, ans, a):
+    p, gt = ans, mT(g)
+    return (-(mT(p) @ g @ mT(p)) + _minus_from_eye(a @ p) @ (gt @ (p @ mT(p)))
+            + (mT(p) @ p) @ gt @ _minus_from_eye(p @ a))
+
+
+# the pseudo-inverse with NumPy's default cutoff (singular values below 1e-15 times the largest
+# are taken as 0); its derivative holds the rank fixed (Golub and Pereyra)
+pinv = _def("pinv", np.linalg.pinv, (_pinv_vjp,), (_pinv_jvp,), _matrix_params)
 
 
 # -- einsum: one contraction over subscripts ---------------------------------------

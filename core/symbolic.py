@@ -355,14 +355,29 @@ def _mask(relation):
 
 
 def _square(x, prim, tr, eq):
+    """One matrix of an object array as a sympy Matrix (within LINALG_LIMIT)."""
     n = x.shape[-1]
-    if n > LINALG_LIMIT:
+    if n > LINALG_LIMIT or x.shape[-2] > LINALG_LIMIT:
         at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
         raise _located(UsageError(
             f"{_SYMBOLIC} supports {prim} of matrices up to {LINALG_LIMIT}×{LINALG_LIMIT}; "
-            f"'{prim}'{at} has a {n}×{n} matrix", eq.pos, option="symbolic"), tr)
+            f"'{prim}'{at} has a {x.shape[-2]}×{n} matrix", eq.pos, option="symbolic"), tr)
     sp, _ = _sympy()
-    return sp.Matrix(x.tolist()) if n else sp.zeros(0, 0)
+    return sp.Matrix(x.tolist()) if x.size else sp.zeros(*x.shape[-2:])
+
+
+def _per_matrix(x, prim, tr, eq, fn):
+    """fn(sympy Matrix) for each matrix of the stack x (leading axes, as numpy.linalg takes
+    them): an object array of the stack's shape followed by fn's result's shape."""
+    batch = x.shape[:-2]
+    results = [_obj(np.array(r.tolist(), dtype=object) if hasattr(r, "tolist") else r)
+               for r in (fn(_square(x[idx], prim, tr, eq)) for idx in np.ndindex(*batch))]
+    if not batch:
+        return results[0]
+    out = np.empty(batch + results[0].shape, dtype=object)
+    for idx, r in zip(np.ndindex(*batch), results):
+        out[idx + (Ellipsis,)] = r
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -396,20 +411,14 @@ def _rules():
         return x - _elementwise(sp.log, 1)(s)
 
     def det(a, tr, eq, **_):
-        return _square(a, "det", tr, eq).det()
+        return _per_matrix(a, "det", tr, eq, lambda m: m.det())
 
     def inv(a, tr, eq, **_):
-        m = _square(a, "inv", tr, eq)
-        d = m.det()
-        adj = m.adjugate()
-        return np.array([[adj[i, j] / d for j in range(m.cols)] for i in range(m.rows)],
-                        dtype=object).reshape(a.shape)
+        return _per_matrix(a, "inv", tr, eq, _inverse)
 
-    def solve(a, b, ndb, tr, eq, **_):
-        m = _square(a, "solve", tr, eq)
-        rhs = sp.Matrix(b.tolist()) if ndb == 2 else sp.Matrix(list(b))
-        x = (m.adjugate() * rhs) / m.det()
-        return np.array(x.tolist(), dtype=object).reshape(b.shape)
+    def solve(a, b, nda, ndb, tr, eq, **_):
+        # inv(A) b: NumPy 2's stacking of b is matmul's (a vector: one right-hand side per matrix)
+        return np.matmul(_per_matrix(a, "solve", tr, eq, _inverse), b)
 
     rules.update({
         "add": _elementwise(lambda a, b: a + b, 2),
@@ -448,29 +457,52 @@ def _rules():
     return rules
 
 
+def _inverse(m):
+    """inv of a sympy Matrix as adj(M) / det(M), entry by entry."""
+    d = m.det()
+    adj = m.adjugate()
+    return np.array([[adj[i, j] / d for j in range(m.cols)] for i in range(m.rows)], dtype=object)
+
+
+def _pseudo_inverse(m):
+    """pinv at full rank (where NumPy's cutoff keeps every singular value): (A^T A)^-1 A^T for
+    a tall matrix, A^T (A A^T)^-1 for a wide one; the derivative holds the rank fixed too."""
+    if m.rows >= m.cols:
+        return _inverse(m.T * m).dot(np.array(m.T.tolist(), dtype=object))
+    return np.array(m.T.tolist(), dtype=object).dot(_inverse(m * m.T))
+
+
+def _refused(name, reason):
+    def rule(*_, tr, eq, **__):
+        at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
+        raise _located(UsageError(f"{_SYMBOLIC} cannot express '{name}'{at} in closed form: {reason}",
+                                  eq.pos, hint=f"drop {_SYMBOLIC} for this program", option="symbolic"), tr)
+    return rule
+
+
 def _spectral_rules(sp) -> dict:
-    """slogdet and cholesky in closed form; eigh refused, with the reason."""
+    """slogdet, cholesky and pinv in closed form, per matrix of a stack; eigh, svd and qr
+    refused, with the reason."""
     def slogdet_sign(a, tr, eq, **_):
-        return sp.sign(_square(a, "slogdet", tr, eq).det())
+        return _per_matrix(a, "slogdet", tr, eq, lambda m: sp.sign(m.det()))
 
     def logabsdet(a, tr, eq, **_):
-        return sp.log(sp.Abs(_square(a, "slogdet", tr, eq).det()))
+        return _per_matrix(a, "slogdet", tr, eq, lambda m: sp.log(sp.Abs(m.det())))
 
     def cholesky(a, tr, eq, **_):
         # of (A + A^T) / 2: equal to NumPy's (which reads the lower triangle) where A is
         # symmetric, and with the numeric rules' symmetric derivative
-        m = _square(a, "cholesky", tr, eq)
-        sym = (m + m.T) / 2
-        return np.array(sym.cholesky(hermitian=False).tolist(), dtype=object).reshape(a.shape)
+        return _per_matrix(a, "cholesky", tr, eq, lambda m: ((m + m.T) / 2).cholesky(hermitian=False))
 
-    def eigh(*_, tr, eq, **__):
-        at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
-        raise _located(UsageError(
-            f"{_SYMBOLIC} cannot express 'eigh'{at} in closed form: eigenvalues are the roots of "
-            "a polynomial", eq.pos, option="symbolic"), tr)
+    def pinv(a, tr, eq, **_):
+        return _per_matrix(a, "pinv", tr, eq, _pseudo_inverse)
 
-    return {"slogdet_sign": slogdet_sign, "logabsdet": logabsdet, "cholesky": cholesky,
-            "eigh_values": eigh, "eigh_vectors": eigh}
+    roots = _refused("eigh", "eigenvalues are the roots of a polynomial")
+    singular = _refused("svd", "singular values are the roots of a polynomial (the eigenvalues of A^T A)")
+    qr = _refused("qr", "its factors hold square roots whose signs are LAPACK's choice")
+    return {"slogdet_sign": slogdet_sign, "logabsdet": logabsdet, "cholesky": cholesky, "pinv": pinv,
+            "eigh_values": roots, "eigh_vectors": roots, "svd_s": singular, "svd_u": singular,
+            "svd_vt": singular, "qr_q": qr, "qr_r": qr}
 
 
 def _two_argument_rules(sp, extremum) -> dict:
@@ -527,6 +559,7 @@ NO_CLOSED_FORM = {
     "adjugate": "internal: recorded by det's derivative rules, never by a program",
     "prod_others": "internal: recorded by prod's derivative rules, never by a program",
     "prod_others_jvp": "internal: the derivative of prod_others, recorded by its rules",
+    "recurrence": "internal: recorded by cumprod's derivative rules, never by a program",
 }
 
 

@@ -228,6 +228,16 @@ def _add_scan_cases(add):
         for shape, kw in [((4,), {}), ((2, 3), {}), ((2, 3), {"axis": 0}), ((2, 3), {"axis": -1}),
                           ((2, 3, 2), {"axis": 1})]:
             add(name, E(f"{name}(x{_kw(**kw)})", lambda x, ref=ref, kw=kw: ref(x, **kw), x=(shape, dom)))
+    # cumprod exact at zeros: one zero, two zeros (its derivatives run a recurrence, no division)
+    add("cumprod", E("cumprod(x)", np.cumprod, x=[2.0, 0.0, 3.0, -1.5]),
+        E("cumprod(x, axis=0)", lambda x: np.cumprod(x, axis=0), x=[[2.0, 0.0], [0.0, 3.0], [0.5, -1.0]]),
+        E("cumprod(x)", np.cumprod, x=[0.0, 1.5, 0.0, 2.0]))
+    for shape, axis in [((5,), -1), ((3, 4), -2), ((2, 3, 2), -2)]:
+        for rev in (False, True):
+            add("recurrence", D(f"recurrence(axis={axis}, reverse={rev})",
+                                lambda a, b, axis=axis, rev=rev: P.recurrence(a, b, axis=axis, reverse=rev),
+                                (shape, "real"), (shape, "real"),
+                                ref=lambda a, b, axis=axis, rev=rev: _np_recurrence(a, b, axis, rev)))
     add("cumsum", D("cumsum(reverse)", lambda a: P.cumsum(a, axis=-2, reverse=True), ((3, 2), "real"),
                     ref=lambda a: np.cumsum(a[::-1], axis=0)[::-1]))
     for name, ref in [("argsort", lambda x, axis=-1: np.argsort(x, axis=axis)),
@@ -235,6 +245,15 @@ def _add_scan_cases(add):
         for shape, kw in [((5,), {}), ((2, 3), {"axis": 0}), ((2, 3), {})]:
             add(name, E(f"{name}(x{_kw(**kw)}) * y", lambda x, y, ref=ref, kw=kw: ref(x, **kw) * y,
                         unconnected=("x",), x=(shape, "distinct"), y=((), "real")))
+
+
+def _np_recurrence(x, r, axis, reverse):
+    """z_i = x_i z_(i-1) + r_i (reverse: z_i = x_(i+1) z_(i+1) + r_i), one step at a time."""
+    xm, z = np.moveaxis(x, axis, -1), np.moveaxis(r, axis, -1).copy()
+    n = z.shape[-1]
+    for i in (range(n - 2, -1, -1) if reverse else range(1, n)):
+        z[..., i] += xm[..., i + 1] * z[..., i + 1] if reverse else xm[..., i] * z[..., i - 1]
+    return np.moveaxis(z, -1, axis)
 
 
 def _add_elementwise_cases(add):
@@ -505,6 +524,24 @@ def _add_spectral_cases(add):
                            ref=lambda a: np.linalg.eigvalsh(_np_sym(a))) for s in [(2, 2), (3, 3), (2, 2, 2)]])
     add("eigh_vectors", *[D(f"eigh_vectors {s}", lambda a: P.eigh_vectors(_sym(a)), (s, r),
                             ref=lambda a: np.linalg.eigh(_np_sym(a))[1]) for s in [(2, 2), (3, 3), (2, 3, 3)]])
+    _add_factorisation_cases(add)
+
+
+def _add_factorisation_cases(add):
+    """svd, qr, pinv: square, tall and wide matrices and stacks of them (random matrices have
+    distinct singular values and full rank)."""
+    r = "real"
+    for name, ref in [("svd_s", lambda a: np.linalg.svd(a)[1]),
+                      ("svd_u", lambda a: np.linalg.svd(a, full_matrices=False)[0]),
+                      ("svd_vt", lambda a: np.linalg.svd(a, full_matrices=False)[2]),
+                      ("pinv", np.linalg.pinv)]:
+        prim = REGISTRY[name]
+        add(name, *[D(f"{name} {s}", lambda a, prim=prim: prim(a), (s, r), ref=ref)
+                    for s in [(3, 3), (4, 2), (2, 4), (2, 3, 3), (2, 4, 3), (2, 2, 3)]])
+    for name, ref in [("qr_q", lambda a: np.linalg.qr(a)[0]), ("qr_r", lambda a: np.linalg.qr(a)[1])]:
+        prim = REGISTRY[name]
+        add(name, *[D(f"{name} {s}", lambda a, prim=prim: prim(a), (s, r), ref=ref)
+                    for s in [(3, 3), (4, 2), (2, 3, 3), (2, 4, 3)]])
 
 
 def _add_linalg_cases(add):
