@@ -97,8 +97,6 @@ def _declared_inputs(program: Program) -> dict:
             for d in st.decls:
                 if d.name in declared:
                     raise NameError_(f"input '{d.name}' is declared twice", d.pos)
-                if d.name in FUNCTIONS:
-                    raise NameError_(f"'{d.name}' is a built-in function and cannot be an input", d.pos)
                 if d.name in _BOOLEANS:
                     raise NameError_(f"'{d.name}' is a literal and cannot be an input", d.pos)
                 declared[d.name] = InputInfo(d.name, d.pos, d.shape, d.default, True)
@@ -148,8 +146,6 @@ def _check_target(name: str, loc, declared: dict, functions: dict) -> None:
     if info is not None:
         raise NameError_(f"cannot assign to '{name}': it is an input (line {info.pos.line})", loc,
                          hint="an input always means the value the program was given; assign to a new name")
-    if name in FUNCTIONS:
-        raise NameError_(f"cannot assign to '{name}': it is a built-in function", loc)
     if name in functions:
         raise NameError_(f"cannot assign to '{name}': it is a function of the program", loc,
                          hint="pick another name")
@@ -167,7 +163,7 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
         t = type(st)
         if t is Assign:  # (the commonest statement, by a short way)
             name = st.name
-            if name in declared or name in FUNCTIONS or name in functions or name in _BOOLEANS:
+            if name in declared or name in functions or name in _BOOLEANS:
                 _check_target(name, st.loc, declared, functions)
             assigned.setdefault(name, st.loc)
             output = st
@@ -184,7 +180,7 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
         if target is None:
             continue
         for name in target(st):
-            if name in declared or name in FUNCTIONS or name in functions or name in _BOOLEANS:
+            if name in declared or name in functions or name in _BOOLEANS:
                 _check_target(name, st.loc, declared, functions)
             if name not in assigned:
                 assigned[name] = st.loc
@@ -231,7 +227,8 @@ def analyse(program: Program) -> Facts:
                 _function_read(n, st)
                 continue
             if nid in FUNCTIONS:
-                raise NameError_(f"'{nid}' is a function; call it as {nid}(...)", n.pos)
+                raise NameError_(f"'{nid}' is a function; call it as {nid}(...)", n.pos,
+                                 hint=f"to use '{nid}' as a value, declare it (input {nid}) or assign it")
             free[nid] = known[nid] = InputInfo(nid, n.pos, None, None, False)
     name, loc = output if output is not None else (None, None)
     return Facts([*declared.values(), *free.values()], assigned, functions, local_names, bare, name, loc)
@@ -245,6 +242,20 @@ def find_inputs(program: Program) -> list[InputInfo]:
 # ==========================================================================
 # The interpreter
 # ==========================================================================
+
+
+# Built-ins that take their arrays as separate arguments or, as NumPy's do, as one sequence:
+# concatenate((a, b), axis=0) and stack([a, b]) are concatenate(a, b, axis=0) and stack(a, b).
+# (NumPy's spellings are Builtins of their own over the same function.)
+_SEQUENCE_BUILTINS = frozenset(FUNCTIONS[n].fn for n in ("concat", "stack", "vstack", "hstack", "column_stack"))
+
+
+def _sequence(fn, args: tuple) -> tuple:
+    """A built-in's variable arguments: one tuple or list literal given to a built-in that
+    takes a sequence of arrays stands for its items."""
+    if fn.fn in _SEQUENCE_BUILTINS and len(args) == 1 and type(args[0]) in (TupleLit, ArrayLit):
+        return args[0].items
+    return args
 
 
 class Traced:
@@ -333,6 +344,7 @@ class Interpreter:
         self.masks_bound = _MASKS_BOUND
         self.names: dict[str, int] = {}  # top-level name -> var of its last value
         self.positions: dict[str, int] = {}  # top-level name -> where last assigned
+        self.several: dict[int, tuple] = {}  # bare statements that gave several values: loc -> (call, count)
 
     def number(self, value: float) -> Tracer:
         """The constant of a number literal: equal literals are one constant on the tape, which
@@ -400,8 +412,12 @@ class Interpreter:
         before = self.b._next
         values = self.values(st.value, used=False)
         name = self.facts.bare.get(st.loc) if self.local_names is None else None
-        if name is not None and len(values) == 1:
+        if name is None:
+            return
+        if len(values) == 1:
             self.bind(name, values[0], st.loc, before)
+        else:  # (no name: if it is the output statement, the output error says why)
+            self.several[st.loc] = (st.value.func, len(values))
 
     def if_(self, st: If) -> None:
         for branch in st.branches:
@@ -770,7 +786,7 @@ class Interpreter:
             elif pname in fn.numbers:
                 bound.arguments[pname] = self.number_arg(node.func, pname, arg)
             elif fn.signature.parameters[pname].kind is inspect.Parameter.VAR_POSITIONAL:
-                bound.arguments[pname] = tuple(self.expr(a) for a in arg)
+                bound.arguments[pname] = tuple(self.expr(a) for a in _sequence(fn, arg))
             else:
                 bound.arguments[pname] = self.expr(arg)
         self.b.pos = node.loc
@@ -1029,7 +1045,7 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
         output = facts.output if facts.output in names else None
         tape = b.tape(input_vars, names, output, positions)
         b.pos = None
-        return Traced(program, tape, b, inputs, _output_error(program, facts, output))
+        return Traced(program, tape, b, inputs, _output_error(program, facts, output, run.several))
     except GradcalcError as err:
         raise err.located(program.source)
     except RecursionError:  # (100 calls deep, each in expressions nested deep: past Python's stack)
@@ -1037,11 +1053,19 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
                          f"(calls are limited to {MAX_CALL_DEPTH} deep)").located(program.source) from None
 
 
-def _output_error(program: Program, facts: Facts, output):
-    """The error for a program whose output statement never ran (SPEC §2.2), or None."""
+def _output_error(program: Program, facts: Facts, output, several: dict):
+    """The error for a program whose output statement never ran (SPEC §2.2), or gave several
+    values (a bare ``eigh(S)``), or None."""
     if output is not None or facts.output is None:
         return None
     line = to_pos(facts.output_loc).line
+    if facts.output_loc in several:
+        func, count = several[facts.output_loc]
+        names = ", ".join("abcdefgh"[:min(count, 8)])
+        return UsageError(f"the output statement (line {line}) gives {count} values ('{func}' returns "
+                          f"several), so the program has no single output", facts.output_loc,
+                          hint=f"take them apart, {names} = {func}(...), and end with the value to use, "
+                               f"or name one with {option('of')} NAME", option="of").located(program.source)
     return UsageError(f"the output statement (line {line}) never ran, so the program has no output; "
                       f"{option('of')} is required", facts.output_loc,
                       hint=f"name the value to show with {option('of')} NAME", option="of").located(program.source)

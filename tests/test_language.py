@@ -1804,3 +1804,96 @@ def test_a_value_for_a_name_the_program_assigns_says_where_and_what_to_do():
     assert err.kind == "usage" and err.name == "w"
     assert err.message == "'w' is not an input of the program: it is assigned at line 1, column 1"
     assert "reads and never assigns" in err.hint and "w0" in err.hint
+
+
+# ==========================================================================
+# Values may take a built-in's name (issue 16): diff, size, sort, take, mod...
+# ==========================================================================
+# A value shadows a built-in as it shadows a constant; a call name(...) still calls the
+# built-in.  References: the same programs with the value renamed, and closed forms.
+
+SHADOWING = [
+    # (program, program with the value renamed, x)
+    ("diff = x^2; diff * 3", "d = x^2; d * 3", 3.0),
+    ("input size = 2\nsize * x", "input s = 2\ns * x", 3.0),
+    ("sort = 1; sort + x^2", "s = 1; s + x^2", 3.0),
+    ("for mod in range(3) { y = x * mod }\ny", "for m in range(3) { y = x * m }\ny", 2.0),
+    ("take, size = split(x * [1, 2], 2); sum(take * size)", "a, b = split(x * [1, 2], 2); sum(a * b)", 1.5),
+    ("def f(sum) = sum * 2\nf(x^2)", "def f(s) = s * 2\nf(x^2)", 3.0),
+    ("def f(y) { len = y * 2; return len }\nf(x)", "def f(y) { n = y * 2; return n }\nf(x)", 3.0),
+    # the built-in is still called by name while a value has its name
+    ("diff = x^2; d = diff([1, 4, 9]); sum(d) * diff", "v = x^2; d = [3, 5]; sum(d) * v", 3.0),
+]
+
+
+@pytest.mark.parametrize("src, renamed, x", SHADOWING, ids=[s for s, _, _ in SHADOWING])
+def test_a_value_may_take_a_builtins_name(src, renamed, x):
+    if "split(" in src and "split" not in gradcalc.builtins.FUNCTIONS:
+        pytest.skip("split is not a built-in yet")
+    got = gradcalc.grad(src, at={"x": x})["x"]
+    want = gradcalc.grad(renamed, at={"x": x})["x"]
+    assert np.array_equal(got, want)
+
+
+def test_a_shadowing_value_has_the_closed_form_gradient():
+    # sum(diff([1, 4, 9])) = 3 + 5 = 8, so d/dx (8 x^2) = 16 x
+    assert gradcalc.grad("diff = x^2; d = diff([1, 4, 9]); sum(d) * diff", at={"x": 3.0})["x"] == 48.0
+
+
+def test_a_builtin_read_as_a_value_without_an_assignment_is_still_an_error():
+    r = user_error("grad", "size * x", "--at", "x=3")
+    assert "'size' is a function; call it as size(...)" in r.stderr
+    assert "declare it (input size) or assign it" in r.stderr
+
+
+def test_a_function_still_may_not_take_a_builtins_name():
+    r = user_error("eval", "def diff(a) = a\ndiff(1)")
+    assert "a function cannot be named 'diff': it is a built-in function" in r.stderr
+
+
+# ==========================================================================
+# concatenate((a, b), axis=0): the arrays as one tuple or list, as NumPy takes them
+# ==========================================================================
+
+SEQUENCES = [
+    ("concatenate((a, b), axis=0)", lambda a, b: np.concatenate((a, b), axis=0)),
+    ("concat([a, b])", lambda a, b: np.concatenate([a, b])),
+    ("stack((a, b), axis=1)", lambda a, b: np.stack((a, b), axis=1)),
+    ("stack([a, b, a])", lambda a, b: np.stack([a, b, a])),
+    ("vstack((a, b))", lambda a, b: np.vstack((a, b))),
+    ("hstack([a, b])", lambda a, b: np.hstack([a, b])),
+    ("column_stack((a, b))", lambda a, b: np.column_stack((a, b))),
+    ("concatenate((a,))", lambda a, b: np.concatenate((a,))),
+]
+
+
+@pytest.mark.parametrize("src, numpy_fn", SEQUENCES, ids=[s for s, _ in SEQUENCES])
+def test_sequence_builtins_take_one_tuple_as_numpy_does(src, numpy_fn):
+    a, b = np.array([1.0, -2.0, 0.5]), np.array([3.0, 4.0, -1.0])
+    got = gradcalc.evaluate(src, at={"a": a, "b": b} if "b" in src else {"a": a})
+    (value,) = got.values()
+    assert np.array_equal(value, numpy_fn(a, b))
+
+
+def test_the_tuple_form_differentiates_as_the_separate_arguments():
+    # d/da, d/db of sum(concatenate((a, 2 b))^2) = 2 a, 8 b
+    a, b = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    g = gradcalc.grad("sum(concatenate((a, 2*b), axis=0)^2)", at={"a": a, "b": b})
+    assert np.array_equal(g["a"], 2 * a) and np.array_equal(g["b"], 8 * b)
+
+
+# ==========================================================================
+# A call giving several values as the output statement
+# ==========================================================================
+
+def test_several_values_as_the_output_says_so():
+    r = user_error("grad", "eigh(S)", "--at", "S=[[2,1],[1,3]]")
+    assert "the output statement (line 1) gives 2 values ('eigh' returns several)" in r.stderr
+    assert "a, b = eigh(...)" in r.stderr
+    r = user_error("eval", "def f(x) { return x, 2*x }\nf(S)", "--at", "S=1")
+    assert "gives 2 values ('f' returns several)" in r.stderr
+
+
+def test_several_values_in_a_bare_statement_are_fine_when_another_output_is_named():
+    got = ok_json("eval", "w, V = eigh(S)\neigh(S)", "--at", "S=[[2,1],[1,3]]", "--of", "w")
+    assert np.allclose(got["values"]["w"], np.linalg.eigvalsh([[2, 1], [1, 3]]))
