@@ -57,9 +57,11 @@ class CheckResult:
     #: what was compared: "jacobian" (full, against finite differences), "directions"
     #: (--directions), "expect" (a stored result), "exec" (a black box)
     comparison: str = "jacobian"
+    #: the line of the program that defines the output ``of`` (where CI annotates a failure)
+    line: int | None = None
 
     def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("source", "point", "of", "wrt", "comparison", "max_abs_err",
+        d = {k: getattr(self, k) for k in ("source", "point", "of", "wrt", "comparison", "line", "max_abs_err",
                                            "max_rel_err", "worst_index", "method", "step", "ok",
                                            "notes")}
         d.update(self.extra)

@@ -377,15 +377,23 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
         for p, tr in _points(program, values, points, rng, limits):
             outs, wrts = _selected(tr, of, wrt)
             try:
-                results += _check_point(tr, name, p, outs, wrts, plan, rng)
+                results += _lines(tr, _check_point(tr, name, p, outs, wrts, plan, rng))
             except GradcalcError as err:  # (a batch over max_elements, say): name the program
                 raise err.located(program.source)
         if expect is not None:
             tr = trace(program, {**values, **expect_point(expect)}, **limits)
-            results += _check_expect(tr, name, *_selected(tr, of, wrt), expect, tol)
+            results += _lines(tr, _check_expect(tr, name, *_selected(tr, of, wrt), expect, tol))
         return check_result(results, tol)
 
     return run()
+
+
+def _lines(tr: Traced, results: list) -> list:
+    """The results, each with the line that defines its output."""
+    for r in results:
+        pos = to_pos(tr.tape.positions.get(r.of))
+        r.line = pos.line if pos else None
+    return results
 
 
 def _selected(tr: Traced, of, wrt) -> tuple[list, list]:
