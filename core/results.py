@@ -24,6 +24,7 @@ PAYLOADS = {
     "hessian": "of value hessian= warnings",
     "check": "ok rtol atol results",
     "graph": "output nodes guessed_shapes=guessed warnings",
+    "plot": "of over wrt direction? at samples= marks warnings",
 }
 
 #: The parts of a closed form (see symbolic_part) that JSON output carries: its value is
