@@ -1,0 +1,263 @@
+"""``plot``: a program's output and its derivative along one input, sampled over an interval.
+
+The samples are rows of one batch.  The program is traced once, at the first sample,
+and forward mode records the derivative along the line on the same builder (the tangent
+equations read the primal values they need); one batched pass over the primal and the
+tangent equations together then gives every sample's value and derivative (and, with
+``hessian``, the second derivative: forward mode over that forward pass).  Forward mode,
+because the derivative wanted is the one along the line, J v, which is one tangent per
+sample: reverse mode would need a backward pass per sample for the same number.
+
+Samples where the program takes another path (SPEC §2.1) are found as check finds them
+(:mod:`.numerics`: every guard's variable recomputed in the batched pass): the program is
+run at the first such sample, and that run's tape serves, in one batched pass, every
+sample on its path; one run per path.  Where the path changes between two samples, and
+where a kink of the output lies (the check's kink rule: the kinks that the output's value
+follows), the result carries a mark.  Nothing here prints: the CLI draws the picture.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .errors import ShapeError, UsageError, did_you_mean, option, to_pos
+from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
+from .numerics import _on_tape as on_tape, _run_at as run_at, _upstream, path_notes  # (see README notes)
+from .results import Result
+from .session import as_arrays, parse, quiet, select_names, select_output
+from .tape import DEFAULT_MAX_ELEMENTS, eval_equations
+from .transforms import forward, largest_batched, seeded
+
+DEFAULT_SAMPLES = 200
+#: A change of path between two samples is placed to this fraction of their spacing.
+BISECTIONS = 32
+
+
+class Line(NamedTuple):
+    """The inputs along the plot: ``over`` at x0 + t v for each abscissa t (a scalar with
+    no direction: at t itself)."""
+
+    over: str
+    t: np.ndarray  # the abscissae
+    x0: np.ndarray
+    v: np.ndarray | None
+
+    def points(self) -> np.ndarray:
+        """The value of over at each abscissa, shape (len(t),) + over's shape."""
+        if self.v is None:
+            return self.t.reshape((-1,) + self.x0.shape)
+        return self.x0 + self.t.reshape((-1,) + (1,) * self.x0.ndim) * self.v
+
+
+def parse_over(text: str) -> tuple[str, float, float]:
+    """``NAME=LO:HI`` (LO and HI constant expressions: -pi:pi) -> (name, lo, hi)."""
+    from .values import parse_value
+    name, eq, interval = text.partition("=")
+    lo, colon, hi = interval.partition(":")
+    if not (eq and colon and name.strip().isidentifier()):
+        raise UsageError(f"{option('over')} takes NAME=LO:HI, not '{text}'", option="over",
+                         hint="e.g. --over x=-2:2")
+    ends = [parse_value(v, f"{option('over')} {name.strip()}") for v in (lo, hi)]
+    if any(e.size != 1 for e in ends):
+        raise UsageError(f"{option('over')}: LO and HI are numbers, not arrays", option="over")
+    lo_, hi_ = (float(e.reshape(())) for e in ends)
+    if not (math.isfinite(lo_) and math.isfinite(hi_) and lo_ < hi_):
+        raise UsageError(f"{option('over')} needs finite LO < HI, got {lo_:g}:{hi_:g}", option="over")
+    return name.strip(), lo_, hi_
+
+
+@quiet
+def plot(source, over: str, lo: float, hi: float, *, samples: int = DEFAULT_SAMPLES, direction=None,
+         hessian: bool = False, at=None, of=None, wrt=None, max_elements: int = DEFAULT_MAX_ELEMENTS,
+         max_steps: int = DEFAULT_MAX_STEPS) -> Result:
+    """The output of source and its derivative at ``samples`` points over [lo, hi] of the
+    input ``over`` (others at their at= or default values).  An array input needs
+    ``direction`` (its shape): the line x0 + t v through its at= value, t in [lo, hi].
+    ``wrt`` (default: over, along the line) names a scalar value to differentiate with
+    respect to instead.  Returns a Result (command "plot")."""
+    program = parse(source)
+    if samples < 2:
+        raise UsageError(f"{option('samples')} must be at least 2, not {samples}", option="samples")
+    if not lo < hi:
+        raise UsageError(f"{option('over')} needs LO < HI, got {lo:g}:{hi:g}", option="over")
+    line, tr = _line(program, over, np.linspace(lo, hi, samples), direction, as_arrays(at),
+                     dict(max_elements=max_elements, max_steps=max_steps))
+    out = select_output(tr, of)
+    if tr.value(out).size != 1:
+        raise ShapeError(f"plot draws a scalar output, but '{out}' has shape {tr.value(out).shape}",
+                         tr.tape.positions.get(out), name=out, option="of",
+                         hint=f"select a scalar with {option('of')}, or reduce it, e.g. sum(...)")
+    (w,) = select_names(tr, [wrt or over], "wrt", ())
+    if w != over and tr.value(w).size != 1:
+        raise ShapeError(f"{option('wrt')} '{w}' has shape {tr.value(w).shape}: plot differentiates "
+                         "with respect to a scalar", name=w, option="wrt")
+    if hessian and w not in tr.tape.inputs:
+        raise UsageError("plot --hessian differentiates with respect to inputs only; "
+                         f"'{w}' is an intermediate value", name=w, option="wrt")
+    curves, marks = _sampled(tr, line, out, w, hessian, max_steps)
+    data = {"abscissae": line.t, "values": curves[0], "derivatives": curves[1]}
+    if hessian:
+        data["second_derivatives"] = curves[2]
+    return Result(data, command="plot", of=out, over=over, wrt=w,
+                  direction=line.v, marks=marks, at={k: tr.value(k) for k in tr.tape.inputs if k != over},
+                  warnings=[m.message for m in tr.warnings])
+
+
+def _line(program, over: str, t: np.ndarray, direction, at: dict, limits: dict) -> tuple[Line, Traced]:
+    """The line through the point, and the program traced at its first sample."""
+    inputs = {i.name: i for i in find_inputs(program)}
+    if over not in inputs:
+        hint = did_you_mean(over, inputs) or (f"the inputs are: {', '.join(inputs)}" if inputs
+                                              else "the program has no inputs")
+        raise UsageError(f"{option('over')} '{over}' is not an input of the program", name=over,
+                         option="over", hint=hint)
+    point = dict(at)
+    if over not in point and inputs[over].default is None and inputs[over].shape is None:
+        point[over] = np.asarray(t[0])  # a free scalar input: it needs no value of its own
+    x0 = trace(program, point, **limits).value(over)
+    v = None if direction is None else np.asarray(direction, dtype=float)
+    if v is None and x0.size != 1:
+        raise ShapeError(f"{option('over')} '{over}' has shape {x0.shape}: a plot runs along one "
+                         "line", name=over, option="over",
+                         hint=f"give {option('direction')} V (of shape {x0.shape}) for the line "
+                              f"{over} + t V, t in LO:HI")
+    if v is not None and v.shape != x0.shape:
+        raise ShapeError(f"{option('direction')} has shape {v.shape}, but '{over}' has shape {x0.shape}",
+                         name=over, option="direction")
+    line = Line(over, t, x0, v)
+    return line, trace(program, {**point, over: line.points()[0]}, **limits)
+
+
+def _sampled(tr: Traced, line: Line, out: str, w: str, hessian: bool, max_steps: int):
+    """([values, derivatives(, second derivatives)], marks): every sample, one batched pass
+    per path; a mark where the path changes between two samples and where a kink lies."""
+    xs = line.points()
+    curves = np.full((2 + hessian, len(xs)), np.nan)
+    pending, traced, groups = np.arange(len(xs)), tr, []
+    while pending.size:
+        if traced is None:  # the program fails at this sample: no value there
+            pending = pending[1:]
+        else:
+            _, first, _ = on_tape(traced, line.over, xs[pending], [out])
+            rows = pending[first < 0]
+            if rows.size:
+                found, kinks = _along(traced, line, out, w, hessian, rows)
+                curves[:, rows] = found
+                groups.append((traced, rows, kinks))
+            pending = pending[first >= 0]
+        if pending.size:
+            traced = run_at(tr, {**{n: tr.value(n) for n in tr.tape.inputs}, line.over: xs[pending[0]]},
+                            max_steps)
+    return list(curves), _path_marks(groups, line, out, max_steps) + _kink_marks(groups, line)
+
+
+def _along(tr: Traced, line: Line, out: str, w: str, hessian: bool, rows: np.ndarray):
+    """The value, derivative (and second derivative) at the samples rows, all on tr's path:
+    forward mode (over forward mode) recorded on tr's builder, then one batched pass over
+    the primal and tangent equations; and the kinks' distances at those samples."""
+    b, names = tr.builder, tr.tape.names
+    saved, b.check_finite = b.check_finite, False  # traced at one point: its values mean nothing
+    start = len(b.equations)
+    var = names[w]
+    seed = b.input(line.v if line.v is not None and w == line.over else np.ones(tr.value(w).shape))
+    tangent = forward(b, tr.tape.equations, {var: seed}, check=False).get(names[out])
+    wanted = [names[out], tangent]
+    if hessian:
+        seed2 = b.input(np.asarray(seed.value))
+        second = forward(b, list(tr.tape.equations) + b.equations[start:], {var: seed2}, check=False)
+        wanted.append(None if tangent is None else second.get(tangent.var))
+    b.check_finite = saved
+    wanted = [t if t is None or isinstance(t, int) else t.var for t in wanted]
+    kinked = _kinked(tr, names[line.over], names[out])
+    keep = {v for v in wanted if v is not None} | {v for eq in kinked for v in (eq.out, *eq.args)}
+    over = names[line.over]
+    equations = seeded(list(tr.tape.equations) + b.equations[start:], [over])
+    largest = largest_batched(equations, [over], b.shapes)
+    b.check_size((len(rows), largest), what=f"a batch of {len(rows)} samples through {largest}-element values")
+    env = dict(b.values)
+    env[over] = line.points()[rows]
+    eval_equations(equations, env, keep=keep, batch_elements=len(rows) * largest)
+    shape = (len(rows),)
+    found = [np.zeros(shape) if v is None else np.broadcast_to(env[v], shape + b.shapes[v]).reshape(shape)
+             for v in wanted]
+    return found, [(eq, _kink_distances(eq, env, b.shapes, len(rows))) for eq in kinked]
+
+
+def _kinked(tr: Traced, wrt_var: int, out_var: int) -> list:
+    """The kinked equations downstream of wrt_var whose kink the output follows (check's
+    rule, numerics.kinks_near)."""
+    live = {wrt_var}
+    needed, smooth = _upstream(tr, out_var)
+    found = []
+    for eq in tr.tape.equations:
+        if any(a in live for a in eq.args):
+            live.add(eq.out)
+            if eq.prim.kink is not None and eq.out in (smooth if eq.prim.differentiable else needed):
+                found.append(eq)
+    return found
+
+
+def _kink_distances(eq, env: dict, shapes: dict, n: int) -> np.ndarray:
+    """The signed distance from eq's kink at each sample, shape (n, elements)."""
+    args = [np.broadcast_to(env[v], (n,) + shapes[v]) for v in (eq.out, *eq.args)]
+    with np.errstate(all="ignore"):
+        rows = [np.ravel(eq.prim.kink(*[a[i] for a in args], **eq.params)) for i in range(n)]
+    return np.array(rows, dtype=float).reshape(n, -1)
+
+
+def _kink_marks(groups: list, line: Line) -> list:
+    """A mark where a kink's distance changes sign between two consecutive samples of one
+    path (or is zero at one), when both distances are within two typical changes between
+    samples (a distance like x - round(x) jumps at half-integers, which is no kink)."""
+    t, marks = line.t, []
+    for _, rows, kinks in groups:
+        for eq, d in kinks:
+            steps = np.abs(np.diff(d, axis=0))
+            typical = np.median(steps, axis=0) if len(d) > 1 else np.zeros(d.shape[1])
+            for i in range(len(rows) - 1):
+                if rows[i + 1] != rows[i] + 1:
+                    continue
+                a, c = d[i], d[i + 1]
+                cross = ((a == 0) | (c == 0) | (np.sign(a) * np.sign(c) < 0)) & \
+                    (np.maximum(abs(a), abs(c)) <= 2 * typical)
+                if cross.any():
+                    e = int(np.argmax(cross))
+                    frac = abs(a[e]) / (abs(a[e]) + abs(c[e])) if a[e] != 0 else 0.0  # (both 0: at a)
+                    x = t[rows[i]] + frac * (t[rows[i + 1]] - t[rows[i]])
+                    _add_mark(marks, x, "kink", _kink_text(eq), t[1] - t[0])
+    return marks
+
+
+def _kink_text(eq) -> str:
+    pos = to_pos(eq.pos) if eq.pos else None
+    where = f" (line {pos.line}, column {pos.col})" if pos else ""
+    return f"kink of '{eq.prim.name}'{where}"
+
+
+def _path_marks(groups: list, line: Line, out: str, max_steps: int) -> list:
+    """A mark between two consecutive samples on different paths, naming the decision that
+    changes (check's path notes), placed to a 32nd of the spacing by one more batched pass
+    over points between them."""
+    owner = {}
+    for k, (traced, rows, _) in enumerate(groups):
+        owner.update(dict.fromkeys(rows.tolist(), k))
+    t, marks = line.t, []
+    for i in range(len(t) - 1):
+        if i in owner and i + 1 in owner and owner[i] != owner[i + 1]:
+            traced = groups[owner[i]][0]
+            between = np.linspace(t[i], t[i + 1], BISECTIONS + 1)
+            _, first, guards = on_tape(traced, line.over, line._replace(t=between).points(), [out])
+            k = int(np.argmax(first >= 0)) if (first >= 0).any() else len(between) - 1
+            notes = path_notes(traced, [guards[first[k]]], "sample") if first[k] >= 0 else []
+            text = notes[0].split("; ")[0].removeprefix("near a ") if notes else "change of path"
+            _add_mark(marks, (between[k - 1] + between[k]) / 2 if k else between[0], "path", text,
+                      t[1] - t[0])
+    return marks
+
+
+def _add_mark(marks: list, x: float, kind: str, text: str, spacing: float) -> None:
+    """Add a mark, unless the same one lies within a sample of it."""
+    if not any(m["kind"] == kind and m["note"] == text and abs(m["x"] - x) <= spacing for m in marks):
+        marks.append({"x": float(x), "kind": kind, "note": text})
