@@ -155,7 +155,7 @@ def _reduction(name, prim):
 
 
 for _name, _prim in {"sum": P.reduce_sum, "max": P.reduce_max, "min": P.reduce_min,
-                     "prod": P.reduce_prod, "norm": P.norm, "logsumexp": P.logsumexp}.items():
+                     "prod": P.reduce_prod, "logsumexp": P.logsumexp}.items():
     _reduction(_name, _prim)
 
 
@@ -306,6 +306,191 @@ def _eigh(a):
     w = P.eigh_values(a)
     _note_repeated_eigenvalues(w)
     return w, P.eigh_vectors(a)
+
+
+# -- svd, qr, pinv, matrix_power, cross --------------------------------------------------
+
+def _matrix_arg(name, x, square=False) -> None:
+    if x.ndim < 2 or (square and x.shape[-1] != x.shape[-2]):
+        kind = "a square matrix" if square else "a matrix"
+        raise ShapeError(f"{name} needs {kind} (or a stack of them), got shape {x.shape}")
+
+
+def _singular_gaps(values):
+    """Per matrix: the gaps between neighbouring singular values (descending) and a gap that
+    counts as zero (_EIGH_GAP of the largest, as eigh's)."""
+    return -np.diff(values, axis=-1), _EIGH_GAP * values[..., :1]
+
+
+def _note_singular_values(s, square: bool, vectors: bool) -> None:
+    values = s.value
+    gaps, tiny = _singular_gaps(values)
+    if np.any(gaps <= tiny):
+        s.builder.note_warning("'svd'", "has repeated singular values: derivatives through them are not "
+                                        "defined there (U's and Vt's divide by the gaps between them)")
+    if vectors and not square and np.any(values[..., -1:] <= tiny):
+        s.builder.note_warning("'svd'", "has a zero singular value: the derivative of a non-square "
+                                        "matrix's U or Vt is not defined there (it divides by it)")
+
+
+@_builtin("svd", static=("full_matrices", "compute_uv"))
+def _svd(a, full_matrices=False, compute_uv=True):
+    _matrix_arg("svd", a)
+    if full_matrices is not False:
+        raise UsageError("svd: only the reduced SVD is supported (full_matrices=false)",
+                         hint="U, s, Vt = svd(A) gives U with min(m, n) columns")
+    if not isinstance(compute_uv, bool):
+        raise UsageError(f"svd: compute_uv must be true or false, not {compute_uv!r}")
+    s = P.svd_s(a)
+    _note_singular_values(s, a.shape[-1] == a.shape[-2], compute_uv)
+    return (P.svd_u(a), s, P.svd_vt(a)) if compute_uv else s
+
+
+@_builtin("qr", static=("mode",), strings={"mode": "'reduced'"})
+def _qr(a, mode="reduced"):
+    _matrix_arg("qr", a)
+    if mode not in ("reduced", "r"):
+        raise UsageError(f"qr: mode {mode!r} is not supported; use 'reduced' (Q, R) or 'r' (R alone)")
+    return P.qr_r(a) if mode == "r" else (P.qr_q(a), P.qr_r(a))
+
+
+@_builtin("pinv")
+def _pinv(a):
+    _matrix_arg("pinv", a)
+    return P.pinv(a)
+
+
+@_builtin("matrix_power", static=("n",))
+def _matrix_power(a, n):
+    # NumPy's algorithm (the same products in the same order): inv for n < 0, the identity
+    # for 0, then repeated squaring over the bits of n
+    _matrix_arg("matrix_power", a, square=True)
+    n = _int(n, "n")
+    if n == 0:
+        return a.builder.const(np.broadcast_to(np.eye(a.shape[-1]), a.shape).copy())
+    if n < 0:
+        a, n = P.inv(a), -n
+    elif n == 1:
+        return P.copy(a)
+    if n <= 3:
+        return a if n == 1 else (a @ a if n == 2 else (a @ a) @ a)
+    z = result = None
+    while n > 0:
+        z = a if z is None else z @ z
+        n, bit = divmod(n, 2)
+        if bit:
+            result = z if result is None else result @ z
+    return result
+
+
+@_builtin("cross", static=("axisa", "axisb", "axisc", "axis"))
+def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError("cross needs vectors, not scalars")
+    a, b = _moveaxis(a, axisa, -1), _moveaxis(b, axisb, -1)
+    if a.shape[-1] != 3 or b.shape[-1] != 3:
+        hint = ("NumPy 2 deprecates 2-vectors; append a zero component: the result's last is "
+                "the 2-D cross product") if 2 in (a.shape[-1], b.shape[-1]) else None
+        raise ShapeError(f"cross needs vectors of length 3, got {a.shape[-1]} and {b.shape[-1]}",
+                         hint=hint)
+    x, y = ([P.index(v, idx=(Ellipsis, i)) for i in range(3)] for v in (a, b))
+    c = _stack(x[1] * y[2] - x[2] * y[1], x[2] * y[0] - x[0] * y[2], x[0] * y[1] - x[1] * y[0],
+               axis=-1)
+    return _moveaxis(c, -1, axisc)
+
+
+# -- norm: NumPy's vector and matrix norms ---------------------------------------------
+
+_MATRIX_ORDS = "'fro', 'nuc', 1, -1, 2, -2, inf, -inf"
+
+
+def _ord_name(order) -> str:
+    return repr(order) if isinstance(order, str) else {math.inf: "inf", -math.inf: "-inf"}.get(order, str(order))
+
+
+@_builtin("norm", static=("ord", "axis", "keepdims"))
+def _norm(x, ord=None, axis=None, keepdims=False):
+    if isinstance(ord, bool) or not (ord is None or isinstance(ord, (int, float, str))):
+        raise UsageError(f"norm: ord must be a number, inf, -inf, 'fro' or 'nuc', not {ord!r}")
+    axes = axis if isinstance(axis, tuple) else (None if axis is None else (axis,))
+    if ord is None and (axes is None or len(axes) != 2):
+        return P.norm(x, axis=axis, keepdims=keepdims)  # the 2-norm of the elements over axes
+    if axes is None:  # ord given: a vector or a matrix, as NumPy takes them
+        if x.ndim not in (1, 2):
+            raise ShapeError(f"norm: ord={_ord_name(ord)} needs a vector or a matrix, or axis=, "
+                             f"got shape {x.shape}")
+        axes = tuple(range(x.ndim))
+    if len(axes) == 1:
+        return _vector_norm(x, ord, axes[0], keepdims)
+    if len(axes) != 2:
+        raise ShapeError(f"norm: ord={_ord_name(ord)} takes one axis (a vector norm) or two (a "
+                         f"matrix norm), got axis={axis!r}")
+    row, col = (P.normalize_axes(a, x.ndim)[0] + x.ndim for a in axes)
+    if row == col:
+        raise ShapeError(f"norm: the two axes are the same axis, in axis={axis!r}")
+    y = _matrix_norm(_moveaxis(x, (row, col), (-2, -1)), "fro" if ord is None else ord)
+    if keepdims:
+        return P.reshape(y, shape=tuple(1 if k in (row, col) else d for k, d in enumerate(x.shape)))
+    return y
+
+
+def _vector_norm(x, order, axis, keepdims):
+    if isinstance(order, str):
+        raise UsageError(f"norm: ord={order!r} is a matrix norm; give a matrix or axis=(a, b)",
+                         hint="vector norms: ord = a number > 0, inf, -inf, or 0 (the count of nonzeros)")
+    if order == 2:
+        return P.norm(x, axis=axis, keepdims=keepdims)
+    if order == 0:  # NumPy's count of nonzero entries: no derivative
+        return P.reduce_sum(P.ne(x, 0.0), axis=axis, keepdims=keepdims)
+    if order < 0 and order != -math.inf:
+        raise UsageError(f"norm: ord={_ord_name(order)} is not supported for vectors; use a number > 0, "
+                         "inf, -inf or 0")
+    a = P.abs_(x)
+    if math.isinf(order):
+        return (P.reduce_max if order > 0 else P.reduce_min)(a, axis=axis, keepdims=keepdims)
+    if order == 1:
+        return P.reduce_sum(a, axis=axis, keepdims=keepdims)
+    total = P.reduce_sum(P.pow_const(a, p=order), axis=axis, keepdims=keepdims)
+    zero = P.eq(total, 0.0)  # norm'(0) = 0: no cotangent reaches the power's infinite slope
+    return P.where(zero, 0.0, P.pow_const(P.where(zero, 1.0, total), p=1.0 / order))
+
+
+def _matrix_norm(y, order):
+    """A matrix norm of each matrix of y (the last two axes, rows then columns)."""
+    if order == "fro":
+        return P.norm(y, axis=(-2, -1))
+    if order in (1, -1, math.inf, -math.inf):
+        extreme = P.reduce_max if order > 0 else P.reduce_min
+        sums = P.reduce_sum(P.abs_(y), axis=-2 if abs(order) == 1 else -1)  # columns or rows
+        return extreme(sums, axis=-1)
+    if order in ("nuc", 2, -2):
+        return _spectral_norm(y, order)
+    raise UsageError(f"norm: ord={_ord_name(order)} is not a matrix norm; use one of {_MATRIX_ORDS}")
+
+
+def _spectral_norm(y, order):
+    """'nuc' (the sum of the singular values), 2 (the largest), -2 (the smallest), with
+    norm'(0) = 0 and a warning where the derivative is not defined."""
+    s = P.svd_s(y)
+    values = s.value
+    gaps, tiny = _singular_gaps(values)
+    nonzero = values[..., :1] > 0
+    if order == "nuc":
+        n, bad = P.reduce_sum(s, axis=-1), nonzero & (values[..., -1:] <= tiny)
+        why = "a zero singular value (the matrix is not of full rank)"
+    else:
+        n = P.index(s, idx=(Ellipsis, 0 if order == 2 else -1))
+        if order == 2:
+            bad = nonzero & (gaps[..., :1] <= tiny)
+        else:  # (at a smallest singular value of 0 the derivative is 0, as abs'(0))
+            bad = (values[..., -1:] > 0) & (gaps[..., -1:] <= tiny)
+        why = "its " + ("largest" if order == 2 else "smallest") + " singular value repeated"
+    if np.any(bad):
+        s.builder.note_warning("'norm'", f"with ord={_ord_name(order)} has {why}: its derivative is "
+                                         "not defined there")
+    return P.where(P.eq(n, 0.0), 0.0, n)  # norm'(0) = 0 (and, for -2, at a singular matrix)
 
 
 @_builtin("diag", static=("k",))
