@@ -37,37 +37,22 @@ class GradFile(pytest.File):
     its check."""
 
     def collect(self):
-        from .errors import GradcalcError
-        update = self.config.getoption("gradcalc_update_expect")
-        try:
-            results = _check_file(str(self.path), update)
-        except GradcalcError as err:
-            yield GradError.from_parent(self, name="error", error=err)
-            return
-        seen: dict[str, int] = {}
-        for result in results:
-            name = item_name(result)
-            seen[name] = seen.get(name, 0) + 1
-            if seen[name] > 1:  # (two comparisons of one derivative with nothing to tell them apart)
-                name += f"#{seen[name]}"
-            yield GradResult.from_parent(self, name=name, result=result)
+        from .suite import CheckError, check_source, result_id
+        checked = check_source(_shown_path(self.path), update_expect=self.config.getoption("gradcalc_update_expect"))
+        for result in checked.results:
+            name = result_id(result).split("::", 1)[1]
+            if isinstance(result, CheckError):
+                yield GradError.from_parent(self, name=name, error=result.error)
+            else:
+                yield GradResult.from_parent(self, name=name, result=result, tol=(checked.options.get("rtol"),
+                                                                                  checked.options.get("atol")))
 
 
-def _check_file(path: str, update: bool) -> list:
-    """The check results of the program in path."""
-    from .numerics import check
-    from .session import parse
-    from .values import read_source
-    source = read_source(path)
-    return check(parse(source.text, source.label)).results
-
-
-def item_name(result) -> str:
-    """A result's test id: d{of}/d{wrt}@point{n}, with the comparison it is when it is not
-    the finite differences' ([expect])."""
-    what = f"d{result.of}/d{result.wrt}" if result.wrt else f"{result.of}"
-    name = f"{what}@point{result.point}"
-    return name + "[expect]" if result.method == "expect" else name
+def _shown_path(path) -> str:
+    """path as reports show it: relative to the working directory when it lies inside it."""
+    import os
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
 
 
 class CheckFailed(Exception):
@@ -77,9 +62,9 @@ class CheckFailed(Exception):
 class GradResult(pytest.Item):
     """One check result (source, point, of, wrt): passes when the check passed."""
 
-    def __init__(self, *, result, **kwargs):
+    def __init__(self, *, result, tol, **kwargs):
         super().__init__(**kwargs)
-        self.result = result
+        self.result, self.tol = result, tol
 
     def runtest(self) -> None:
         if not self.result.ok:
@@ -88,7 +73,7 @@ class GradResult(pytest.Item):
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CheckFailed):
             from .testing import failure_text
-            return failure_text([self.result])
+            return failure_text([self.result], tol=self.tol)
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):

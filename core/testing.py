@@ -18,29 +18,49 @@ __all__ = ["assert_gradients", "failure_text", "results_table", "error_text"]
 
 
 def assert_gradients(source, **options):
-    """Check source as ``gradcalc.check(source, **options)`` does; returns its Result when
-    every result passes, and raises AssertionError carrying the failing rows otherwise."""
-    from .numerics import check
-    result = check(source, **options)
-    failed = [r for r in result.results if not r.ok]
+    """Check source as ``gradcalc check`` does (program text or a .grad file, whose
+    ``# check:`` lines and NAME.expect.json count; options as :func:`gradcalc.check`'s
+    keywords win over them).  Returns the check (a suite.SourceCheck: ``results``,
+    ``options``) when every result passes; raises AssertionError carrying the failing rows
+    otherwise, and the GradcalcError of a source that cannot be checked."""
+    from .suite import check_source
+    no_expect, update_expect = options.pop("no_expect", False), options.pop("update_expect", False)
+    if not isinstance(source, str):  # a parsed program: its text, under its label
+        source = source.source.text
+    checked = check_source(source, overrides=options, no_expect=no_expect, update_expect=update_expect)
+    if checked.error is not None:
+        raise checked.error.error
+    failed = [r for r in checked.results if not r.ok]
     if failed:
-        raise AssertionError(failure_text(failed, len(result.results), (result.rtol, result.atol)))
-    return result
+        tol = (checked.options.get("rtol"), checked.options.get("atol"))
+        raise AssertionError(failure_text(failed, len(checked.results), tol))
+    return checked
 
 
 def failure_text(failed: list, total: int | None = None, tol: tuple | None = None) -> str:
-    """What a failure says: how many failed, the rule an element passes by (with the
-    tolerances (rtol, atol) tol, when given), and the failing rows (:func:`results_table`)."""
-    count = f"{len(failed)} of {total}" if total is not None else f"{len(failed)}"
-    rule = "|ad - fd| <= atol + rtol*|fd|" + (f", rtol {tol[0]:g}, atol {tol[1]:g}" if tol else "")
-    return f"gradcalc check: {count} failed (an element passes when {rule})\n" + results_table(failed)
+    """What a failure says: which failed (a first line that stands alone in a summary), the
+    rule an element passes by (with the tolerances tol = (rtol, atol), when known) and the
+    failing rows (:func:`results_table`)."""
+    if len(failed) == 1 and total is None:
+        r = failed[0]
+        head = f"{_derivative(r)} at point {r.point} failed: abs err {r.max_abs_err:.3g}, rel err {r.max_rel_err:.3g}"
+    else:
+        head = f"gradcalc check: {len(failed)}{'' if total is None else f' of {total}'} failed"
+    rule = "an element passes when |ad - ref| <= atol + rtol*|ref|, ref the finite differences or the stored value"
+    if tol and None not in tol:
+        rule += f"; rtol {tol[0]:g}, atol {tol[1]:g}"
+    return f"{head}\n({rule})\n" + results_table(failed)
+
+
+def _derivative(r) -> str:
+    return f"d{r.of}/d{r.wrt}" if r.wrt else f"{r.of} (value)"
 
 
 #: The columns of a results table: (heading, how a CheckResult shows in it).
 _COLUMNS = (
     ("source", lambda r: str(r.source)),
     ("pt", lambda r: str(r.point)),
-    ("derivative", lambda r: f"d{r.of}/d{r.wrt}" if r.wrt else f"{r.of} (value)"),
+    ("derivative", _derivative),
     ("method", lambda r: r.method),
     ("abs err", lambda r: f"{r.max_abs_err:.3g}"),
     ("rel err", lambda r: f"{r.max_rel_err:.3g}"),

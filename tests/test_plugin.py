@@ -1,0 +1,204 @@
+"""The integrations of SPEC §8 and §10: the pytest plugin (run by pytest's own pytester),
+gradcalc.testing.assert_gradients, and the pre-commit hook's entry command.
+
+Expected derivatives come from closed forms written here (d(x^2)/dx = 6 at x = 3), never
+from gradcalc itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import numpy
+import pytest
+
+import gradcalc.numerics
+import gradcalc.suite
+from gradcalc.errors import GradcalcError
+from gradcalc.testing import assert_gradients
+
+pytest_plugins = ["pytester"]
+#: Loaded here, before pytester's in-process runs: each drops the modules it imported, and
+#: NumPy's C core cannot load twice in one process.
+PRELOADED = (numpy, gradcalc.numerics, gradcalc.suite)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+GOOD = "input x = 1.5, y = -2\nf = x*y + sin(x)\n"            # two inputs: two results
+SQUARE = "input x = 3\nf = x^2\n"                               # df/dx = 6 at x = 3
+WRONG_EXPECT = {"schema": 1, "command": "grad", "of": "f", "at": {"x": 3.0}, "gradient": {"x": 5.0}}
+KINK = "# check: --at x=0\ninput x = 1\nf = relu(x)\n"        # differences straddle the kink
+
+
+def _folder(pytester, **files):
+    for name, text in files.items():
+        path = pytester.path / name
+        path.write_text(text if isinstance(text, str) else json.dumps(text), encoding="utf-8")
+
+
+def _run(pytester, *args):
+    # (hypothesis's plugin would import all of hypothesis anew in each run: seconds)
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args)
+
+
+# ==========================================================================
+# The plugin
+# ==========================================================================
+
+def test_a_correct_file_and_a_wrong_expectation_report_one_failure(pytester):
+    _folder(pytester, **{"good.grad": GOOD, "square.grad": SQUARE, "square.expect.json": WRONG_EXPECT})
+    result = _run(pytester)
+    # good: df/dx, df/dy; square: df/dx against differences (passes), against the file (fails)
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*1 failed, 3 passed*"])
+
+
+def test_items_have_readable_ids(pytester):
+    _folder(pytester, **{"good.grad": GOOD, "square.grad": SQUARE, "square.expect.json": WRONG_EXPECT})
+    result = _run(pytester, "--collect-only", "-q")
+    ids = [line for line in result.stdout.lines if "::" in line]
+    assert ids == ["good.grad::df/dx@point0", "good.grad::df/dy@point0",
+                   "square.grad::df/dx@point0", "square.grad::df/dx@expect"]
+
+
+def test_an_item_can_be_selected_by_its_id(pytester):
+    _folder(pytester, **{"good.grad": GOOD})
+    _run(pytester, "good.grad::df/dy@point0").assert_outcomes(passed=1)
+
+
+def test_a_failure_reports_the_row_with_its_numbers(pytester):
+    _folder(pytester, **{"square.grad": SQUARE, "square.expect.json": WRONG_EXPECT})
+    result = _run(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    text = result.stdout.str()
+    # |6 - 5| = 1, relative to max(|6|, |5|) = 1/6
+    assert "df/dx at point 0 failed: abs err 1, rel err 0.167" in text
+    assert "stored 5.0, computed 6.0" in text
+    assert re.search(r"square\.grad\s+0\s+df/dx\s+expect\s+1\s+0\.167", text)
+    assert "Traceback" not in text and "CheckFailed" not in text
+
+
+def test_a_failure_at_a_kink_says_so_and_honours_check_lines(pytester):
+    _folder(pytester, **{"kink.grad": KINK})
+    result = _run(pytester)
+    result.assert_outcomes(failed=1)  # at x = 0 (the # check: line), not at the default 1
+    text = result.stdout.str()
+    # central differences over the kink of relu: (h - 0) / 2h = 0.5, ad is 0 or 1 either side
+    assert re.search(r"kink\.grad\s+0\s+df/dx\s+central\s+0\.5\s+", text)
+    assert "near the kink of 'relu'" in text
+
+
+def test_update_expect_refreshes_the_files(pytester):
+    _folder(pytester, **{"square.grad": SQUARE, "square.expect.json": WRONG_EXPECT})
+    _run(pytester, "--gradcalc-update-expect").assert_outcomes(passed=2)
+    stored = json.loads((pytester.path / "square.expect.json").read_text(encoding="utf-8"))
+    assert stored["gradient"]["x"] == 6.0 and stored["at"]["x"] == 3.0
+    _run(pytester).assert_outcomes(passed=2)  # and they hold afterwards
+
+
+def test_a_file_that_cannot_be_checked_is_one_failing_item(pytester):
+    _folder(pytester, **{"good.grad": GOOD, "bad.grad": "f = (x +\n", "novalue.grad": "f = x^2\n"})
+    result = _run(pytester, "-rf")
+    result.assert_outcomes(passed=2, failed=2)  # the good file is still checked
+    result.stdout.fnmatch_lines(["*bad.grad:1:5: '(' is never closed*", "  f = (x +", "      ^",
+                                 "hint: add ')'"])
+    result.stdout.fnmatch_lines(["FAILED bad.grad::error - *", "FAILED novalue.grad::error - *"])
+    assert "input 'x' has no value" in result.stdout.str()
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_files_other_than_grad_are_left_alone(pytester):
+    _folder(pytester, **{"notes.txt": "f = (x +\n", "square.json": "{}"})
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    _run(pytester).assert_outcomes(passed=1)
+
+
+def test_the_plugin_is_registered_and_imports_nothing_of_gradcalc_until_used():
+    # pytest loads the plugin in every run of every project where gradcalc is installed
+    code = ("import sys, pytest; import gradcalc.pytest_plugin; "
+            "print(sorted(m for m in sys.modules if m.startswith('gradcalc')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['gradcalc', 'gradcalc.pytest_plugin']"
+    from importlib.metadata import distributions  # (each, as pytest reads them: a stale
+    points = [e.value for d in distributions() for e in d.entry_points  # gradcalc.egg-info in
+              if e.group == "pytest11" and e.name == "gradcalc"]  # the working directory aside)
+    assert "gradcalc.pytest_plugin" in points
+
+
+# ==========================================================================
+# gradcalc.testing.assert_gradients
+# ==========================================================================
+
+def test_assert_gradients_passes_a_correct_program():
+    checked = assert_gradients("sum(x^2)", at={"x": [1.0, 2.0]})
+    assert [r.ok for r in checked.results] == [True]
+
+
+def test_assert_gradients_raises_with_the_failing_rows():
+    with pytest.raises(AssertionError) as info:
+        assert_gradients("relu(x) + y^2", at={"x": 0.0, "y": 1.0})
+    text = str(info.value)
+    assert text.startswith("gradcalc check: 1 of 2 failed\n")
+    assert "rtol 1e-06, atol 1e-08" in text
+    assert re.search(r"<expr>\s+0\s+d\S+/dx\s+central\s+0\.5\s+1\s", text)
+    assert "/dy" not in text  # only the failing row
+
+
+def test_assert_gradients_honours_a_files_check_lines_and_expectation(tmp_path):
+    (tmp_path / "kink.grad").write_text(KINK, encoding="utf-8")
+    with pytest.raises(AssertionError, match="near the kink"):
+        assert_gradients(str(tmp_path / "kink.grad"))
+    assert_gradients(str(tmp_path / "kink.grad"), at={"x": 2.0})  # options win over the line
+    (tmp_path / "square.grad").write_text(SQUARE, encoding="utf-8")
+    (tmp_path / "square.expect.json").write_text(json.dumps(WRONG_EXPECT), encoding="utf-8")
+    with pytest.raises(AssertionError, match=r"stored 5\.0, computed 6\.0"):
+        assert_gradients(str(tmp_path / "square.grad"))
+    assert_gradients(str(tmp_path / "square.grad"), no_expect=True)
+
+
+def test_assert_gradients_raises_the_error_of_a_program_it_cannot_check():
+    with pytest.raises(GradcalcError, match="input 'y' has no value"):
+        assert_gradients("x * y", at={"x": 1.0})
+
+
+# ==========================================================================
+# The pre-commit hook
+# ==========================================================================
+
+def _hooks() -> list[dict]:
+    """.pre-commit-hooks.yaml read as the flat YAML list it is (no YAML library needed)."""
+    hooks = []
+    with open(os.path.join(ROOT, ".pre-commit-hooks.yaml"), encoding="utf-8") as f:
+        for line in f:
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if line.startswith("- "):
+                hooks.append({})
+                line = line[2:]
+            key, _, value = line.strip().partition(": ")
+            hooks[-1][key] = value
+    return hooks
+
+
+def test_the_pre_commit_hook_runs_check_on_the_staged_grad_files(tmp_path):
+    (hook,) = _hooks()
+    assert hook["id"] == "gradcalc-check" and hook["language"] == "python"
+    assert hook["pass_filenames"] == "true"
+    staged = {"good.grad": GOOD, "square.grad": SQUARE, "README.md": "f = (x +\n"}
+    for name, text in staged.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    files = [n for n in staged if re.search(hook["files"], n)]  # as pre-commit selects them
+    assert files == ["good.grad", "square.grad"]
+    # pre-commit runs the entry, split as a shell would, with the files appended
+    argv = shlex.split(hook["entry"]) + files
+    assert argv[0] == "gradcalc"
+    exe = os.path.join(os.path.dirname(sys.executable), "gradcalc")
+    run = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    (tmp_path / "good.grad").write_text("input x = 0\nf = relu(x)\n", encoding="utf-8")
+    run = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 1  # a failing check blocks the commit
