@@ -215,3 +215,54 @@ def test_user_errors(src, message):
 def test_unequal_split_hints_array_split():
     r = user_error("eval", "a, b = split(x, 4)", "--at", "x=ones(6)")
     assert "hint: array_split allows unequal ones" in r.stderr
+
+
+# ==========================================================================
+# The samples of this issue, against closed forms computed here with NumPy
+# ==========================================================================
+
+SAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "samples"
+
+
+def _sample(name):
+    return (SAMPLES / name).read_text()
+
+
+def test_sample_gaussian_loglik():
+    x, mu, s, c = np.array([1.0, 2.0]), np.array([0.5, 1.0]), 2.0, 0.6
+    sigma = np.array([[s, c], [c, 1.0]])
+    si = np.linalg.inv(sigma)
+    r = x - mu
+    ll = -0.5 * r @ si @ r - 0.5 * np.log(np.linalg.det(sigma)) - np.log(2 * np.pi)
+    g = 0.5 * (np.outer(si @ r, si @ r) - si)  # d ll/d Sigma
+    res = gradcalc.grad(_sample("gaussian_loglik.grad"))
+    assert res.of == "ll"
+    assert res.value == pytest.approx(ll, rel=1e-13)
+    assert res["mu"] == pytest.approx(si @ r, rel=1e-13)
+    assert res["s"] == pytest.approx(g[0, 0], rel=1e-12)
+    assert res["c"] == pytest.approx(g[0, 1] + g[1, 0], rel=1e-12)
+
+
+def test_sample_einsum_bilinear():
+    x, y = np.array([1.0, -2.0]), np.array([2.0, 1.0, -1.0])
+    a = np.array([[1.0, 2.0, 0.0], [-1.0, 3.0, 1.0]])
+    res = gradcalc.grad(_sample("einsum_bilinear.grad"))
+    assert res.value == x @ a @ y == 4.0
+    assert res["x"].tolist() == (a @ y).tolist() and res["y"].tolist() == (a.T @ x).tolist()
+    assert res["A"].tolist() == np.outer(x, y).tolist()
+
+
+def test_sample_segment_mean():
+    x = np.array([[1.0, 0.0], [4.0, 2.0], [2.0, -1.0], [3.0, 2.0], [0.0, 1.0], [5.0, 0.0]])
+    labels = [0, 2, 1, 0, 2, 2]
+    counts = np.bincount(labels)
+    means = _segment_sum(x, labels, 3) / counts[:, None]
+    res = gradcalc.grad(_sample("segment_mean.grad"))
+    assert res.value == np.sum(means ** 2) == 20.0
+    assert res["x"] == pytest.approx(2 * means[labels] / counts[labels][:, None], rel=1e-15)
+
+
+def test_samples_pass_check():
+    out = ok("check", *(SAMPLES / f"{n}.grad" for n in ("gaussian_loglik", "einsum_bilinear", "segment_mean")),
+             "-f", "plain").stdout.splitlines()
+    assert len([line for line in out if line.startswith("ok ")]) == 7, out  # 3 + 3 + 1 derivatives
