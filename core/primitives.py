@@ -1755,7 +1755,7 @@ def _qr_tall(a):
     if m < n:
         raise UsageError(f"qr: derivatives need a matrix with at least as many rows as columns; "
                          f"this one is {m}×{n}",
-                         hint="differentiate qr(transpose(A)) instead, or pad A with rows")
+                         hint="its value is defined for any shape; its derivative (as JAX's) for m >= n")
 
 
 def _qr_q_jvp(t, ans, a):

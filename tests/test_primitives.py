@@ -542,6 +542,49 @@ def _add_factorisation_cases(add):
         prim = REGISTRY[name]
         add(name, *[D(f"{name} {s}", lambda a, prim=prim: prim(a), (s, r), ref=ref)
                     for s in [(3, 3), (4, 2), (2, 3, 3), (2, 4, 3)]])
+    # the same through the language (these also get their second derivatives checked)
+    for s in [(3, 3), (4, 2), (2, 2, 3)]:
+        add("svd_s", E("U, s, Vt = svd(A); s", lambda A: np.linalg.svd(A)[1], A=(s, r)))
+        add("svd_u", E("U, s, Vt = svd(A); U", lambda A: np.linalg.svd(A, full_matrices=False)[0], A=(s, r)))
+        add("svd_vt", E("U, s, Vt = svd(A); Vt", lambda A: np.linalg.svd(A, full_matrices=False)[2], A=(s, r)))
+        add("pinv", E("pinv(A)", np.linalg.pinv, A=(s, r)))
+    add("svd_s", E("svd(A, compute_uv=false)", lambda A: np.linalg.svd(A, compute_uv=False), A=((2, 3), r)))
+    for s in [(3, 3), (4, 2), (2, 3, 2)]:
+        add("qr_q", E("Q, R = qr(A); Q", lambda A: np.linalg.qr(A)[0], A=(s, r)))
+        add("qr_r", E("Q, R = qr(A); R", lambda A: np.linalg.qr(A)[1], A=(s, r)))
+    add("qr_r", E("qr(A, mode='r')", lambda A: np.linalg.qr(A, mode="r"), A=((3, 2), r)))
+    _add_composed_linalg_cases(add)
+
+
+def _add_composed_linalg_cases(add):
+    """matrix_power, cross and norm's orders: compositions of primitives, keyed by the
+    primitive that carries their derivative."""
+    r, w = "real", "wellcond"
+    add("matmul", *[E(f"matrix_power(A, {n})", lambda A, n=n: np.linalg.matrix_power(A, n), A=(s, w))
+                    for n, s in [(2, (3, 3)), (3, (2, 2, 2)), (5, (3, 3)), (6, (2, 2, 2))]])
+    add("inv", *[E(f"matrix_power(A, {n})", lambda A, n=n: np.linalg.matrix_power(A, n), A=(s, w))
+                 for n, s in [(-1, (3, 3)), (-3, (2, 2, 2))]])
+    add("index", E("cross(a, b)", np.cross, a=((3,), r), b=((2, 3), r)),
+        E("cross(a, b, axisa=0, axisc=0)", lambda a, b: np.cross(a, b, axisa=0, axisc=0),
+          a=((3, 2), r), b=((2, 3), r)),
+        E("cross(a, b, axis=0)", lambda a, b: np.cross(a, b, axis=0), a=((3, 2), r), b=((3, 1), r)))
+    norm = np.linalg.norm
+    add("norm", E("norm(x, axis=(0, 1))", lambda x: norm(x, axis=(0, 1)), x=((2, 3, 2), r)),
+        E("norm(x, ord='fro', axis=(2, 0), keepdims=true)",
+          lambda x: norm(x, "fro", axis=(2, 0), keepdims=True), x=((2, 3, 2), r)),
+        E("norm(x, ord=2)", lambda x: norm(x, 2), x=((3,), r)))
+    add("abs", E("norm(x, ord=1)", lambda x: norm(x, 1), x=((4,), "away0")),
+        E("norm(x, ord=1)", lambda x: norm(x, 1), x=((3, 3), "distinct")),
+        E("norm(x, ord=-1, axis=(1, 0))", lambda x: norm(x, -1, axis=(1, 0)), x=((3, 3), "distinct")),
+        E("norm(x, ord=inf, axis=(1, 2))", lambda x: norm(x, np.inf, axis=(1, 2)), x=((2, 3, 3), "distinct")),
+        E("norm(x, ord=-inf)", lambda x: norm(x, -np.inf), x=((3, 2), "distinct")))
+    add("max", E("norm(x, ord=inf)", lambda x: norm(x, np.inf), x=((4,), "distinct")))
+    add("min", E("norm(x, ord=-inf, axis=0)", lambda x: norm(x, -np.inf, axis=0), x=((4, 2), "distinct")))
+    add("pow_const", E("norm(x, ord=3, axis=-1)", lambda x: norm(x, 3, axis=-1), x=((2, 3), r)),
+        E("norm(x, ord=0.5)", lambda x: norm(x, 0.5), x=((3,), "away0")))
+    add("svd_s", E("norm(A, ord=2)", lambda A: norm(A, 2), A=((3, 2), r)),
+        E("norm(A, ord='nuc')", lambda A: norm(A, "nuc"), A=((2, 3), r)),
+        E("norm(A, ord=-2, axis=(0, 2))", lambda A: norm(A, -2, axis=(0, 2)), A=((3, 2, 3), r)))
 
 
 def _add_linalg_cases(add):
@@ -776,7 +819,7 @@ tanh asinh acosh atanh sigmoid relu softplus floor ceil round
 atan2 hypot maximum minimum pow where clip
 sum mean prod max min norm var std logsumexp
 matmul dot outer trace diag det inv solve transpose einsum tensordot inner vdot kron
-cholesky
+cholesky svd qr pinv matrix_power cross
 reshape flatten concat stack
 softmax log_softmax
 zeros ones eye arange linspace
@@ -810,8 +853,14 @@ def test_derivatives(name, case):
 # Second order, every case in the language: the rules are traced, so each derivative
 # pass is itself differentiated (the Hessian is forward over reverse).  sin() makes the
 # second derivatives of linear primitives non-trivial.
+def _sum_sin(src: str) -> str:
+    """sum(sin(...)) of a case's output: its last statement (U, s, Vt = svd(A); U)."""
+    head, _, last = src.rpartition(";")
+    return f"{head}; sum(sin({last.strip()}))" if head else f"sum(sin({src}))"
+
+
 HESSIAN_CASES = [
-    pytest.param(name, c, id=f"{name}: sum(sin({c.src})) | {c.id.split(' | ')[1]}",
+    pytest.param(name, c, id=f"{name}: {_sum_sin(c.src)} | {c.id.split(' | ')[1]}",
                  marks=[pytest.mark.xfail(strict=True, reason=c.hessian_bug)] if c.hessian_bug else [])
     for name, cs in TABLE.items() if REGISTRY[name].differentiable
     for c in cs if c.src and not c.bug and not c.zero]
@@ -819,7 +868,7 @@ HESSIAN_CASES = [
 
 @pytest.mark.parametrize("name, case", HESSIAN_CASES)
 def test_second_derivatives(name, case):
-    report = check_hessian(f"sum(sin({case.src}))", case.point())
+    report = check_hessian(_sum_sin(case.src), case.point())
     assert report.ok, f"{case.id}\n{report}"
 
 
