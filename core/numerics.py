@@ -148,6 +148,11 @@ def _run_at(tr: Traced, at: dict, max_steps: int) -> Traced | None:
         return None
 
 
+#: Public names of the pieces of evaluate_batch (plot groups its samples by path with them).
+on_tape = _on_tape
+run_at = _run_at
+
+
 def _flips_seen(guards: list, first, rows, tape, run) -> tuple:
     """The guards first changed in the rows where a run's value differs from the tape's
     (all the changed rows when nothing was run): the changes of path that matter to this
@@ -286,29 +291,36 @@ def _upstream(tr: Traced, var: int) -> tuple[set, set]:
 _SPELLED = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
 
 
-def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = None) -> list[str]:
-    """Kinked operations on the way from wrt to the output whose argument lies within
-    two steps of the kink.
-
-    A kink counts where the output's value follows it: a kink of a differentiable operation
-    (abs, relu, max) on a differentiable path to the output, a jump (a comparison) on any
-    path (a mask that multiplies, where's condition).  A kink that only decides a condition
-    or an index of the program is not one of the output: a change of path is noted by
-    path_notes instead."""
+def kinked_equations(tr: Traced, wrt_var: int, out_var: int | None = None) -> list:
+    """The equations with a kink on the way from wrt to the output (every output's, when
+    out_var is None) where the output's value follows the kink: a kink of a differentiable
+    operation (abs, relu, max) on a differentiable path to the output, a jump (a comparison)
+    on any path (a mask that multiplies, where's condition).  A kink that only decides a
+    condition or an index of the program is not one of the output: a change of path is
+    noted by path_notes instead."""
     live = {wrt_var}
     needed, smooth = _upstream(tr, out_var) if out_var is not None else (None, None)
-    scale = float(np.max(h)) * 2 if np.size(h) else 0.0
-    notes = []
-    values = tr.builder.values
+    found = []
     for eq in tr.tape.equations:
         if not any(a in live for a in eq.args):
             continue
         live.add(eq.out)
-        kink = eq.prim.kink
-        if kink is None or (needed is not None and eq.out not in (smooth if eq.prim.differentiable else needed)):
+        if eq.prim.kink is None or (needed is not None and
+                                    eq.out not in (smooth if eq.prim.differentiable else needed)):
             continue
+        found.append(eq)
+    return found
+
+
+def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = None) -> list[str]:
+    """Notes for the kinked operations on the way from wrt to the output (kinked_equations)
+    whose argument lies within two steps of the kink."""
+    scale = float(np.max(h)) * 2 if np.size(h) else 0.0
+    notes = []
+    values = tr.builder.values
+    for eq in kinked_equations(tr, wrt_var, out_var):
         with np.errstate(all="ignore"):
-            d = np.abs(np.asarray(kink(values[eq.out], *[values[a] for a in eq.args], **eq.params)))
+            d = np.abs(np.asarray(eq.prim.kink(values[eq.out], *[values[a] for a in eq.args], **eq.params)))
         if d.size and float(np.min(d)) <= scale:
             where = f" (line {eq.pos.line}, column {eq.pos.col})" if eq.pos else ""
             note = f"near the kink of '{_SPELLED.get(eq.prim.name, eq.prim.name)}'{where}"
@@ -346,13 +358,14 @@ class _Plan(NamedTuple):
     taylor: bool
     symbolic: bool
     max_steps: int
+    sweep: bool = False
 
 
 def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
           method: str = "central", rtol: float | None = None, atol: float | None = None,
           directions: int = 0, taylor: bool = False, expect: dict | None = None,
           symbolic: bool = False, max_elements: int = DEFAULT_MAX_ELEMENTS,
-          max_steps: int = DEFAULT_MAX_STEPS, label: str | None = None):
+          max_steps: int = DEFAULT_MAX_STEPS, label: str | None = None, sweep: bool = False):
     """Compare reverse mode with finite differences and with forward mode.
 
     Returns a Result (``command`` "check") whose ``results`` is a list of
@@ -363,11 +376,14 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
     evaluated at the point, as a third oracle.  Each point runs the program
     (so each takes its own path); a finite-difference step that changes the
     path runs it again there (see evaluate_batch), and the result says so.
+    ``expect`` is compared at the point it records ("at"), where it records one.
+    ``sweep`` adds to each full-Jacobian result the finite-difference error over
+    steps (:func:`gradcalc.sweep.attach`, in ``extra["sweep"]``).
     """
     @quiet
     def run():
         tol = _tolerances(method, points, directions, seed, rtol, atol)
-        plan = _Plan(method, tol, directions, taylor, symbolic, max_steps)
+        plan = _Plan(method, tol, directions, taylor, symbolic, max_steps, sweep)
         program = parse(source)
         name = label or program.source.label
         rng = np.random.default_rng(seed)
@@ -487,6 +503,9 @@ def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
                                   None if closed is None else closed[o][w])
             if plan.taylor:
                 _taylor(tr, result, rng, plan.max_steps)
+            if plan.sweep:  # (sweep19's: the error over steps, in extra["sweep"])
+                from .sweep import attach
+                attach(tr, result, plan.method, plan.tol, plan.max_steps)
             results.append(result)
     return results
 
