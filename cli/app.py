@@ -39,7 +39,7 @@ def command(name: str, *, precision: int = 6):
 def build_app(names=None) -> typer.Typer:
     """The Typer app with the given commands (default: all of them)."""
     new = typer.Typer(
-        name="gradcalc", add_completion=False, no_args_is_help=True,
+        name="gradcalc", add_completion=False, no_args_is_help=True, suggest_commands=False,  # (click suggests)
         help="A gradient calculator: evaluate and differentiate numpy-like expressions.\n\n"
              "SOURCE is program text, a file, or - for standard input.",
         context_settings={"help_option_names": ["-h", "--help"]},
@@ -176,8 +176,6 @@ def _pipe_safe(write: Callable[[], int], code: int) -> int:
 # -- reading what the commands share --------------------------------------------
 
 def _source(arg: str):
-    import re
-
     from gradcalc.api import parse
     from gradcalc.errors import SyntaxError_
     from gradcalc.values import read_source
@@ -185,12 +183,19 @@ def _source(arg: str):
     src = read_source(arg)
     try:
         return parse(src.text, src.label)
-    except SyntaxError_ as err:
-        # "model.grad" or "dir/model": a path that does not exist, read as program text
-        if src.label == "<expr>" and re.fullmatch(r"[\w./\\~-]+", arg) and (
-                re.search(r"[/\\]", arg) or re.search(r"\.(grad|txt|json|npy|csv)$", arg)):
-            err.hint = f"there is no file '{arg}'; SOURCE is a file, - for stdin, or program text"
+    except SyntaxError_:
+        if src.label == "<expr>" and _looks_like_a_path(arg):
+            from gradcalc.errors import FileError
+            raise FileError(f"the file '{arg}' does not exist",
+                            hint="SOURCE is a file, - for stdin, or program text") from None
         raise
+
+
+def _looks_like_a_path(arg: str) -> bool:
+    """Text that is no program but reads as a path: model.grad, dir/model.x."""
+    import re
+    return re.fullmatch(r"[\w./\\~-]+", arg) is not None and (
+        re.search(r"[/\\]", arg) is not None or re.search(r"\.(grad|txt|json|npy|csv)$", arg) is not None)
 
 
 def _at(items, opts: Options) -> dict:

@@ -143,6 +143,7 @@ class ShapeError(GradcalcError): kind = "shape"      # noqa: E701
 class ValueError_(GradcalcError): kind = "value"     # noqa: E701
 class UsageError(GradcalcError): kind = "usage"      # noqa: E701
 class LimitError(GradcalcError): kind = "limit"      # noqa: E701
+class FileError(ValueError_): kind = "file"          # noqa: E701  (missing or unreadable)
 
 
 def did_you_mean(name: str, candidates) -> str | None:

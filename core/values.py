@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from .codec import JSONNumberError, array_from_json
-from .errors import LimitError, Source, UsageError, ValueError_, option
+from .errors import FileError, LimitError, Source, UsageError, ValueError_, option
 from .lower import constant_value
 from .tape import DEFAULT_MAX_ELEMENTS
 
@@ -84,6 +84,12 @@ def _within(value: np.ndarray, label: str, max_elements: int) -> np.ndarray:
 
 
 def _read_error(path, label, err):
+    """A file that cannot be read: missing or unreadable (a file error), or not what it
+    should hold (a value error)."""
+    if isinstance(err, FileNotFoundError):
+        return FileError(f"{label}: cannot read '{path}': the file does not exist")
+    if isinstance(err, OSError):
+        return FileError(f"{label}: cannot read '{path}': {err.strerror or err}")
     return ValueError_(f"{label}: cannot read '{path}': {err}")
 
 
@@ -177,7 +183,7 @@ def read_source(arg: str) -> Source:
             with open(arg, "rb") as f:
                 return Source(_decode(f.read(), arg), arg)
         except OSError as err:
-            raise ValueError_(f"cannot read '{arg}': {err.strerror}") from None
+            raise FileError(f"cannot read '{arg}': {err.strerror}") from None
     return Source(arg, "<expr>")
 
 

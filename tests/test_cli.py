@@ -333,15 +333,18 @@ def test_source_as_file(tmp_path):
     assert doc["gradient"] == {"w": 2 * (6 - 1) * 3.0, "x": 2 * (6 - 1) * 2.0}
 
 
-def test_missing_source_file_hint(tmp_path):
+def test_missing_source_file_is_a_file_error(tmp_path):
     missing = tmp_path / "model.grad"
     r = user_error("grad", missing, "--at", "x=1")
-    (hint,) = [line for line in r.stderr.splitlines() if line.startswith("hint: ")]
-    assert "file" in hint and "model.grad" in hint
+    assert r.stderr.splitlines()[0] == f"error: the file '{missing}' does not exist"
+    for source in ("model.grad", "./model.grad", "dir/model.grad"):
+        r = user_error("grad", source, "-f", "json")
+        error = json.loads(r.stdout)["error"]
+        assert error["kind"] == "file" and error["message"] == f"the file '{source}' does not exist"
 
 
-def test_missing_source_file_is_a_user_error():
-    user_error("grad", "model.grad")
+def test_text_that_parses_is_a_program_not_a_missing_file():
+    assert ok_json("eval", "x/y", "--at", "x=1,y=4")["values"] == {"_": 0.25}
 
 
 def test_source_from_stdin():
@@ -608,8 +611,9 @@ def test_at_missing_file(tmp_path):
     missing = tmp_path / "nope.json"
     r = user_error("eval", "x", "--at", f"x=@{missing}")
     first = r.stderr.splitlines()[0]
-    assert first.startswith(f"error: --at x: cannot read '{missing}'")
-    assert "No such file or directory" in first
+    assert first == f"error: --at x: cannot read '{missing}': the file does not exist"
+    r = user_error("eval", "x", "--at", f"x=@{missing}", "-f", "json")
+    assert json.loads(r.stdout)["error"]["kind"] == "file"
 
 
 def test_at_mapping_missing_file(tmp_path):

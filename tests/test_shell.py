@@ -59,3 +59,8 @@ def test_the_unnamed_output_is_underscore_in_json_and_errors():
     assert ok_json("grad", "x^2", "--at", "x=1")["of"] == "_"
     err = user_error("grad", "x*2", "--at", "x=[1,2]").stderr
     assert "'_' has shape (2,)" in err
+
+
+def test_a_mistyped_command_is_suggested_once():
+    err = user_error("gard", "x").stderr
+    assert err.count("Did you mean 'grad'?") == 1
