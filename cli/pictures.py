@@ -1,0 +1,119 @@
+"""Pictures in the terminal: plot's curves and check --sweep's log-log V, drawn with plotille.
+
+plotille (MIT, no dependencies, about 6 ms to import) is imported here only, and this
+module only by plot and check --sweep, so no other command pays for it at start-up.
+The library computed every number; this module only lays them out.  Colour follows the
+tables' decision (rich's: a terminal, NO_COLOR, TERM=dumb, FORCE_COLOR); without it, no
+escape code is written and the curves differ by their marks (braille line, dots, rings).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+
+#: Rows of the drawing area (the axes add four lines, the legend one per curve and mark).
+PLOT_HEIGHT = 20
+SWEEP_HEIGHT = 12
+#: Columns the y axis's labels take ("   -1.5e+03 | "), and the widest picture drawn.
+_Y_AXIS = 13
+MAX_COLUMNS = 120
+#: Each curve: its marker (None: plotille's braille line), its colour, its legend symbol.
+_CURVES = ((None, "blue", "⠤⠤"), ("·", "red", "··"), ("∘", "green", "∘∘"))
+_MARK = "┊"
+
+
+def colour() -> bool:
+    """Whether stdout takes escape codes: the same decision as the tables' (rich's console)."""
+    from .render import console
+    out = console()
+    return out.color_system is not None and not out.no_color
+
+
+def columns() -> int:
+    """The width to draw in: COLUMNS, else the terminal's, else 80; at most MAX_COLUMNS."""
+    try:
+        given = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        given = 0
+    if given <= 0:
+        given = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 80
+    return max(40, min(given, MAX_COLUMNS))
+
+
+def _figure(x_label: str, y_label: str, width: int, height: int, with_colour: bool):
+    import plotille
+    fig = plotille.Figure()
+    fig.width, fig.height = width, height
+    fig.with_colors = with_colour
+    fig.origin = False  # (a braille axis at 0 would read as one more curve without colour)
+    fig.x_label, fig.y_label = x_label, y_label
+    return fig
+
+
+def _legend(symbol: str, text: str, lc: str | None, with_colour: bool) -> str:
+    import plotille
+    return "  " + plotille.color(symbol, fg=lc, no_color=not with_colour) + " " + text
+
+
+def _limits(curves) -> tuple[float, float]:
+    finite = np.concatenate([c[np.isfinite(c)] for c in curves]) if curves else np.zeros(0)
+    if not finite.size:
+        return -1.0, 1.0
+    lo, hi = float(finite.min()), float(finite.max())
+    pad = (hi - lo) * 0.05 or max(abs(lo), 1.0) * 0.05
+    return lo - pad, hi + pad
+
+
+def function_picture(samples: dict, marks: list, labels: list[str], x_label: str, *,
+                     width: int | None = None, with_colour: bool | None = None) -> str:
+    """The curves of plot (value, derivative, second derivative: samples' arrays in that
+    order after the abscissae), the marks as dotted columns numbered at the top, and a
+    legend: one line per curve and per mark."""
+    with_colour = colour() if with_colour is None else with_colour
+    width = (width or columns()) - _Y_AXIS - len(x_label) - 6
+    t = np.asarray(samples["abscissae"], dtype=float)
+    curves = [np.asarray(v, dtype=float) for k, v in samples.items() if k != "abscissae"]
+    fig = _figure(x_label, "", width, PLOT_HEIGHT, with_colour)
+    ylo, yhi = _limits(curves)
+    fig.set_x_limits(float(t[0]), float(t[-1]))
+    fig.set_y_limits(ylo, yhi)
+    fig.y_ticks_fkt = lambda lo, hi: f"{lo:.3g}"
+    fig.x_ticks_fkt = lambda lo, hi: f"{lo:.3g}"
+    legend = []
+    for y, (marker, lc, symbol), label in zip(curves, _CURVES, labels):
+        ok = np.isfinite(y)
+        fig.plot(t[ok], y[ok], lc=lc, marker=marker, interp="linear" if marker is None else None)
+        legend.append(_legend(symbol, label, lc, with_colour))
+    rows = ylo + (np.arange(PLOT_HEIGHT) + 0.5) * (yhi - ylo) / PLOT_HEIGHT
+    for k, m in enumerate(marks, 1):
+        fig.text([m["x"]] * PLOT_HEIGHT, rows, [_MARK] * (PLOT_HEIGHT - 1) + [str(k)], lc="yellow")
+        legend.append(_legend(f"{_MARK}{k}", f"{x_label} = {m['x']:.4g}: {m['note']}", "yellow", with_colour))
+    return fig.show() + "\n" + "\n".join(legend) + "\n"
+
+
+def sweep_picture(sweep: dict, *, width: int | None = None, with_colour: bool | None = None) -> str:
+    """check --sweep's curve on log-log axes: the error at each step, the best step and the
+    check's own step marked (B, C), the verdict under it."""
+    with_colour = colour() if with_colour is None else with_colour
+    width = (width or columns()) - _Y_AXIS - len("step") - 6
+    steps = np.asarray(sweep["steps"], dtype=float)
+    errors = np.asarray(sweep["errors"], dtype=float)
+    ok = np.isfinite(errors) & (errors > 0)
+    fig = _figure("step", "error", width, SWEEP_HEIGHT, with_colour)
+    x, y = np.log10(steps[ok]), np.log10(errors[ok])
+    xlo, xhi = float(np.log10(steps.min())), float(np.log10(steps.max()))
+    ylo, yhi = (float(y.min()) - 0.5, float(y.max()) + 0.5) if y.size else (-17.0, 0.0)
+    fig.set_x_limits(xlo, xhi)
+    fig.set_y_limits(ylo, yhi)
+    fig.x_ticks_fkt = lambda lo, hi: f"{10 ** lo:.0e}"
+    fig.y_ticks_fkt = lambda lo, hi: f"{10 ** lo:.1e}"
+    fig.plot(x, y, lc="blue", marker="•", interp="linear")
+    lines = []
+    for letter, step, what in (("B", sweep["best_step"], "best step"), ("C", sweep["default_step"], "check's step")):
+        if step and math.isfinite(step) and xlo <= math.log10(step) <= xhi:
+            fig.text([math.log10(step)], [yhi - (yhi - ylo) / SWEEP_HEIGHT], [letter], lc="yellow")
+            lines.append(_legend(letter, f"{what} {step:.2g}", "yellow", with_colour))
+    return fig.show() + "\n" + "\n".join(lines) + "\n"
