@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import ShapeError, UsageError, did_you_mean, option, to_pos
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
-from .numerics import _on_tape as on_tape, _run_at as run_at, _upstream, path_notes  # (see README notes)
+from .numerics import kinked_equations, on_tape, path_notes, run_at
 from .results import Result
 from .session import as_arrays, parse, quiet, select_names, select_output
 from .tape import DEFAULT_MAX_ELEMENTS, eval_equations
@@ -170,7 +170,7 @@ def _along(tr: Traced, line: Line, out: str, w: str, hessian: bool, rows: np.nda
         wanted.append(None if tangent is None else second.get(tangent.var))
     b.check_finite = saved
     wanted = [t if t is None or isinstance(t, int) else t.var for t in wanted]
-    kinked = _kinked(tr, names[line.over], names[out])
+    kinked = kinked_equations(tr, names[line.over], names[out])
     keep = {v for v in wanted if v is not None} | {v for eq in kinked for v in (eq.out, *eq.args)}
     over = names[line.over]
     equations = seeded(list(tr.tape.equations) + b.equations[start:], [over])
@@ -183,20 +183,6 @@ def _along(tr: Traced, line: Line, out: str, w: str, hessian: bool, rows: np.nda
     found = [np.zeros(shape) if v is None else np.broadcast_to(env[v], shape + b.shapes[v]).reshape(shape)
              for v in wanted]
     return found, [(eq, _kink_distances(eq, env, b.shapes, len(rows))) for eq in kinked]
-
-
-def _kinked(tr: Traced, wrt_var: int, out_var: int) -> list:
-    """The kinked equations downstream of wrt_var whose kink the output follows (check's
-    rule, numerics.kinks_near)."""
-    live = {wrt_var}
-    needed, smooth = _upstream(tr, out_var)
-    found = []
-    for eq in tr.tape.equations:
-        if any(a in live for a in eq.args):
-            live.add(eq.out)
-            if eq.prim.kink is not None and eq.out in (smooth if eq.prim.differentiable else needed):
-                found.append(eq)
-    return found
 
 
 def _kink_distances(eq, env: dict, shapes: dict, n: int) -> np.ndarray:
@@ -252,9 +238,19 @@ def _path_marks(groups: list, line: Line, out: str, max_steps: int) -> list:
             k = int(np.argmax(first >= 0)) if (first >= 0).any() else len(between) - 1
             notes = path_notes(traced, [guards[first[k]]], "sample") if first[k] >= 0 else []
             text = notes[0].split("; ")[0].removeprefix("near a ") if notes else "change of path"
-            _add_mark(marks, (between[k - 1] + between[k]) / 2 if k else between[0], "path", text,
-                      t[1] - t[0])
+            _add_mark(marks, _simplest(between[max(k - 1, 0)], between[k]), "path", text, t[1] - t[0])
     return marks
+
+
+def _simplest(a: float, b: float) -> float:
+    """The number with the fewest decimals in [a, b] (where a path changes: 0 rather than
+    0.000157, when all that is known is that it changes between -5e-17 and 0.0003)."""
+    mid = (a + b) / 2
+    for decimals in range(17):
+        r = round(mid, decimals)
+        if a <= r <= b:
+            return r
+    return mid
 
 
 def _add_mark(marks: list, x: float, kind: str, text: str, spacing: float) -> None:
