@@ -38,6 +38,9 @@ WRONG_FRACTION = 1e-5
 #: whose error is at least this many times the smallest.
 TRUNCATION_MARGIN = 10.0
 
+#: The order of each method's truncation error: the slope its V should have on that side.
+ORDER = {"central": 2, "forward": 1, "richardson": 4, "complex": 2}
+
 WRONG = "wrong derivative"
 BAD_STEP = "step too small or too large"
 OK = "ok"
@@ -55,6 +58,7 @@ class Sweep(NamedTuple):
     best_step: float
     best_error: float
     slope: float | None  # fitted on the truncation side (None: too few points there)
+    expected_slope: int  # the method's order (ORDER)
     verdict: str
     side: str | None  # where the check's own step sits: "truncation", "rounding", None
     notes: list
@@ -91,8 +95,9 @@ def sweep(tr: Traced, of: str, wrt: str, method: str = "central", *, element=Non
                 float(np.max(np.abs(estimates[_nearest(STEPS, default / scale_x)]), initial=0.0)))
     notes = (kinks_near(tr, tr.tape.names[wrt], np.array([STEPS[0] * scale_x]), tr.tape.names[of])
              + path_notes(tr, flipped, "sweep"))
-    return _judged(STEPS, errors, scale, default / scale_x, at_default, tol, passed,
-                   list(np.unravel_index(j, x.shape)) if x.ndim else [], notes)
+    found = _judged(STEPS, errors, scale, default / scale_x, at_default, tol, passed,
+                    [int(i) for i in np.unravel_index(j, x.shape)] if x.ndim else [], notes)
+    return found._replace(expected_slope=ORDER[method])
 
 
 def _flat_element(element, shape) -> int:
@@ -136,7 +141,7 @@ def _judged(steps, errors, scale, default, at_default, tol, passed, element, not
     rtol, atol = tol
     finite = np.isfinite(errors)
     if not finite.any():
-        return Sweep(element, steps, errors, scale, default, math.nan, math.nan, None, NOT_FINITE,
+        return Sweep(element, steps, errors, scale, default, math.nan, math.nan, None, 0, NOT_FINITE,
                      None, notes)
     best = int(np.argmin(np.where(finite, errors, np.inf)))
     floor = float(errors[best])
@@ -150,7 +155,7 @@ def _judged(steps, errors, scale, default, at_default, tol, passed, element, not
     if verdict != WRONG and not at_default <= TRUNCATION_MARGIN * max(floor, stencil.EPS * scale):
         side = "truncation" if default > steps[best] else "rounding"
     return Sweep(element, steps, errors, scale, default, float(steps[best]), floor,
-                 _truncation_slope(steps, errors, best), verdict, side, notes)
+                 _truncation_slope(steps, errors, best), 0, verdict, side, notes)
 
 
 def _truncation_slope(steps, errors, best: int) -> float | None:
