@@ -174,3 +174,327 @@ def test_second_derivatives_of_the_spectral_functions(src):
     A = np.array([[0.3, -0.2, 0.5], [0.1, 0.7, -0.4], [0.6, 0.2, -0.1]])
     report = check_hessian(src, {"A": A})
     assert report.ok, report
+
+
+# ==========================================================================
+# svd, qr, pinv, matrix_power, cross, norm
+# ==========================================================================
+
+_TALL = np.array([[1.0, 2], [3, 4], [5, 7]])
+_SQUARE = np.array([[4.0, 1, 0.5], [1, 3, 0], [0.5, 0, 1]]) + np.array([[0, 0.3, 0], [0, 0, 0], [0.2, 0, 0]])
+
+
+def _lit(a) -> str:
+    return np.array2string(np.asarray(a), separator=",", precision=17).replace("\n", "")
+
+
+@pytest.mark.parametrize("A", [_TALL, _TALL.T, _SQUARE, np.stack([_SQUARE, _SQUARE.T ** 2])], ids=["tall", "wide", "square", "stack"])
+def test_svd_is_numpys_reduced_svd(A):
+    U, s, Vt = np.linalg.svd(A, full_matrices=False)
+    at = f"A={_lit(A)}"
+    for name, want in [("U", U), ("s", s), ("Vt", Vt)]:
+        np.testing.assert_allclose(_plain("eval", f"U, s, Vt = svd(A); {name}", "--at", at), want.ravel(),
+                                   rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(_plain("eval", "svd(A, compute_uv=false)", "--at", at), s.ravel(), rtol=1e-14)
+
+
+@pytest.mark.parametrize("A", [_TALL, _TALL.T, _SQUARE], ids=["tall", "wide", "square"])
+def test_gradient_of_the_sum_of_singular_values_is_u_vt(A):
+    # d sum(s) = tr(U^T dA V): the gradient is U V^T (distinct, nonzero singular values)
+    U, s, Vt = np.linalg.svd(A, full_matrices=False)
+    doc = ok_json("grad", "U, s, Vt = svd(A); sum(s)", "--at", f"A={_lit(A)}")
+    np.testing.assert_allclose(doc["gradient"]["A"], U @ Vt, rtol=1e-12, atol=1e-14)
+    assert doc["warnings"] == []
+
+
+def test_log_det_through_singular_values_has_gradient_inv_transpose():
+    # log|det A| = sum(log(s)): its gradient is inv(A)^T, through U and Vt's rules not at all
+    doc = ok_json("grad", "sum(log(svd(A, compute_uv=false)))", "--at", f"A={_lit(_SQUARE)}")
+    np.testing.assert_allclose(doc["gradient"]["A"], np.linalg.inv(_SQUARE).T, rtol=1e-12)
+
+
+@pytest.mark.parametrize("out", ["sum(sin(U))", "sum(Vt^3)", "sum(U[0] * s)"])
+@pytest.mark.parametrize("A", [_TALL, _TALL.T], ids=["tall", "wide"])
+def test_svd_vectors_gradients_against_central_differences(out, A):
+    def f(M):
+        U, s, Vt = np.linalg.svd(M, full_matrices=False)
+        return {"sum(sin(U))": np.sum(np.sin(U)), "sum(Vt^3)": np.sum(Vt ** 3), "sum(U[0] * s)": np.sum(U[0] * s)}[out]
+    doc = ok_json("grad", f"U, s, Vt = svd(A); {out}", "--at", f"A={_lit(A)}")
+    h, fd = 1e-6, np.zeros(A.shape)
+    for i in np.ndindex(*A.shape):
+        E = np.zeros(A.shape)
+        E[i] = h
+        fd[i] = (f(A + E) - f(A - E)) / (2 * h)
+    np.testing.assert_allclose(doc["gradient"]["A"], fd, rtol=1e-6, atol=1e-8)
+
+
+def test_svd_at_repeated_singular_values_warns():
+    doc = ok_json("grad", "U, s, Vt = svd(A); sum(s)", "--at", "A=eye(3)")
+    assert any("'svd' at line 1, column 12 has repeated singular values" in w for w in doc["warnings"]), doc
+    np.testing.assert_allclose(doc["gradient"]["A"], np.eye(3))  # sum(s)'s own gradient U V^T is right
+
+
+def test_svd_of_a_non_square_matrix_with_a_zero_singular_value_warns():
+    doc = ok_json("grad", "U, s, Vt = svd(A); sum(U)", "--at", "A=[[1,0],[0,0],[0,0]]")
+    assert any("has a zero singular value" in w for w in doc["warnings"]), doc
+
+
+@pytest.mark.parametrize("src, message", [
+    ("svd(x)", "svd needs a matrix (or a stack of them), got shape (3,)"),
+    ("svd(A, full_matrices=true)", "svd: only the reduced SVD is supported"),
+    ("qr(x)", "qr needs a matrix (or a stack of them), got shape (3,)"),
+    ("qr(A, mode='raw')", "qr: mode 'raw' is not supported"),
+    ("pinv(x)", "pinv needs a matrix"),
+    ("matrix_power(B, 2)", "matrix_power needs a square matrix (or a stack of them), got shape (2, 3)"),
+    ("matrix_power(A, 1.5)", "n must be an integer"),
+    ("cross(x, x[:2])", "cross needs vectors of length 3, got 3 and 2"),
+    ("norm(A, ord='fr')", "norm: ord='fr' is not a matrix norm; use one of 'fro', 'nuc', 1, -1, 2, -2, inf, -inf"),
+    ("norm(x, ord='nuc')", "norm: ord='nuc' is a matrix norm; give a matrix or axis=(a, b)"),
+    ("norm(x, ord=-1)", "norm: ord=-1 is not supported for vectors"),
+    ("norm(A, ord=3)", "norm: ord=3 is not a matrix norm"),
+    ("norm(ones((2, 2, 2)), ord=2)", "norm: ord=2 needs a vector or a matrix, or axis=, got shape (2, 2, 2)"),
+    ("norm(A, ord=2, axis=(0, 0))", "norm: the two axes are the same axis"),
+    ("norm(A, ord=true)", "norm: ord must be a number, inf, -inf, 'fro' or 'nuc'"),
+])
+def test_linear_algebra_errors_are_user_errors(src, message):
+    r = user_error("eval", f"A = [[1, 2], [3, 4]]; B = [[1, 2, 3], [4, 5, 6]]; x = [1, 2, 3]; {src}")
+    assert message in r.stderr, r.stderr
+
+
+def test_qr_derivative_of_a_wide_matrix_is_a_user_error():
+    r = user_error("grad", "Q, R = qr(A); sum(R)", "--at", "A=[[1,2,3],[4,5,6]]")
+    assert "qr: derivatives need a matrix with at least as many rows as columns; this one is 2×3" in r.stderr
+
+
+@pytest.mark.parametrize("A", [_TALL, _SQUARE, np.stack([_TALL, _TALL ** 2])], ids=["tall", "square", "stack"])
+def test_qr_factors_are_numpys_orthonormal_and_upper(A):
+    Q, R = np.linalg.qr(A)
+    at = f"A={_lit(A)}"
+    q = _plain("eval", "Q, R = qr(A); Q", "--at", at).reshape(Q.shape)
+    r = _plain("eval", "Q, R = qr(A); R", "--at", at).reshape(R.shape)
+    np.testing.assert_allclose(q, Q, atol=1e-14)
+    np.testing.assert_allclose(r, R, atol=1e-14)
+    np.testing.assert_allclose(np.swapaxes(q, -1, -2) @ q, np.broadcast_to(np.eye(A.shape[-1]), R.shape), atol=1e-14)
+    assert np.all(np.tril(r, -1) == 0)
+    np.testing.assert_allclose(q @ r, A, atol=1e-13)
+
+
+@pytest.mark.parametrize("out", ["sum(sin(Q))", "sum(R^2)", "Q[2, 0] * R[0, 1]"])
+def test_qr_gradients_against_central_differences(out):
+    def f(M):
+        Q, R = np.linalg.qr(M)
+        return {"sum(sin(Q))": np.sum(np.sin(Q)), "sum(R^2)": np.sum(R ** 2), "Q[2, 0] * R[0, 1]": Q[2, 0] * R[0, 1]}[out]
+    doc = ok_json("grad", f"Q, R = qr(A); {out}", "--at", f"A={_lit(_TALL)}")
+    h, fd = 1e-6, np.zeros(_TALL.shape)
+    for i in np.ndindex(*_TALL.shape):
+        E = np.zeros(_TALL.shape)
+        E[i] = h
+        fd[i] = (f(_TALL + E) - f(_TALL - E)) / (2 * h)
+    np.testing.assert_allclose(doc["gradient"]["A"], fd, rtol=1e-6, atol=1e-8)
+
+
+def test_pinv_is_numpys_and_a_generalised_inverse():
+    A = np.array([[1.0, 2, 3], [2, 4, 6.5], [0, 1, 1], [1, 0, 1]])
+    at = f"A={_lit(A)}"
+    P_ = _plain("eval", "pinv(A)", "--at", at).reshape(3, 4)
+    np.testing.assert_allclose(P_, np.linalg.pinv(A), rtol=1e-12)
+    np.testing.assert_allclose(P_ @ A @ P_, P_, atol=1e-13)
+    np.testing.assert_allclose(A @ P_ @ A, A, atol=1e-13)
+    # a singular matrix: NumPy's cutoff drops its zero singular value
+    np.testing.assert_allclose(_plain("eval", "pinv(A)", "--at", "A=[[1,2],[2,4]]"),
+                               np.linalg.pinv(np.array([[1.0, 2], [2, 4]])).ravel(), rtol=1e-12)
+
+
+def test_pinv_of_a_tall_matrix_has_the_gradient_of_its_normal_equations_form():
+    # at full column rank pinv(A) = inv(A^T A) A^T: the gradient of sum(pinv(A) * W) by central
+    # differences of that closed form
+    W = np.array([[1.0, -2, 0.5], [0.3, 1, -1]])
+    doc = ok_json("grad", f"sum(pinv(A) * {_lit(W)})", "--at", f"A={_lit(_TALL)}")
+    def f(M):
+        return np.sum(np.linalg.inv(M.T @ M) @ M.T * W)
+    h, fd = 1e-6, np.zeros(_TALL.shape)
+    for i in np.ndindex(*_TALL.shape):
+        E = np.zeros(_TALL.shape)
+        E[i] = h
+        fd[i] = (f(_TALL + E) - f(_TALL - E)) / (2 * h)
+    np.testing.assert_allclose(doc["gradient"]["A"], fd, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [-3, -1, 0, 1, 2, 3, 4, 7])
+def test_matrix_power_is_numpys(n):
+    A = np.array([[[1.0, 2], [3, 4]], [[0.5, 1], [-1, 2]]])
+    got = _plain("eval", f"matrix_power(A, {n})", "--at", f"A={_lit(A)}")
+    np.testing.assert_allclose(got, np.linalg.matrix_power(A, n).ravel(), rtol=1e-13)
+
+
+def test_matrix_power_gradient_of_the_trace_of_a_cube_is_three_a_squared_transposed():
+    A = np.array([[1.0, 2], [3, 4]])
+    doc = ok_json("grad", "trace(matrix_power(A, 3))", "--at", "A=[[1,2],[3,4]]")
+    np.testing.assert_allclose(doc["gradient"]["A"], 3 * (A @ A).T)
+
+
+def test_matrix_power_zero_is_the_identity_and_leaves_a_unconnected():
+    doc = ok_json("grad", "sum(matrix_power(A, 0))", "--at", "A=[[1,2],[3,4]]")
+    assert doc["value"] == 2.0 and doc["unconnected"] == ["A"]
+
+
+@pytest.mark.parametrize("src, ref", [
+    ("cross(a, b)", lambda a, b: np.cross(a, b)),
+    ("cross(a[0], b)", lambda a, b: np.cross(a[0], b)),
+    ("cross(transpose(a), transpose(b), axisa=0, axisb=0)", lambda a, b: np.cross(a.T, b.T, axisa=0, axisb=0)),
+    ("cross(transpose(a), b, axisa=0, axisc=0)", lambda a, b: np.cross(a.T, b, axisa=0, axisc=0)),
+    ("cross(transpose(a), transpose(b), axis=0)", lambda a, b: np.cross(a.T, b.T, axis=0)),
+])
+def test_cross_is_numpys(src, ref):
+    a, b = np.array([[1.0, 2, 3], [-1, 0.5, 2]]), np.array([[0.0, 1, -2], [3, 1, 1]])
+    got = _plain("eval", src, "--at", f"a={_lit(a)},b={_lit(b)}")
+    np.testing.assert_allclose(got, np.ravel(ref(a, b)))
+
+
+def test_cross_gradient_is_the_triple_product_rule():
+    # d (a x b) . c / da = b x c
+    doc = ok_json("grad", "cross(a, b) @ c", "--at", "a=[1,2,3],b=[0,1,-2],c=[2,-1,1]", "--wrt", "a")
+    np.testing.assert_allclose(doc["gradient"]["a"], np.cross([0, 1, -2], [2, -1, 1]))
+
+
+_NORM_X = np.array([[1.0, -2, 0.5], [0.3, 4, -1]])
+
+
+@pytest.mark.parametrize("src, ref", [
+    ("norm(x)", lambda x: np.linalg.norm(x)),
+    ("norm(x, ord='fro')", lambda x: np.linalg.norm(x, "fro")),
+    ("norm(x, ord='nuc')", lambda x: np.linalg.norm(x, "nuc")),
+    ("norm(x, ord=1)", lambda x: np.linalg.norm(x, 1)),
+    ("norm(x, ord=-1)", lambda x: np.linalg.norm(x, -1)),
+    ("norm(x, ord=2)", lambda x: np.linalg.norm(x, 2)),
+    ("norm(x, ord=-2)", lambda x: np.linalg.norm(x, -2)),
+    ("norm(x, ord=inf)", lambda x: np.linalg.norm(x, np.inf)),
+    ("norm(x, ord=-inf)", lambda x: np.linalg.norm(x, -np.inf)),
+    ("norm(x, ord=1, axis=(1, 0))", lambda x: np.linalg.norm(x, 1, axis=(1, 0))),
+    ("norm(x, ord=inf, axis=(0, 1), keepdims=true)", lambda x: np.linalg.norm(x, np.inf, (0, 1), True)),
+    ("norm(x, axis=1)", lambda x: np.linalg.norm(x, axis=1)),
+    ("norm(x, ord=1, axis=0)", lambda x: np.linalg.norm(x, 1, axis=0)),
+    ("norm(x, ord=3, axis=1, keepdims=true)", lambda x: np.linalg.norm(x, 3, axis=1, keepdims=True)),
+    ("norm(x, ord=0.5, axis=-1)", lambda x: np.linalg.norm(x, 0.5, axis=-1)),
+    ("norm(x, ord=0, axis=1)", lambda x: np.linalg.norm(x, 0, axis=1)),
+    ("norm(x, ord=inf, axis=0)", lambda x: np.linalg.norm(x, np.inf, axis=0)),
+    ("norm(x[0], ord=-inf)", lambda x: np.linalg.norm(x[0], -np.inf)),
+])
+def test_norm_orders_are_numpys(src, ref):
+    got = _plain("eval", src, "--at", f"x={_lit(_NORM_X)}")
+    np.testing.assert_allclose(got, np.ravel(ref(_NORM_X)), rtol=1e-13)
+
+
+def test_norm_gradients_match_closed_forms():
+    x, at = _NORM_X, f"x={_lit(_NORM_X)}"
+    U, s, Vt = np.linalg.svd(x, full_matrices=False)
+    for src, want in [
+        ("norm(x, ord='nuc')", U @ Vt),  # d sum(s) = U V^T
+        ("norm(x, ord=2)", np.outer(U[:, 0], Vt[0])),  # d s_max = u_1 v_1^T
+        ("norm(x, ord=-2)", np.outer(U[:, -1], Vt[-1])),
+        ("norm(x, ord='fro')", x / np.linalg.norm(x)),
+        ("norm(x[1], ord=3)", np.vstack([0 * x[0], np.sign(x[1]) * np.abs(x[1]) ** 2 / np.linalg.norm(x[1], 3) ** 2])),
+        ("norm(x, ord=1)", np.array([[0, 1.0, 0], [0, 1, 0]]) * np.sign(x)),  # column 1 has the largest sum
+        ("norm(x, ord=inf)", np.array([[0, 0, 0], [1.0, 1, 1]]) * np.sign(x)),  # row 1
+    ]:
+        doc = ok_json("grad", src, "--at", at)
+        np.testing.assert_allclose(doc["gradient"]["x"], want, rtol=1e-12, atol=1e-15, err_msg=src)
+
+
+@pytest.mark.parametrize("order", ["'fro'", "'nuc'", "1", "-1", "2", "-2", "inf", "-inf"])
+def test_matrix_norms_at_zero_have_zero_gradient(order):
+    doc = ok_json("grad", f"norm(A, ord={order})", "--at", "A=zeros((2, 3))")
+    assert doc["value"] == 0 and np.all(np.array(doc["gradient"]["A"]) == 0), doc
+
+
+@pytest.mark.parametrize("order", ["1", "2", "3", "0.5", "inf", "-inf"])
+def test_vector_norms_at_zero_have_zero_gradient(order):
+    doc = ok_json("grad", f"norm(x, ord={order})", "--at", "x=[0, 0, 0]")
+    assert doc["value"] == 0 and np.all(np.array(doc["gradient"]["x"]) == 0), doc
+
+
+@pytest.mark.parametrize("src, at, warned", [
+    ("norm(A, ord=2)", "A=eye(2)", "'norm' at line 1, column 1 with ord=2 has its largest singular value repeated"),
+    ("norm(A, ord=-2)", "A=eye(2)", "with ord=-2 has its smallest singular value repeated"),
+    ("norm(A, ord='nuc')", "A=[[1,0],[0,0]]", "with ord='nuc' has a zero singular value"),
+])
+def test_spectral_norms_warn_where_their_derivative_is_not_defined(src, at, warned):
+    doc = ok_json("grad", src, "--at", at)
+    assert any(warned in w for w in doc["warnings"]), doc
+
+
+def test_spectral_norms_away_from_degenerate_points_do_not_warn():
+    doc = ok_json("grad", "norm(A, ord=2) + norm(A, ord=-2) + norm(A, ord='nuc')", "--at", "A=[[2,0],[0,1]]")
+    assert doc["warnings"] == []
+
+
+# ==========================================================================
+# cumprod at zeros: exact derivatives (no division by x)
+# ==========================================================================
+
+def _cumprod_jacobian(x):
+    """d cumprod(x)_i / d x_k = prod_{j <= i, j != k} x_j for k <= i, by brute force."""
+    n = len(x)
+    return np.array([[np.prod([x[j] for j in range(i + 1) if j != k]) if k <= i else 0.0
+                      for k in range(n)] for i in range(n)])
+
+
+@pytest.mark.parametrize("x", [[2.0, 0, 3, 4], [2.0, 0, 3, 0, 5], [0.0, 0, 1.5, 2], [1.5, -2, 0.5, 0]])
+def test_cumprod_jacobian_at_zeros_is_exact_in_both_modes(x):
+    want = _cumprod_jacobian(x)
+    for mode in ("rev", "fwd"):
+        doc = ok_json("jacobian", "cumprod(x)", "--at", f"x={_lit(x)}", "--mode", mode)
+        np.testing.assert_array_equal(doc["jacobian"]["_"]["x"], want)
+        assert doc["warnings"] == []
+
+
+def test_cumprod_hessian_at_two_zeros_is_exact():
+    # f = sum(cumprod(x)): H[k, l] = sum_{i >= max(k, l)} prod_{j <= i, j not k, l} x_j
+    x = np.array([2.0, 0, 3, 0])
+    want = np.zeros((4, 4))
+    for k in range(4):
+        for m in range(4):
+            if k != m:
+                want[k, m] = sum(np.prod([x[j] for j in range(i + 1) if j not in (k, m)])
+                                 for i in range(max(k, m), 4))
+    doc = ok_json("hessian", "sum(cumprod(x))", "--at", f"x={_lit(x)}")
+    np.testing.assert_array_equal(doc["hessian"]["x"]["x"], want)
+
+
+def test_cumprod_gradient_along_an_axis_with_zeros():
+    x = np.array([[2.0, 0, 3], [0, 1.5, 2]])
+    doc = ok_json("grad", "sum(cumprod(x, axis=0) * [[1, 2, 3], [4, 5, 6]])", "--at", f"x={_lit(x)}")
+    w = np.array([[1.0, 2, 3], [4, 5, 6]])
+    # column j: y0 = x0, y1 = x0 x1: d/dx0 = w0 + w1 x1, d/dx1 = w1 x0
+    want = np.vstack([w[0] + w[1] * x[1], w[1] * x[0]])
+    np.testing.assert_array_equal(doc["gradient"]["x"], want)
+
+
+# ==========================================================================
+# --symbolic: stacks of matrices and the functions with no closed form
+# ==========================================================================
+
+def test_symbolic_det_of_a_stack_is_per_matrix():
+    A = np.array([[[1.0, 2], [3, 4]], [[2, 0], [1, 3]]])
+    doc = ok_json("grad", "sum(det(A))", "--at", f"A={_lit(A)}", "--symbolic")
+    want = np.linalg.det(A)[:, None, None] * np.swapaxes(np.linalg.inv(A), -1, -2)
+    np.testing.assert_allclose(doc["gradient"]["A"], want, rtol=1e-12)
+    # each matrix's adjugate transposed, in its own entries
+    assert doc["symbolic"]["A"]["text"] == ("[[[A[0, 1, 1], -A[0, 1, 0]], [-A[0, 0, 1], A[0, 0, 0]]], "
+                                            "[[A[1, 1, 1], -A[1, 1, 0]], [-A[1, 0, 1], A[1, 0, 0]]]]")
+
+
+@pytest.mark.parametrize("src, name", [
+    ("U, s, Vt = svd(A); sum(s)", "svd"), ("Q, R = qr(A); sum(R)", "qr"), ("norm(A, ord=2)", "svd"),
+])
+def test_symbolic_names_the_builtin_with_no_closed_form(src, name):
+    r = user_error("grad", src, "--at", "A=[[2,1],[1,3]]", "--symbolic")
+    assert f"--symbolic cannot express '{name}' at line 1" in r.stderr and "in closed form:" in r.stderr, r.stderr
+
+
+def test_symbolic_pinv_and_stacked_inverse_match_the_numbers():
+    for src, at in [("sum(pinv(A))", "A=[[1,2],[3,4],[5,7]]"), ("sum(inv(A))", "A=[[[1,2],[3,4]],[[2,0],[1,3]]]"),
+                    ("s, l = slogdet(A); sum(l)", "A=[[[1,2],[3,4]],[[2,0],[1,3]]]")]:
+        sym = ok_json("grad", src, "--at", at, "--symbolic")
+        num = ok_json("grad", src, "--at", at)
+        np.testing.assert_allclose(sym["gradient"]["A"], num["gradient"]["A"], rtol=1e-10, err_msg=src)
