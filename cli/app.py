@@ -39,19 +39,30 @@ def command(name: str, *, precision: int = 6):
 def build_app(names=None) -> typer.Typer:
     """The Typer app with the given commands (default: all of them)."""
     new = typer.Typer(
-        name="gradcalc", add_completion=False, no_args_is_help=True, suggest_commands=False,  # (click suggests)
+        name="gradcalc", add_completion=True, no_args_is_help=True, suggest_commands=False,  # (click suggests)
         help="A gradient calculator: evaluate and differentiate numpy-like expressions.\n\n"
              "SOURCE is program text, a file, or - for standard input.",
         context_settings={"help_option_names": ["-h", "--help"]},
     )
 
     @new.callback()
-    def _group():  # a group even when it holds one command
+    def _group(version: VersionOpt = False):  # a group even when it holds one command
         pass
 
     for name in names or COMMANDS:
         new.command(name)(_typer_function(name))
     return new
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from gradcalc import __version__
+        sys.stdout.write(f"gradcalc {__version__}\n")
+        raise typer.Exit(EXIT_OK)
+
+
+VersionOpt = Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="print the version and exit")]
 
 
 # -- the options every command shares ------------------------------------------
@@ -148,6 +159,7 @@ def _show(item, opts: Options) -> int:
     reader of stdout goes away)."""
     result = item.result if isinstance(item, Shown) else item
     verdict = EXIT_OK if getattr(result, "ok", True) else EXIT_CHECK_FAILED
+    verdict = getattr(result, "exit_code", verdict)  # check of several sources: 2 when one could not be
     try:
         views.show(item, opts.format, opts.precision)
     except BrokenPipeError:
@@ -423,15 +435,22 @@ def check_cmd(
     atol: Annotated[Optional[float], typer.Option("--atol", help="absolute tolerance (default per "
                                                   "method: central 1e-8, forward 1e-5, richardson 1e-10, complex 1e-14)",
                                                   show_default=False)] = None,
-    points: Annotated[int, typer.Option("--points", min=0, help="also check N random points "
-                                        "(inputs without --at values ~ N(0, 1))")] = 0,
-    seed: Annotated[int, typer.Option("--seed", help="random seed for --points and --directions")] = 0,
-    directions: Annotated[int, typer.Option("--directions", min=0, help="check K random directions "
-                                            "instead of the full Jacobian")] = 0,
+    points: Annotated[Optional[int], typer.Option("--points", min=0, help="also check N random points "
+                                                  "(inputs without --at values ~ N(0, 1)) [default: 0]",
+                                                  show_default=False)] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="random seed for --points and --directions "
+                                                "[default: 0]", show_default=False)] = None,
+    directions: Annotated[Optional[int], typer.Option("--directions", min=0, help="check K random "
+                                                      "directions instead of the full Jacobian",
+                                                      show_default=False)] = None,
     taylor: Annotated[bool, typer.Option("--taylor", help="also measure the Taylor remainder's order")] = False,
     symbolic: Annotated[bool, typer.Option("--symbolic", help="add sympy's closed form as a third oracle")] = False,
-    expect: Annotated[Optional[str], typer.Option("--expect", help="stored JSON output of grad or "
-                                                  "jacobian to compare with", show_default=False)] = None,
+    expect: Annotated[Optional[str], typer.Option("--expect", help="stored JSON output of grad or jacobian "
+                                                  "to compare one source with (default: NAME.expect.json "
+                                                  "beside NAME.grad)", show_default=False)] = None,
+    update_expect: Annotated[bool, typer.Option("--update-expect", help="write or refresh each "
+                                                "NAME.expect.json (or the --expect file)")] = False,
+    no_expect: Annotated[bool, typer.Option("--no-expect", help="skip the NAME.expect.json files")] = False,
     junit_xml: Annotated[Optional[str], typer.Option("--junit-xml", help="write a JUnit XML report",
                                                      show_default=False)] = None,
     exec_: ExecOpt = None,
@@ -440,22 +459,24 @@ def check_cmd(
 ):
     """Check automatic derivatives against finite differences (and reverse against forward mode).
 
-    Exit status 1 if any result fails.
+    Options on the command line win over a file's '# check:' lines.  Exit status 0 when every
+    result passes, 1 when any fails, 2 when a source could not be checked (after the others).
     """
-    from gradcalc.numerics import check
-    point = _at(at, opts)
-    stored = _load_expect(expect) if expect else None
+    from gradcalc.suite import check_sources
+    point = _at(at, opts) if at else None
+    given = dict(at=point, of=of, wrt=wrt, rtol=rtol, atol=atol, max_elements=opts.max_elements,
+                 max_steps=opts.max_steps)
     if exec_ is not None:
         _refuse_with_exec(sources, method, (("--points", points), ("--directions", directions),
-                                            ("--taylor", taylor), ("--expect", expect), ("--symbolic", symbolic)))
-        checked = _check_exec(exec_, exec_timeout, sources, point, of, wrt, method, rtol, atol, opts.max_elements)
+                                            ("--taylor", taylor), ("--expect", expect), ("--symbolic", symbolic),
+                                            ("--update-expect", update_expect)))
+        checked = _check_exec(exec_, exec_timeout, sources, given, method)
     elif not sources:
         raise UsageError("missing SOURCE", hint="gradcalc check samples/ (or --exec CMD)")
     else:
-        options = dict(of=of, wrt=wrt, points=points, seed=seed, method=method.value if method else "central",
-                       rtol=rtol, atol=atol, directions=directions, taylor=taylor, expect=stored,
-                       symbolic=symbolic, max_elements=opts.max_elements, max_steps=opts.max_steps)
-        checked = _each_source(sources, lambda program: check(program, point, **options))
+        given.update(points=points, seed=seed, method=method.value if method else None, directions=directions,
+                     taylor=taylor or None, symbolic=symbolic or None, expect=expect)
+        checked = check_sources(sources, overrides=given, update_expect=update_expect, no_expect=no_expect)
     if junit_xml:
         views.write_junit(junit_xml, checked.results)
     return checked
@@ -473,50 +494,24 @@ def _refuse_with_exec(sources, method, given) -> None:
         raise UsageError(f"{flag} does not apply to check --exec", hint=hint)
 
 
-def _check_exec(cmd, timeout, sources, point, of, wrt, method, rtol, atol, max_elements):
+def _check_exec(cmd, timeout, sources, given: dict, method):
     """check --exec CMD (the program's gradient against differences of its values), or
     check SOURCE --exec CMD (the program against gradcalc's own derivatives of SOURCE)."""
     from gradcalc.blackbox import BlackBox, check_against_source, check_blackbox
     from gradcalc.lower import trace
+    from gradcalc.suite import check_sources
     box = BlackBox(cmd, timeout)
     if not sources:
-        if not point:
+        if not given["at"]:
             raise UsageError("check --exec needs the point: --at NAME=VALUE for every input")
-        return check_blackbox(box, point, method=method.value if method else "richardson", rtol=rtol, atol=atol,
-                              label=cmd, wrt=wrt)
-    return _each_source(sources, lambda program: check_against_source(
-        box, trace(program, point, max_elements=max_elements), rtol=rtol, atol=atol,
-        label=program.source.label, of=of, wrt=wrt))
+        return check_blackbox(box, given["at"], method=method.value if method else "richardson",
+                              rtol=given["rtol"], atol=given["atol"], label=cmd, wrt=given["wrt"])
 
-
-def _each_source(sources, check_one):
-    """check_one(program) for each source (a directory: each *.grad file inside), in one
-    Result: every result, and the tolerances applied."""
-    from gradcalc.checks import check_result
-    from gradcalc.numerics import expand_sources
-    results, tol = [], None
-    for s in expand_sources(sources):
-        program = _source(s)
-        r = check_one(program)
-        results += r.results
-        tol = (r.rtol, r.atol)
-        if not r.results:  # (passing, but a CI job should hear that nothing was compared)
-            sys.stderr.write(f"warning: {program.source.label}: nothing to check: the program has no "
-                             "inputs\n")
-    return check_result(results, tol)
-
-
-def _load_expect(path: str) -> dict:
-    import json
-    from gradcalc.errors import ValueError_
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as err:
-        raise ValueError_(f"--expect: cannot read '{path}': {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError_(f"--expect: '{path}' must hold a JSON object from grad or jacobian -f json")
-    return data
+    def against(program, o):
+        tr = trace(program, o.get("at") or {}, max_elements=o["max_elements"], max_steps=o["max_steps"])
+        return check_against_source(box, tr, rtol=o.get("rtol"), atol=o.get("atol"), label=program.source.label,
+                                    of=o.get("of"), wrt=o.get("wrt"))
+    return check_sources(sources, overrides=given, no_expect=True, checker=against)
 
 
 # ==========================================================================

@@ -52,6 +52,8 @@ def show(item, fmt: Format, precision: int) -> None:
         view.table(shown, precision)
     if view.warns:
         render.print_warnings(getattr(result, "warnings", None))
+    if view.also is not None:
+        view.also(result, fmt)
     sys.stdout.flush()  # (a reader that went away is noticed here, where the exit code is known)
 
 
@@ -193,62 +195,80 @@ def _named_matrix(title, grid, names, precision):
 
 def _check_table(s: Shown, precision: int) -> None:
     """The verdict first, so that it survives a narrow terminal; then one table per source,
-    one row per result."""
-    r = s.result
-    results = r.results
-    methods = sorted({x.method for x in results})
-    failed = sum(not x.ok for x in results)
-    how = f"; {methods[0]}" if len(methods) == 1 and results else ""
-    if r.rtol is not None:
-        how += f", rtol {r.rtol:g}, atol {r.atol:g}"
+    one row per result (a source that could not be checked: one row, and its error in full
+    on stderr)."""
+    from gradcalc.suite import summary_line
+    results = s.result.results
     out = render.console()
-    out.print(f"check: {len(results) - failed} passed, {failed} failed{how}", style="bold")
+    out.print(summary_line(s.result), style="bold", markup=False)
+    taylor = any("taylor_order" in getattr(x, "extra", {}) for x in results)
     for source in dict.fromkeys(x.source for x in results):
-        out.print(_source_table(source, [x for x in results if x.source == source], methods,
-                                any("taylor_order" in x.extra for x in results), precision))
+        out.print(_source_table(source, [x for x in results if x.source == source], taylor, precision))
 
 
-def _source_table(source: str, results: list, methods: list, taylor: bool, precision: int):
+def _is_error(x) -> bool:
+    return getattr(x, "comparison", None) == "error"
+
+
+def _source_table(source: str, results: list, taylor: bool, precision: int):
     from rich.table import Table
-    from rich.text import Text
-    one_method = len(methods) == 1
     table = Table(title=source, title_justify="left", title_style="bold")
     table.add_column("", no_wrap=True, min_width=1)
     table.add_column("pt", justify="right", no_wrap=True)
     table.add_column("derivative", no_wrap=True)
+    table.add_column("compared", no_wrap=True)
     table.add_column("abs err", justify="right", no_wrap=True, min_width=8)
     table.add_column("rel err", justify="right", no_wrap=True, min_width=8)
     table.add_column("worst", no_wrap=True)
-    if not one_method:
-        table.add_column("method", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
     if taylor:
         table.add_column("order", justify="right", no_wrap=True)
     table.add_column("notes", overflow="fold")
     for x in results:
-        cells = [Text("✓", style="green") if x.ok else Text("✗", style="red"), str(x.point), result_label(x),
-                 render.fmt(x.max_abs_err, precision), render.fmt(x.max_rel_err, precision),
-                 "[" + ", ".join(map(str, x.worst_index)) + "]"]
-        if not one_method:
-            cells.append(x.method)
-        cells.append(render.fmt(x.step, precision))
-        if taylor:
-            order = x.extra.get("taylor_order")
-            cells.append("" if order is None else render.fmt(order, precision))
-        cells.append("; ".join(x.notes))
-        table.add_row(*cells)
+        table.add_row(*(_error_cells(x, taylor) if _is_error(x) else _result_cells(x, taylor, precision)))
     return table
 
 
+def _result_cells(x, taylor: bool, precision: int) -> list:
+    from rich.text import Text
+
+    from gradcalc.checks import breach_text
+    from gradcalc.suite import comparison_text, derivative_text
+    cells = [Text("✓", style="green") if x.ok else Text("✗", style="red"), str(x.point), derivative_text(x),
+             comparison_text(x), render.fmt(x.max_abs_err, precision), render.fmt(x.max_rel_err, precision),
+             "[" + ", ".join(map(str, x.worst_index)) + "]", render.fmt(x.step, precision)]
+    if taylor:
+        order = x.extra.get("taylor_order")
+        cells.append("" if order is None else render.fmt(order, precision))
+    return cells + ["; ".join(t for t in [breach_text(x)] + x.notes if t)]
+
+
+def _error_cells(x, taylor: bool) -> list:
+    from rich.text import Text
+
+    from gradcalc.suite import error_location
+    message, _ = x.error.worded(_flag)
+    return ([Text("!", style="red"), "", "", f"{x.kind} error", "", "", "", ""] + [""] * taylor +
+            [f"{error_location(x)}: {message}"])
+
+
+def _flag(option: str) -> str:
+    from .errors import flag
+    return flag(option)
+
+
 def _check_lines(result, precision: int) -> str:
-    """One line per check result (plain text: check's results are verdicts, not arrays)."""
-    return "".join(f"{'ok' if x.ok else 'FAIL'} {x.source} point={x.point} {result_label(x)} "
-                   f"max_abs_err={x.max_abs_err:.3g} max_rel_err={x.max_rel_err:.3g}\n" for x in result.results)
+    """One line per check result (plain text: check's results are verdicts, not arrays):
+    what was compared, the errors, a failure's numbers and the notes; then the summary."""
+    from gradcalc.suite import row_text, summary_line
+    return "".join(row_text(x, lambda err: err.worded(_flag)[0]) + "\n" for x in result.results) + \
+        summary_line(result) + "\n"
 
 
 def result_label(x) -> str:
     """A check result's derivative: dy/dx, or y (value) for a comparison of values."""
-    return f"{x.of} (value)" if not x.wrt else f"d{x.of}/d{x.wrt}"
+    from gradcalc.suite import derivative_text
+    return derivative_text(x)
 
 
 _NOT_XML = "[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]"  # what XML 1.0 cannot hold
@@ -262,27 +282,89 @@ def _xml_text(text: str) -> str:
 
 
 def write_junit(path: str, results) -> None:
-    """check --junit-xml: one testcase per result, a failure for each that failed."""
+    """check --junit-xml: one testcase per result, a failure for each that failed, an error
+    for each source that could not be checked."""
     import xml.etree.ElementTree as ET
-    failures = sum(not x.ok for x in results)
+
+    from gradcalc.suite import counts
+    _, failures, errors = counts(results)
     suite = ET.Element("testsuite", name="gradcalc.check", tests=str(len(results)),
-                       failures=str(failures), errors="0")
+                       failures=str(failures), errors=str(errors))
     for x in results:
         case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gradcalc.check.{x.source}"),
-                             name=_xml_text(f"point {x.point}: {result_label(x)} ({x.method})"))
-        detail = (f"max_abs_err={x.max_abs_err!r} max_rel_err={x.max_rel_err!r} "
-                  f"worst_index={x.worst_index} step={x.step!r}")
-        notes = [_xml_text(n) for n in x.notes]
-        if not x.ok:
-            fail = ET.SubElement(case, "failure", message="; ".join(notes) or "derivative mismatch")
-            fail.text = detail + ("\n" + "\n".join(notes) if notes else "")
+                             name=_xml_text(_junit_name(x)))
+        if _is_error(x):
+            _junit_error(case, x)
         else:
-            ET.SubElement(case, "system-out").text = detail + (("\n" + "; ".join(notes)) if notes else "")
+            _junit_result(case, x)
     try:
         ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
     except OSError as err:
         from gradcalc.errors import ValueError_
         raise ValueError_(f"--junit-xml: cannot write '{path}': {err.strerror}") from None
+
+
+def _junit_name(x) -> str:
+    from gradcalc.suite import comparison_text
+    if _is_error(x):
+        return "could not be checked"
+    return f"point {x.point}: {result_label(x)} ({comparison_text(x)})"
+
+
+def _junit_result(case, x) -> None:
+    import xml.etree.ElementTree as ET
+
+    from gradcalc.checks import breach_text
+    detail = (f"max_abs_err={x.max_abs_err!r} max_rel_err={x.max_rel_err!r} "
+              f"worst_index={x.worst_index} step={x.step!r}")
+    notes = [_xml_text(n) for n in [breach_text(x)] + x.notes if n]
+    if not x.ok:
+        fail = ET.SubElement(case, "failure", message="; ".join(notes) or "derivative mismatch")
+        fail.text = detail + ("\n" + "\n".join(notes) if notes else "")
+    else:
+        ET.SubElement(case, "system-out").text = detail + (("\n" + "; ".join(notes)) if notes else "")
+
+
+def _junit_error(case, x) -> None:
+    import xml.etree.ElementTree as ET
+
+    from .errors import error_text
+    message, _ = x.error.worded(_flag)
+    error = ET.SubElement(case, "error", type=x.kind, message=_xml_text(message))
+    error.text = _xml_text(error_text(x.error))
+
+
+# ==========================================================================
+# check under GitHub Actions: annotations and the step summary
+# ==========================================================================
+
+def _check_also(result, fmt: Format) -> None:
+    """What check writes besides its results, in every format: on stderr, each source that
+    could not be checked as every user error reads (message, line, caret, hint) and each
+    source with nothing to check; under GitHub Actions, its annotations and step summary."""
+    from .errors import error_text
+    for x in result.results:
+        if _is_error(x):
+            sys.stderr.write(error_text(x.error) + "\n")
+    for checked in getattr(result, "sources", ()):
+        for note in checked.notes:
+            sys.stderr.write(f"warning: {checked.source}: {note}\n")
+    _github_actions(result, fmt)
+
+
+def _github_actions(result, fmt: Format) -> None:
+    """Under GitHub Actions (GITHUB_ACTIONS=true), each failure and error as an ::error
+    annotation (on stdout, where the runner reads workflow commands; on stderr with -f json,
+    whose stdout is one JSON object), and a Markdown table appended to $GITHUB_STEP_SUMMARY."""
+    import os
+    if os.environ.get("GITHUB_ACTIONS") != "true":
+        return
+    from . import github
+    lines = [github.annotation(x, _flag) for x in result.results if not x.ok]
+    (sys.stderr if fmt is Format.json else sys.stdout).write("".join(line + "\n" for line in lines))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        github.append_summary(summary, result, _flag)
 
 
 # ==========================================================================
@@ -322,6 +404,7 @@ class View(NamedTuple):
     plain: Callable = _numbers  # (result, precision) -> the text to write
     dot: Callable | None = None  # (result) -> Graphviz dot text; None: no -f dot
     warns: bool = True  # also write the result's warnings to stderr (graph's stay in its JSON)
+    also: Callable | None = None  # (result, format) -> None: what else it writes (check's errors, CI)
 
 
 VIEWS = {
@@ -331,6 +414,6 @@ VIEWS = {
     "vjp": View(_vjp_table),
     "jvp": View(_jvp_table),
     "hessian": View(_hessian_table),
-    "check": View(_check_table, plain=_check_lines),
+    "check": View(_check_table, plain=_check_lines, also=_check_also),
     "graph": View(_graph_table, plain=_graph_listing, dot=_graph_dot, warns=False),
 }

@@ -123,14 +123,14 @@ def breach_text(result) -> str | None:
     """A failing result's numbers in words (None when it has none):
     ``at [3]: ad 2.5, fd 2.4: |ad - fd| = 0.1 > 2.4e-06 allowed (rtol bound: rtol 1e-06 x |fd|)``."""
     x = result.extra
-    if "bound" not in x:
+    if "bound" not in x or result.comparison == "expect":  # (an expectation's note says it: entry ...)
         return None
     ref = "stored" if "stored" in x else "fd"
     a, r = x["ad"], x[ref]
     why = {"rtol": f"rtol {x['rtol']:g} x |{ref}|", "atol": f"atol {x['atol']:g}",
            "rounding": "rounding allowance"}[x["bound"]]
-    where = "[" + ", ".join(map(str, result.worst_index)) + "]"
-    return (f"at {where}: ad {a:.10g}, {ref} {r:.10g}: |ad - {ref}| = {abs(a - r):.3g} > "
+    where = "at [" + ", ".join(map(str, result.worst_index)) + "]: " if result.worst_index else ""
+    return (f"{where}ad {a:.10g}, {ref} {r:.10g}: |ad - {ref}| = {abs(a - r):.3g} > "
             f"{x['allowed']:.3g} allowed ({x['bound']} bound: {why})")
 
 

@@ -826,7 +826,9 @@ def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
                 idx = "".join(f"[{i}]" for i in worst)
                 facts = breach(got, want, worst, *tol, ref_name="stored")
                 notes.append(f"entry {'jacobian' if 'jacobian' in expect else 'gradient'}"
-                             f"['{w}']{idx}: stored {_g(want[tuple(worst)])}, computed {_g(got[tuple(worst)])}")
+                             f"['{w}']{idx}: stored {_g(want[tuple(worst)])}, computed {_g(got[tuple(worst)])} "
+                             f"(|computed - stored| = {abs(facts['ad'] - facts['stored']):.3g} > {facts['allowed']:.3g} allowed: "
+                             f"{facts['bound']} bound)")
             results.append(CheckResult(name, 0, o, w, mabs, mrel, worst, "expect", 0.0, ok, notes, facts,
                                        "expect"))
     return results

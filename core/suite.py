@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from .checks import CheckResult
-from .errors import GradcalcError, Pos, ShapeError, Source, UsageError, ValueError_
+from .errors import FileError, GradcalcError, Pos, ShapeError, Source, UsageError, ValueError_
 from .results import Result
 
 #: The options a ``# check:`` line may give (SPEC §5), as the library's keywords: the
@@ -104,7 +104,7 @@ def suite_result(checks: list) -> Result:
 
 
 def check_sources(sources, *, overrides: dict | None = None, update_expect: bool = False,
-                  no_expect: bool = False) -> Result:
+                  no_expect: bool = False, checker=None) -> Result:
     """Check each source (program text, a file, '-', or a directory: every *.grad inside)
     as :func:`check_source` does; one Result for all (:func:`suite_result`).
 
@@ -118,7 +118,8 @@ def check_sources(sources, *, overrides: dict | None = None, update_expect: bool
                          hint="check each source with its own --expect, or store NAME.expect.json "
                               "beside NAME.grad (compared automatically)", option="expect")
     checks = [c if isinstance(c, SourceCheck) else
-              check_source(c, overrides=overrides, update_expect=update_expect, no_expect=no_expect)
+              check_source(c, overrides=overrides, update_expect=update_expect, no_expect=no_expect,
+                           checker=checker)
               for c in found]
     return suite_result(checks)
 
@@ -143,7 +144,7 @@ def _failed(source: str, err: GradcalcError) -> SourceCheck:
 
 
 def check_source(source, *, overrides: dict | None = None, update_expect: bool = False,
-                 no_expect: bool = False) -> SourceCheck:
+                 no_expect: bool = False, checker=None) -> SourceCheck:
     """Check one source (program text, a path, or '-'), never raising a user error.
 
     ``overrides`` holds check()'s keyword arguments as the caller gives them (the command
@@ -151,22 +152,48 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
     taylor, symbolic, max_elements, max_steps) and ``expect`` (a path); a None value is
     not given.  They win over the source's ``# check:`` lines (``at`` name by name).
     The expectation compared: ``expect``, else NAME.expect.json beside NAME.grad unless
-    ``no_expect``; ``update_expect`` writes it first from this source's derivatives."""
+    ``no_expect``; ``update_expect`` writes it first from this source's derivatives.
+    ``checker(program, options) -> Result`` replaces numerics.check (check SOURCE --exec
+    compares a black box with the program), with no expectation."""
     from .values import read_source
     label = source if isinstance(source, str) and "\n" not in source else "<expr>"
     try:
         src = read_source(source)
         label = src.label
         options = merged(file_options(src), overrides or {})
-        return _check_read(src, options, update_expect, no_expect)
-    except GradcalcError as err:
-        return _failed(label, err)
+        if checker is not None:
+            return _checked(src.label, checker(_parsed(src, source), options), options)
+        return _check_read(src, _parsed(src, source), options, update_expect, no_expect)
+    except GradcalcError as err:  # (a missing file: under its own name, not as program text)
+        return _failed(source if isinstance(err, FileError) and isinstance(source, str) else label, err)
 
 
-def _check_read(src: Source, options: dict, update_expect: bool, no_expect: bool) -> SourceCheck:
-    from .numerics import check, expect_point
+def _parsed(src: Source, given=None):
+    """The program of a source read; text that is no program but reads as a path (model.grad,
+    dir/model) is a file that does not exist (as the command line says of a SOURCE)."""
+    import re
+
+    from .errors import SyntaxError_
     from .session import parse
-    program = parse(src.text, src.label)
+    try:
+        return parse(src.text, src.label)
+    except SyntaxError_:
+        if src.label == "<expr>" and isinstance(given, str) and re.fullmatch(r"[\w./\\~-]+", given) and (
+                re.search(r"[/\\]|\.(grad|txt|json|npy|csv)$", given)):
+            raise FileError(f"the file '{given}' does not exist",
+                            hint="SOURCE is a file, - for stdin, or program text") from None
+        raise
+
+
+def _checked(label: str, checked: Result, options: dict, expect_file=None, updated=False) -> SourceCheck:
+    """A source's check from check()'s Result, with the tolerances it applied."""
+    options.update(rtol=checked.rtol, atol=checked.atol)
+    notes = [] if checked.results else ["nothing to check: the program has no inputs"]
+    return SourceCheck(label, checked.results, options, expect_file, updated, notes)
+
+
+def _check_read(src: Source, program, options: dict, update_expect: bool, no_expect: bool) -> SourceCheck:
+    from .numerics import check, expect_point
     path = options.pop("expect", None) or (None if no_expect else expect_path(src.label))
     if update_expect:
         if path is None:
@@ -177,10 +204,7 @@ def _check_read(src: Source, options: dict, update_expect: bool, no_expect: bool
     if stored is not None:  # the point the expectation was made at, for the values not given
         options["at"] = {**expect_point(stored), **options.get("at", {})}
     checked = check(program, expect=stored, **options)
-    options.update(rtol=checked.rtol, atol=checked.atol)
-    notes = [] if checked.results else ["nothing to check: the program has no inputs"]
-    return SourceCheck(src.label, checked.results, options, path if stored is not None else None,
-                       update_expect, notes)
+    return _checked(src.label, checked, options, path if stored is not None else None, update_expect)
 
 
 def merged(from_file: dict, overrides: dict) -> dict:
@@ -355,6 +379,64 @@ def result_id(r) -> str:
     return f"{name}::{what}@{where}"
 
 
+# ==========================================================================
+# Results in words (the library prints nothing: front ends write these)
+# ==========================================================================
+
+def derivative_text(r) -> str:
+    """A result's derivative: d_/dx, or y (value) for a comparison of values."""
+    return f"{r.of} (value)" if not r.wrt else f"d{r.of}/d{r.wrt}"
+
+
+def comparison_text(r) -> str:
+    """What a result compared: "full Jacobian, central", "central (4 directions)",
+    "expectation file", a black box's method; "error" for a source not checked."""
+    kind = getattr(r, "comparison", "jacobian")
+    if kind == "jacobian":
+        return f"full Jacobian, {r.method}"
+    if kind == "expect":
+        return "expectation file"
+    return "error" if kind == "error" else r.method
+
+
+def error_location(r: CheckError) -> str:
+    """FILE:LINE:COL (as much of it as is known) of an error result."""
+    return ":".join([r.file] + [str(n) for n in (r.line, r.column) if n is not None])
+
+
+def row_text(r, message=None) -> str:
+    """One line per result: the verdict, where, what was compared, the errors, and for a
+    failure its numbers at the worst element, then the notes.  ``message(err)`` words an
+    error result's message (the command line names its flags; default: the library's)."""
+    from .checks import breach_text
+    if isinstance(r, CheckError):
+        text = message(r.error) if message else r.message
+        return f"ERROR {error_location(r)}: {r.kind} error: {text}"
+    facts = [t for t in [breach_text(r)] + list(r.notes) if t]
+    return (f"{'ok' if r.ok else 'FAIL'} {r.source} point={r.point} {derivative_text(r)} "
+            f"[{comparison_text(r)}] max_abs_err={r.max_abs_err:.3g} max_rel_err={r.max_rel_err:.3g}"
+            + "".join(f" | {t}" for t in facts))
+
+
+def counts(results) -> tuple[int, int, int]:
+    """(passed, failed, errors) among results."""
+    errors = sum(isinstance(r, CheckError) for r in results)
+    failed = sum(not r.ok for r in results) - errors
+    return len(results) - failed - errors, failed, errors
+
+
+def summary_line(result) -> str:
+    """The verdict of a check, worded the same whatever was compared:
+    ``check: 3 passed, 1 failed, 0 errors; full Jacobian, central; rtol 1e-06, atol 1e-08``."""
+    passed, failed, errors = counts(result.results)
+    kinds = list(dict.fromkeys(comparison_text(r) for r in result.results if not isinstance(r, CheckError)))
+    rtol, atol = getattr(result, "rtol", None), getattr(result, "atol", None)
+    tol = f"rtol {rtol:g}, atol {atol:g}" if rtol is not None else "tolerances per source"
+    return (f"check: {passed} passed, {failed} failed, {errors} error{'' if errors == 1 else 's'}; "
+            f"{' + '.join(kinds) or 'nothing compared'}; {tol}")
+
+
 __all__ = ["check_sources", "check_source", "CheckError", "SourceCheck", "CheckResult", "result_id",
+           "row_text", "summary_line", "comparison_text", "derivative_text", "counts",
            "file_options", "expect_path", "write_expect", "read_expect", "EXIT_PASSED", "EXIT_FAILED",
            "EXIT_ERROR"]
