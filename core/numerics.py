@@ -9,7 +9,6 @@ directions, and optionally with sympy's closed form and a stored result.
 from __future__ import annotations
 
 import math
-import os
 from typing import NamedTuple
 
 import numpy as np
@@ -332,22 +331,6 @@ def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = No
 # ==========================================================================
 # check
 # ==========================================================================
-
-def expand_sources(sources) -> list:
-    """Directories become every *.grad file inside them (sorted)."""
-    if list(sources).count("-") > 1:  # the second read would find standard input empty
-        raise UsageError("'-' (standard input) is given more than once", hint="give '-' once")
-    out = []
-    for s in sources:
-        if isinstance(s, str) and "\n" not in s and os.path.isdir(s):
-            found = sorted(os.path.join(d, f) for d, _, fs in os.walk(s) for f in fs if f.endswith(".grad"))
-            if not found:
-                raise UsageError(f"no .grad files in directory '{s}'")
-            out.extend(found)
-        else:
-            out.append(s)
-    return out
-
 
 class _Plan(NamedTuple):
     """How check checks each point: its options, once they are known to be sound."""
