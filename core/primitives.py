@@ -769,16 +769,24 @@ def _scan_params(shapes, builder, axis=-1, reverse=False):
 
 def _recurrence(x, r, axis, reverse):
     """z_i = x_i z_(i-1) + r_i along axis, from z_(-1) = 0; reverse: z_i = x_(i+1) z_(i+1) + r_i
-    from the end, the transpose.  A term with a zero z contributes 0 (never 0 * inf)."""
+    from the end, the transpose.  By recursive doubling (log2(n) vectorised steps: z_i gathers
+    the terms of the 2d places before it from the d before, the products of the x between
+    them alike), with no division; a term with a zero r contributes 0 (never 0 * inf)."""
     x, r = np.broadcast_arrays(x, r)
-    xm = np.moveaxis(x, axis, -1)
-    z = np.moveaxis(r, axis, -1).astype(np.result_type(x, r), copy=True)
-    n = z.shape[-1]
-    steps = [(i, i + 1, i + 1) for i in range(n - 2, -1, -1)] if reverse else [(i, i, i - 1) for i in range(1, n)]
-    for i, k, prev in steps:
-        zp = z[..., prev]
-        z[..., i] += np.where(zp == 0, 0.0, xm[..., k] * zp)
-    return np.moveaxis(z, -1, axis)
+    a, b = np.moveaxis(x, axis, -1), np.moveaxis(r, axis, -1)
+    dtype = np.result_type(a, b)
+    if reverse:  # the forward recurrence of the reversed sequence, x_(i+1) its factors
+        a = np.concatenate([a[..., 1:], np.ones(a.shape[:-1] + (1,), dtype)], axis=-1)[..., ::-1]
+        b = b[..., ::-1]
+    a, b = a.astype(dtype, copy=True), b.astype(dtype, copy=True)
+    d, n = 1, b.shape[-1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        while d < n:
+            earlier = b[..., :-d]
+            b[..., d:] = b[..., d:] + np.where(earlier == 0, 0.0, a[..., d:] * earlier)
+            a[..., d:] = a[..., d:] * a[..., :-d]
+            d *= 2
+    return np.moveaxis(b[..., ::-1] if reverse else b, -1, axis)
 
 
 def _shifted(z, axis, later):
