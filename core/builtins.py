@@ -1135,10 +1135,11 @@ def _full_like(x, v):
     return x.builder.const(np.full(x.shape, v, dtype=np.float64))
 
 
-@_builtin("linspace", static=("n", "endpoint"))
-def _linspace(a, b, n=50, endpoint=True):
+@_builtin("linspace", static=("n", "endpoint", "axis"))
+def _linspace(a, b, n=50, endpoint=True, axis=0):
     """numpy.linspace's own steps, differentiable in a and b: a + i (b - a) / (n - 1), the
-    last exactly b; arrays a and b give shape (n,) + their broadcast shape."""
+    last exactly b; arrays a and b give shape (n,) + their broadcast shape (the new axis
+    moved to axis)."""
     n = _int_arg("n", n)
     delta = b - a
     a.builder.check_size((n,) + delta.shape)
@@ -1147,7 +1148,9 @@ def _linspace(a, b, n=50, endpoint=True):
     y = (ramp * (delta / float(div)) if div > 0 else ramp * delta) + a
     # (NumPy's one other branch, for a step that underflows to 0 from a denormal b - a, is
     # not followed: the derivatives are the same and only such values differ)
-    return P.index_update(y, b, idx=(-1,)) if endpoint and n > 1 else y
+    if endpoint and n > 1:
+        y = P.index_update(y, b, idx=(-1,))
+    return y if axis == 0 else _moveaxis(y, 0, axis)
 
 
 def _int_arg(what, v) -> int:

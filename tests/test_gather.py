@@ -7,12 +7,14 @@ differences) and against closed forms, and every user error through the command 
 """
 from __future__ import annotations
 
+import re
 import zlib
 
 import numpy as np
 import pytest
 
 import gradcalc
+from gradcalc.builtins import FUNCTIONS
 
 from cli_run import ok, user_error
 from fdcheck import check_hessian, check_program
@@ -61,6 +63,7 @@ CASES = [
      {"a": (), "b": ()}),
     ("linspace(a, b, 3)", lambda a, b: np.linspace(a, b, 3), {"a": (2,), "b": (3, 1)}),
     ("linspace(a, 2.5, n=4)", lambda a: np.linspace(a, 2.5, num=4), {"a": (2, 1)}),
+    ("linspace(a, b, 3, axis=-1)", lambda a, b: np.linspace(a, b, 3, axis=-1), {"a": (2,), "b": ()}),
     ("x * full_like(x, 2.5) + ones_like(x) * zeros_like(x) - full((2, 3), 1.5) * x",
      lambda x: x * 2.5 - 1.5 * x, {"x": (2, 3)}),
     ("where(any(x > 0.5, axis=0), x, -x) + all(x > -1, axis=1, keepdims=true) * x",
@@ -68,6 +71,15 @@ CASES = [
      {"x": (3, 4)}),
     ("x * any(x) + x * all(x, axis=(0, 1))", lambda x: x * np.any(x) + x * np.all(x, axis=(0, 1)), {"x": (2, 2)}),
 ]
+
+
+NEW_BUILTINS = ["split", "array_split", "one_hot", "segment_sum", "any", "all", "full", "zeros_like",
+                "ones_like", "full_like", "linspace"]
+
+
+def test_every_builtin_of_this_file_is_a_case():
+    used = {name for src, _, _ in CASES for name in re.findall(r"\b([a-z_0-9]+)\(", src)}
+    assert set(NEW_BUILTINS) <= set(FUNCTIONS) and set(NEW_BUILTINS) <= used
 
 
 def _at(src, shapes):
