@@ -184,6 +184,16 @@ _TALL = np.array([[1.0, 2], [3, 4], [5, 7]])
 _SQUARE = np.array([[4.0, 1, 0.5], [1, 3, 0], [0.5, 0, 1]]) + np.array([[0, 0.3, 0], [0, 0, 0], [0.2, 0, 0]])
 
 
+def _central_differences(f, A, h=1e-6) -> np.ndarray:
+    """The gradient of the scalar function f at A by central differences, entry by entry."""
+    fd = np.zeros(A.shape)
+    for i in np.ndindex(*A.shape):
+        E = np.zeros(A.shape)
+        E[i] = h
+        fd[i] = (f(A + E) - f(A - E)) / (2 * h)
+    return fd
+
+
 def _lit(a) -> str:
     return np.array2string(np.asarray(a), separator=",", precision=17).replace("\n", "")
 
@@ -220,12 +230,7 @@ def test_svd_vectors_gradients_against_central_differences(out, A):
         U, s, Vt = np.linalg.svd(M, full_matrices=False)
         return {"sum(sin(U))": np.sum(np.sin(U)), "sum(Vt^3)": np.sum(Vt ** 3), "sum(U[0] * s)": np.sum(U[0] * s)}[out]
     doc = ok_json("grad", f"U, s, Vt = svd(A); {out}", "--at", f"A={_lit(A)}")
-    h, fd = 1e-6, np.zeros(A.shape)
-    for i in np.ndindex(*A.shape):
-        E = np.zeros(A.shape)
-        E[i] = h
-        fd[i] = (f(A + E) - f(A - E)) / (2 * h)
-    np.testing.assert_allclose(doc["gradient"]["A"], fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(doc["gradient"]["A"], _central_differences(f, A), rtol=1e-6, atol=1e-8)
 
 
 def test_svd_at_repeated_singular_values_warns():
@@ -285,12 +290,7 @@ def test_qr_gradients_against_central_differences(out):
         Q, R = np.linalg.qr(M)
         return {"sum(sin(Q))": np.sum(np.sin(Q)), "sum(R^2)": np.sum(R ** 2), "Q[2, 0] * R[0, 1]": Q[2, 0] * R[0, 1]}[out]
     doc = ok_json("grad", f"Q, R = qr(A); {out}", "--at", f"A={_lit(_TALL)}")
-    h, fd = 1e-6, np.zeros(_TALL.shape)
-    for i in np.ndindex(*_TALL.shape):
-        E = np.zeros(_TALL.shape)
-        E[i] = h
-        fd[i] = (f(_TALL + E) - f(_TALL - E)) / (2 * h)
-    np.testing.assert_allclose(doc["gradient"]["A"], fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(doc["gradient"]["A"], _central_differences(f, _TALL), rtol=1e-6, atol=1e-8)
 
 
 def test_pinv_is_numpys_and_a_generalised_inverse():
@@ -312,12 +312,7 @@ def test_pinv_of_a_tall_matrix_has_the_gradient_of_its_normal_equations_form():
     doc = ok_json("grad", f"sum(pinv(A) * {_lit(W)})", "--at", f"A={_lit(_TALL)}")
     def f(M):
         return np.sum(np.linalg.inv(M.T @ M) @ M.T * W)
-    h, fd = 1e-6, np.zeros(_TALL.shape)
-    for i in np.ndindex(*_TALL.shape):
-        E = np.zeros(_TALL.shape)
-        E[i] = h
-        fd[i] = (f(_TALL + E) - f(_TALL - E)) / (2 * h)
-    np.testing.assert_allclose(doc["gradient"]["A"], fd, rtol=1e-6)
+    np.testing.assert_allclose(doc["gradient"]["A"], _central_differences(f, _TALL), rtol=1e-6)
 
 
 @pytest.mark.parametrize("n", [-3, -1, 0, 1, 2, 3, 4, 7])
@@ -492,9 +487,12 @@ def test_symbolic_names_the_builtin_with_no_closed_form(src, name):
     assert f"--symbolic cannot express '{name}' at line 1" in r.stderr and "in closed form:" in r.stderr, r.stderr
 
 
-def test_symbolic_pinv_and_stacked_inverse_match_the_numbers():
-    for src, at in [("sum(pinv(A))", "A=[[1,2],[3,4],[5,7]]"), ("sum(inv(A))", "A=[[[1,2],[3,4]],[[2,0],[1,3]]]"),
-                    ("s, l = slogdet(A); sum(l)", "A=[[[1,2],[3,4]],[[2,0],[1,3]]]")]:
+def test_symbolic_pinv_and_stacked_linear_algebra_match_the_numbers():
+    stack = "A=[[[1,2],[3,4]],[[2,0],[1,3]]]"
+    for src, at in [("sum(pinv(A))", "A=[[1,2],[3,4],[5,7]]"), ("sum(pinv(A))", "A=[[1,2,3],[3,4,4]]"),
+                    ("sum(inv(A))", stack), ("s, l = slogdet(A); sum(l)", stack),
+                    ("sum(solve(A, [1, 2]))", stack), ("sum(solve(A, [[1], [2]]))", stack),
+                    ("sum(cholesky(A @ swapaxes(A, -1, -2) + eye(2)))", stack)]:
         sym = ok_json("grad", src, "--at", at, "--symbolic")
         num = ok_json("grad", src, "--at", at)
         np.testing.assert_allclose(sym["gradient"]["A"], num["gradient"]["A"], rtol=1e-10, err_msg=src)
