@@ -201,6 +201,9 @@ def test_the_pre_commit_hook_runs_check_on_the_staged_grad_files(tmp_path):
     exe = os.path.join(os.path.dirname(sys.executable), "gradcalc")
     run = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    (tmp_path / "good.grad").write_text("input x = 0\nf = relu(x)\n", encoding="utf-8")
+    (tmp_path / "square.expect.json").write_text(json.dumps(WRONG_EXPECT), encoding="utf-8")
     run = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
-    assert run.returncode == 1  # a failing check blocks the commit
+    assert run.returncode == 1, run.stdout  # a wrong derivative blocks the commit
+    (tmp_path / "good.grad").write_text("f = (x +\n", encoding="utf-8")
+    run = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 2 and "'(' is never closed" in run.stderr + run.stdout
