@@ -444,6 +444,8 @@ def check_cmd(
                                                       "directions instead of the full Jacobian",
                                                       show_default=False)] = None,
     taylor: Annotated[bool, typer.Option("--taylor", help="also measure the Taylor remainder's order")] = False,
+    sweep: Annotated[bool, typer.Option("--sweep", help="also the error over steps 1e-1..1e-13, the best "
+                                        "step and the slope (drawn on log-log axes in tables)")] = False,
     symbolic: Annotated[bool, typer.Option("--symbolic", help="add sympy's closed form as a third oracle")] = False,
     expect: Annotated[Optional[str], typer.Option("--expect", help="stored JSON output of grad or jacobian "
                                                   "to compare one source with (default: NAME.expect.json "
@@ -469,13 +471,13 @@ def check_cmd(
     if exec_ is not None:
         _refuse_with_exec(sources, method, (("--points", points), ("--directions", directions),
                                             ("--taylor", taylor), ("--expect", expect), ("--symbolic", symbolic),
-                                            ("--update-expect", update_expect)))
+                                            ("--update-expect", update_expect), ("--sweep", sweep)))
         checked = _check_exec(exec_, exec_timeout, sources, given, method)
     elif not sources:
         raise UsageError("missing SOURCE", hint="gradcalc check samples/ (or --exec CMD)")
     else:
         given.update(points=points, seed=seed, method=method.value if method else None, directions=directions,
-                     taylor=taylor or None, symbolic=symbolic or None, expect=expect)
+                     taylor=taylor or None, symbolic=symbolic or None, expect=expect, sweep=sweep or None)
         checked = check_sources(sources, overrides=given, update_expect=update_expect, no_expect=no_expect)
     if junit_xml:
         views.write_junit(junit_xml, checked.results)
@@ -512,6 +514,40 @@ def _check_exec(cmd, timeout, sources, given: dict, method):
         return check_against_source(box, tr, rtol=o.get("rtol"), atol=o.get("atol"), label=program.source.label,
                                     of=o.get("of"), wrt=o.get("wrt"))
     return check_sources(sources, overrides=given, no_expect=True, checker=against)
+
+
+# ==========================================================================
+# plot
+# ==========================================================================
+
+@command("plot")
+def plot_cmd(
+    source: SourceArg,
+    over: Annotated[str, typer.Option("--over", help="the input to vary and its interval: NAME=LO:HI "
+                                                     "(constant expressions: x=-pi:pi)", show_default=False)],
+    samples: Annotated[int, typer.Option("--samples", help="points, evenly spaced from LO to HI")] = 200,
+    direction: Annotated[Optional[str], typer.Option(
+        "--direction", help="for an array input: V of its shape, the line NAME + t V through its --at "
+                            "value (t from LO to HI)", show_default=False)] = None,
+    hessian: Annotated[bool, typer.Option("--hessian", help="also the second derivative")] = False,
+    at: AtOpt = None,
+    of: OfOpt = None,
+    wrt: Annotated[Optional[str], typer.Option(
+        "--wrt", help="a scalar value to differentiate with respect to (default: along the line)",
+        show_default=False)] = None,
+    *, opts: Options,
+):
+    """The output and its derivative along one input over an interval, drawn in the terminal.
+
+    Kinks and changes of the program's path are marked; -f json gives the samples.
+    """
+    from gradcalc.plots import parse_over, plot
+    from gradcalc.values import parse_value
+    name, lo, hi = parse_over(over)
+    v = None if direction is None else parse_value(direction, "--direction", opts.max_elements)
+    return plot(_source(source), name, lo, hi, samples=samples, direction=v, hessian=hessian,
+                at=_at(at, opts), of=_one(of, "plot"), wrt=wrt, max_elements=opts.max_elements,
+                max_steps=opts.max_steps)
 
 
 # ==========================================================================

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,11 +14,14 @@ import pytest
 from cli_run import ok, ok_json, run, user_error
 
 
-def gradcalc(*args, env=None, input=None):
-    """The command line in a subprocess (environment and terminals matter)."""
+#: The installed console script (its name is the one completion scripts use).
+SCRIPT = str(Path(sys.executable).with_name("gradcalc"))
+
+
+def shell(*args, env=None, input=None):
+    """The command line in a subprocess (where the environment and terminals matter)."""
     full = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "gradcalc", *args], capture_output=True, text=True,
-                          env=full, input=input, timeout=60)
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env=full, input=input, timeout=60)
 
 
 # -- the point a grad/jacobian output was made at ---------------------------------
@@ -64,3 +68,33 @@ def test_the_unnamed_output_is_underscore_in_json_and_errors():
 def test_a_mistyped_command_is_suggested_once():
     err = user_error("gard", "x").stderr
     assert err.count("Did you mean 'grad'?") == 1
+
+
+# -- --version, completion ---------------------------------------------------------
+
+def _pyproject_version() -> str:
+    import re  # (tomllib is Python 3.11's; gradcalc runs on 3.10)
+    text = (Path(__file__).parent.parent / "pyproject.toml").read_text()
+    return re.search(r'^version = "([^"]+)"', text, re.M).group(1)
+
+
+def test_version_flag_and_attribute_agree_with_pyproject():
+    import gradcalc
+    assert gradcalc.__version__ == _pyproject_version()
+    r = shell("--version")
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"gradcalc {_pyproject_version()}\n", "")
+    assert ok("--version").stdout == r.stdout
+
+
+def test_show_completion_prints_a_script_for_the_shell_asked():
+    r = shell("--show-completion", "bash")
+    assert r.returncode == 0 and "_gradcalc_completion()" in r.stdout and "_GRADCALC_COMPLETE" in r.stdout
+
+
+def test_completion_offers_commands_and_option_values():
+    words = shell(env={"_GRADCALC_COMPLETE": "complete_bash", "COMP_WORDS": "gradcalc gr",
+                          "COMP_CWORD": "1"})
+    assert words.stdout.split() == ["grad", "graph"]
+    words = shell(env={"_GRADCALC_COMPLETE": "complete_bash", "COMP_WORDS": "gradcalc grad --unc",
+                          "COMP_CWORD": "2"})
+    assert words.stdout.split() == ["--unconnected"]
