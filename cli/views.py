@@ -204,6 +204,7 @@ def _check_table(s: Shown, precision: int) -> None:
     taylor = any("taylor_order" in getattr(x, "extra", {}) for x in results)
     for source in dict.fromkeys(x.source for x in results):
         out.print(_source_table(source, [x for x in results if x.source == source], taylor, precision))
+    _sweep_section(results, precision)
 
 
 def _is_error(x) -> bool:
@@ -394,6 +395,103 @@ def _graph_dot(result) -> str:
 
 
 # ==========================================================================
+# check --sweep, plot
+# ==========================================================================
+
+#: check --sweep draws the curves of this many results, the worst first; the others get a row.
+SWEEPS_DRAWN = 3
+_SWEEP_RANK = {"wrong derivative": 0, "finite differences are not finite here": 1,
+               "step too small or too large": 2}
+
+
+def _sweep_section(results, precision: int) -> None:
+    """check --sweep: a row per result (verdict, best step, slope); then, for the worst few,
+    the error at each step and its log-log V."""
+    from rich.table import Table
+    swept = [x for x in results if "sweep" in getattr(x, "extra", {})]
+    if not swept:
+        return
+    table = Table(title="step sweep: finite differences against the automatic derivative",
+                  title_justify="left", title_style="bold")
+    for c in ("pt", "derivative", "verdict", "best step", "error there", "slope", "check's step"):
+        table.add_column(c, no_wrap=True, justify="left" if c in ("derivative", "verdict") else "right")
+    for x in swept:
+        w = x.extra["sweep"]
+        table.add_row(str(x.point), _swept_label(x), w["verdict"], render.fmt(w["best_step"], 2),
+                      render.fmt(w["best_error"], precision), _slope_text(w), render.fmt(w["default_step"], 2))
+    out = render.console()
+    out.print(table)
+    for x in sorted(swept, key=lambda x: (_SWEEP_RANK.get(x.extra["sweep"]["verdict"], 3), x.point))[:SWEEPS_DRAWN]:
+        _one_sweep(x, precision)
+
+
+def _swept_label(x) -> str:
+    element = x.extra["sweep"]["element"]
+    return result_label(x) + (f"[{', '.join(map(str, element))}]" if element else "")
+
+
+def _slope_text(w: dict) -> str:
+    got = "-" if w["slope"] is None else f"{w['slope']:.2f}"
+    return f"{got} (expected {w['expected_slope']})" if w["expected_slope"] else got
+
+
+def _one_sweep(x, precision: int) -> None:
+    """One result's sweep: the error at each step, the V drawn, and what it says."""
+    from . import pictures
+    w = x.extra["sweep"]
+    out = render.console()
+    out.print(f"\n{x.source}: {_swept_label(x)} at point {x.point} ({x.method} differences)", style="bold")
+    rows = [(render.fmt(float(h), 2), render.fmt(float(e), precision)) for h, e in zip(w["steps"], w["errors"])]
+    half = (len(rows) + 1) // 2  # two columns of (step, error) pairs: the table half as long
+    for left, right in zip([("step", "error")] + rows[:half], [("step", "error")] + rows[half:] + [("", "")]):
+        out.print(f"  {left[0]:>8}  {left[1]:>10}      {right[0]:>8}  {right[1]:>10}".rstrip(), markup=False)
+    sys.stdout.flush()
+    sys.stdout.write(pictures.sweep_picture(w))
+    out.print(_sweep_verdict(w), markup=False)
+    for note in w["notes"]:
+        out.print(f"  note: {note}", markup=False)
+
+
+def _sweep_verdict(w: dict) -> str:
+    verdict, scale = w["verdict"], w["scale"]
+    if verdict == "wrong derivative":
+        return (f"verdict: wrong derivative: the error never falls below {w['best_error']:.2g}, at any "
+                f"step, for a derivative of size {scale:.3g}")
+    if verdict == "step too small or too large":
+        return (f"verdict: step too small or too large: the check's step {w['default_step']:.2g} is on "
+                f"the {w['side'] or 'wrong'} side of the V; the best step is {w['best_step']:.2g}")
+    return f"verdict: {verdict}: best step {w['best_step']:.2g}, error {w['best_error']:.2g}"
+
+
+def _plot_labels(r) -> list[str]:
+    f = r.of
+    along = "t" if r.direction is not None and r.wrt == r.over else r.wrt
+    return [f, f"d{f}/d{along}", f"d²{f}/d{along}²"]
+
+
+def _plot_table(s: Shown, precision: int) -> None:
+    """plot: the curves, with axes, the marks and a legend."""
+    from . import pictures
+    r = s.result
+    t = r["abscissae"]
+    x_label = "t" if r.direction is not None else r.over
+    line = (f"{r.over} + t v, v = {render.value_text(r.direction, precision)}" if r.direction is not None
+            else r.over)
+    out = render.console()
+    out.print(f"{r.of} along {line}, {x_label} from {t[0]:g} to {t[-1]:g} ({len(t)} samples)",
+              style="bold", markup=False)
+    sys.stdout.flush()
+    sys.stdout.write(pictures.function_picture(dict(r), r.marks, _plot_labels(r), x_label))
+
+
+def _plot_lines(result, precision: int) -> str:
+    """plot's plain text: a line per sample, abscissa then each curve's value."""
+    columns = list(result.values())
+    return "".join(" ".join(render.plain_number(float(c[i])) for c in columns) + "\n"
+                   for i in range(len(columns[0])))
+
+
+# ==========================================================================
 
 class View(NamedTuple):
     """How one command's result looks, format by format (JSON: the result's own to_json).
@@ -416,4 +514,5 @@ VIEWS = {
     "hessian": View(_hessian_table),
     "check": View(_check_table, plain=_check_lines, also=_check_also),
     "graph": View(_graph_table, plain=_graph_listing, dot=_graph_dot, warns=False),
+    "plot": View(_plot_table, plain=_plot_lines),
 }
