@@ -201,7 +201,9 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
                              "this source is not a file", option="update_expect")
         write_expect(program, options, path)
     stored = read_expect(path) if path and (update_expect or os.path.isfile(path)) else None
-    if stored is not None:  # the point the expectation was made at, for the values not given
+    if stored is not None and not options.get("points"):
+        # the point the expectation was made at gives the values not given (with points, the
+        # values not given are drawn; the expectation is compared at its own point anyway)
         options["at"] = {**expect_point(stored), **options.get("at", {})}
     checked = check(program, expect=stored, **options)
     return _checked(src.label, checked, options, path if stored is not None else None, update_expect)
@@ -233,17 +235,16 @@ def file_options(src: Source) -> dict:
             break  # the first statement ends the leading comment block
         if text.startswith(CHECK_LINE):
             _read_line(src, number, line, found)
-    if "at" in found:
-        found["at"] = _file_values(src, found["at"])
     return found
 
 
 def _read_line(src: Source, number: int, line: str, found: dict) -> None:
     start = line.index(CHECK_LINE) + len(CHECK_LINE)
 
-    def fail(message, word=None, hint=None):
-        col = line.find(word, start) + 1 if word and word in line[start:] else start + 1
-        return UsageError(f"# check: {message}", Pos(number, col), source=src, hint=hint)
+    def fail(message, word=None, hint=None, kind=UsageError):
+        col = line.find(word, start) + 1 if word and word in line[start:] else \
+            len(line) - len(line[start:].lstrip()) + 1
+        return kind(f"# check: {message}", Pos(number, col), source=src, hint=hint)
 
     try:
         words = shlex.split(line[start:])
@@ -269,7 +270,10 @@ def _read_line(src: Source, number: int, line: str, found: dict) -> None:
                 raise fail(f"--{name} needs a value", word)
             value, i = words[i + 1], i + 1
         i += 1
-        found[key] = found.get(key, []) + [value] if kind == "list" else _convert(kind, value, fail, word)
+        if key == "at":
+            found["at"] = {**found.get("at", {}), **_file_values(src, value, fail)}
+        else:
+            found[key] = found.get(key, []) + [value] if kind == "list" else _convert(kind, value, fail, word)
 
 
 def _convert(kind: str, value: str, fail, word: str):
@@ -283,17 +287,16 @@ def _convert(kind: str, value: str, fail, word: str):
     return x
 
 
-def _file_values(src: Source, items: list) -> dict:
-    """--at items of a # check: line: an @FILE is read relative to the program's folder."""
+def _file_values(src: Source, item: str, fail) -> dict:
+    """An --at item of a # check: line (an @FILE is read relative to the program's folder);
+    a bad value is an error at that line."""
     from .values import parse_assignments
     folder = os.path.dirname(src.label) if os.path.isfile(src.label) else ""
-    items = ["@" + os.path.join(folder, i.strip()[1:]) if i.strip().startswith("@") else i for i in items]
+    given = "@" + os.path.join(folder, item.strip()[1:]) if item.strip().startswith("@") else item
     try:
-        return parse_assignments(items, "--at")
+        return parse_assignments([given], "--at")
     except GradcalcError as err:
-        line = next(n for n, t in enumerate(src.text.splitlines(), 1) if t.strip().startswith(CHECK_LINE))
-        err.pos = err.pos or Pos(line, 1)
-        raise err.located(src)
+        raise fail(f"--at: {err.message}", item, hint=err.hint, kind=type(err)) from None
 
 
 # ==========================================================================

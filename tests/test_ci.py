@@ -1,0 +1,386 @@
+"""`check` for CI (SPEC §5): several sources, error results, # check: lines, expectation
+files, exit codes 0/1/2, JUnit errors, GitHub Actions annotations and step summary, and
+--directions tolerances that scale with the problem size."""
+from __future__ import annotations
+
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+import gradcalc
+from gradcalc import numerics
+from gradcalc.cli import github
+from gradcalc.primitives import REGISTRY, safe_mul
+from gradcalc.suite import (CheckError, check_source, check_sources, file_options, result_id, row_text,
+                            summary_line)
+
+from cli_run import ok, ok_json, run, user_error
+
+
+def write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+def three(tmp_path, monkeypatch):
+    """good.grad, bad.grad (a syntax error) and kink.grad (abs at 0), in tmp_path (the cwd)."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "good.grad", "# check: --at x=0.3\nsin(x)*x\n")
+    write(tmp_path / "bad.grad", "y = x +* 2\n")
+    write(tmp_path / "kink.grad", "# check: --at x=[0,1,2]\nsum(abs(x))\n")
+    return tmp_path
+
+
+# -- one source's error does not stop the others ------------------------------
+
+def test_an_error_in_one_source_is_an_error_result_and_junit_error(three):
+    r = run("check", "good.grad", "bad.grad", "kink.grad", "--junit-xml", "r.xml")
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    suite = ET.parse(three / "r.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "0", "1")
+    cases = {c.get("classname"): c for c in suite.findall("testcase")}
+    assert set(cases) == {"gradcalc.check.good.grad", "gradcalc.check.bad.grad", "gradcalc.check.kink.grad"}
+    error = cases["gradcalc.check.bad.grad"].find("error")
+    assert error.get("type") == "syntax" and "bad.grad:1:8" in error.text
+    assert cases["gradcalc.check.good.grad"].find("error") is None
+    assert cases["gradcalc.check.kink.grad"].find("failure") is None
+    # the error reads as every user error does, on stderr, with its caret
+    assert "error: bad.grad:1:8: expected an expression" in r.stderr and "^" in r.stderr
+
+
+def test_json_carries_the_error_result_with_its_position(three):
+    r = run("check", "good.grad", "bad.grad", "-f", "json")
+    assert r.exit_code == 2
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False
+    err = [x for x in doc["results"] if "error" in x]
+    assert err == [{"source": "bad.grad", "ok": False,
+                    "error": {"kind": "syntax", "message": "expected an expression, found '*'", "hint": None,
+                              "file": "bad.grad", "line": 1, "column": 8}}]
+    assert [x["source"] for x in doc["results"] if "error" not in x] == ["good.grad"]
+
+
+def test_exit_code_2_wins_over_a_failure_and_0_when_all_pass(three, monkeypatch):
+    assert run("check", "good.grad", "kink.grad").exit_code == 0
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
+    assert run("check", "good.grad").exit_code == 1
+    assert run("check", "good.grad", "bad.grad").exit_code == 2
+
+
+@pytest.mark.parametrize("make, kind, words", [
+    (lambda d: str(d / "missing.grad"), "file", "does not exist"),
+    (lambda d: write(d / "novalue.grad", "y = x * 2\n"), "usage", "has no value"),
+    (lambda d: (d / "empty").mkdir() or str(d / "empty"), "value", "no .grad files"),
+    (lambda d: write(d / "cplx.grad", "# check: --at x=1 --method complex\nabs(x)\n"), "usage", "complex"),
+])
+def test_sources_that_cannot_be_checked(tmp_path, make, kind, words):
+    good = write(tmp_path / "good.grad", "# check: --at x=2\nx^3\n")
+    r = check_sources([make(tmp_path), good])
+    assert r.exit_code == 2 and not r.ok
+    (bad,) = [x for x in r.results if isinstance(x, CheckError)]
+    assert bad.kind == kind and words in bad.message
+    (fine,) = [x for x in r.results if not isinstance(x, CheckError)]
+    assert fine.ok and fine.source == good
+
+
+def test_check_source_never_raises_a_user_error():
+    c = check_source("y = ")
+    assert c.error is not None and c.error.kind == "syntax" and not c.ok
+    assert c.error.as_dict()["error"]["line"] == 1
+
+
+def test_expect_with_several_sources_is_refused(three):
+    write(three / "e.json", json.dumps({"gradient": {"x": 1.0}}))
+    r = user_error("check", "good.grad", "kink.grad", "--expect", "e.json")
+    assert "--expect compares one source" in r.stderr
+
+
+# -- # check: lines --------------------------------------------------------------
+
+def test_check_lines_give_a_file_its_options(tmp_path):
+    p = write(tmp_path / "f.grad", "# a model\n# check: --at 'x=[1, 2]' --rtol=1e-7\n"
+                                   "# check: --wrt x --directions 2 --taylor\ny = sum(x^3) + z\n")
+    options = file_options(gradcalc.errors.Source(open(p).read(), p))
+    assert options["rtol"] == 1e-7 and options["wrt"] == ["x"] and options["directions"] == 2
+    assert options["taylor"] is True and options["at"]["x"].tolist() == [1.0, 2.0]
+    assert "z" not in options["at"]
+    # "#check:" (no space) is a comment, not an options line
+    options = file_options(gradcalc.errors.Source("# check: --points 3\n#check: --seed 4\nx\n", "t"))
+    assert options == {"points": 3}
+
+
+def test_options_after_the_first_statement_are_comments():
+    src = gradcalc.errors.Source("y = x\n# check: --bogus\n", "t.grad")
+    assert file_options(src) == {}
+
+
+def test_the_command_line_wins_over_check_lines(tmp_path):
+    p = write(tmp_path / "f.grad", "# check: --at x=1,y=2 --rtol 1e-7\nx^2 * y\n")
+    c = check_source(p)
+    assert c.ok and c.options["rtol"] == 1e-7 and c.options["at"]["y"] == 2.0
+    c = check_source(p, overrides={"at": {"y": np.array(5.0)}, "rtol": 1e-5, "wrt": None})
+    assert c.options["rtol"] == 1e-5
+    assert c.options["at"]["x"] == 1.0 and c.options["at"]["y"] == 5.0  # at merges name by name
+    # d(x^2 y)/dy = x^2 = 1 at the merged point, whatever y is
+    res = gradcalc.check("x^2 * y", at={"x": 1.0, "y": 5.0})
+    assert [r.max_abs_err for r in c.results] == [r.max_abs_err for r in res.results]
+
+
+@pytest.mark.parametrize("line, col, words", [
+    ("# check: --at x=1 --bogus", 19, "unknown option '--bogus'"),
+    ("# check: --points many", 10, "'many' is not an integer"),
+    ("# check: --rtol", 10, "--rtol needs a value"),
+    ("# check: --method secant", 10, "unknown method 'secant'"),
+    ("# check: --taylor=yes", 10, "--taylor takes no value"),
+    ("# check: --at 'x=1", 10, "cannot split the line"),
+])
+def test_a_bad_check_line_is_an_error_result_at_its_line(tmp_path, line, col, words):
+    p = write(tmp_path / "f.grad", f"# first\n{line}\nx^2\n")
+    c = check_source(p)
+    err = c.error
+    assert err is not None and err.kind == "usage" and words in err.message
+    assert (err.file, err.line, err.column) == (p, 2, col)
+
+
+def test_a_bad_value_in_a_check_line_points_at_that_line(tmp_path):
+    c = check_source(write(tmp_path / "f.grad", "# one\n# check: --rtol 1e-7 --at x=[1,\nx\n"))
+    assert c.error is not None and (c.error.line, c.error.column) == (2, 27)
+    assert c.error.message.startswith("# check: --at: ") and c.error.kind == "syntax"
+
+
+def test_an_at_file_in_a_check_line_is_relative_to_the_program(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub" / "point.json", json.dumps({"x": [1.0, 2.0]}))
+    p = write(tmp_path / "sub" / "f.grad", "# check: --at @point.json\nsum(x^2)\n")
+    monkeypatch.chdir(tmp_path)
+    c = check_source("sub/f.grad")
+    assert c.ok and c.options["at"]["x"].tolist() == [1.0, 2.0], c.results
+    assert p.endswith("f.grad")
+
+
+# -- expectation files -----------------------------------------------------------
+
+def test_update_expect_then_an_edit_fails_naming_the_entry(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "x.grad", "# check: --at x=[0.5,1.5]\ny = sum(sin(x) * x^2)\ny\n")
+    r = ok("check", "x.grad", "--update-expect", "-f", "plain")
+    assert "[expectation file]" in r.stdout
+    assert (tmp_path / "x.expect.json").exists()
+    ok("check", "x.grad")  # compared automatically, and equal
+    write(tmp_path / "x.grad", "# check: --at x=[0.5,1.5]\ny = sum(sin(x) * x^2.01)\ny\n")
+    r = run("check", "x.grad", "-f", "plain")
+    assert r.exit_code == 1
+    (line,) = [t for t in r.stdout.splitlines() if t.startswith("FAIL")]
+    assert "[expectation file]" in line and "entry gradient['x'][1]: stored " in line
+    assert "rtol bound" in line
+    # the stored value is the old program's gradient, by its closed form 2x sin x + x^2 cos x
+    stored = json.loads((tmp_path / "x.expect.json").read_text())["gradient"]["x"][1]
+    assert stored == pytest.approx(2 * 1.5 * math.sin(1.5) + 1.5 ** 2 * math.cos(1.5), rel=1e-12)
+    assert run("check", "x.grad", "--no-expect").exit_code == 0
+
+
+@pytest.mark.parametrize("program, command", [("sum(sin(x) * x)", "grad"), ("sin(x) * x", "jacobian")])
+def test_an_expectation_file_is_what_grad_or_jacobian_json_writes(tmp_path, program, command):
+    p = write(tmp_path / "f.grad", f"# check: --at x=[0.5,1.5]\n{program}\n")
+    ok("check", p, "--update-expect")
+    written = (tmp_path / "f.expect.json").read_text()
+    assert written == run(command, p, "--at", "x=[0.5,1.5]", "-f", "json").stdout
+    assert json.loads(written)["at"] == {"x": [0.5, 1.5]}
+
+
+def test_an_expectation_is_compared_at_the_point_it_records(tmp_path):
+    # the issue: check cube.grad --expect cube.json said "input 'x' has no value"
+    cube = write(tmp_path / "cube.grad", "x^3\n")
+    stored = tmp_path / "cube.json"
+    stored.write_text(run("grad", cube, "--at", "x=2", "-f", "json").stdout)
+    doc = ok_json("check", cube, "--expect", str(stored))
+    kinds = {x["comparison"]: x for x in doc["results"]}
+    assert set(kinds) == {"jacobian", "expect"} and doc["ok"]
+    # given another point on the command line, the expectation is still compared at its own
+    doc = ok_json("check", cube, "--expect", str(stored), "--at", "x=3")
+    assert doc["ok"] and {x["comparison"] for x in doc["results"]} == {"jacobian", "expect"}
+
+
+def test_update_expect_needs_a_file(tmp_path):
+    r = check_sources(["x^2"], overrides={"at": {"x": np.array(1.0)}}, update_expect=True)
+    assert r.exit_code == 2 and "update_expect" in r.results[0].message
+
+
+def test_an_unreadable_expectation_is_an_error_result(tmp_path):
+    p = write(tmp_path / "f.grad", "# check: --at x=1\nx^2\n")
+    write(tmp_path / "f.expect.json", "{not json")
+    r = check_sources([p])
+    assert r.exit_code == 2 and "cannot be read" in r.results[0].message
+    assert check_sources([p], no_expect=True).exit_code == 0
+
+
+# -- failing results carry their numbers --------------------------------------
+
+def test_a_failure_records_ad_fd_and_the_rtol_bound(monkeypatch):
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
+    (r,) = gradcalc.check("sin(x)", at={"x": 0.4}).results
+    assert not r.ok and r.worst_index == []
+    assert r.extra["ad"] == pytest.approx(1.01 * math.cos(0.4), rel=1e-14)
+    assert r.extra["fd"] == pytest.approx(math.cos(0.4), rel=1e-9)
+    assert r.extra["bound"] == "rtol" and r.extra["allowed"] == pytest.approx(1e-8 + 1e-6 * math.cos(0.4))
+
+
+def test_a_failure_near_zero_breaks_the_atol_bound(monkeypatch):
+    # d sin(x)/dx at pi/2 is ~6e-17: rtol |fd| is nothing, atol is the bound broken
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, REGISTRY["cos"](x) + 1e-6),))
+    (r,) = gradcalc.check("sin(x)", at={"x": math.pi / 2}).results
+    assert not r.ok and r.extra["bound"] == "atol"
+    assert abs(r.extra["fd"]) < 1e-9 and r.extra["ad"] == pytest.approx(1e-6, rel=1e-6)
+    assert "atol bound: atol 1e-08" in row_text(r)
+
+
+def test_plain_lines_say_what_was_compared_and_keep_the_notes():
+    r = ok("check", "sum(abs(x))", "--at", "x=[0,1]", "-f", "plain")
+    (line, summary) = r.stdout.splitlines()
+    assert line.startswith("ok <expr> point=0 d_/dx [full Jacobian, central] ")
+    assert line.endswith("| near the kink of 'abs' (line 1, column 5)")
+    assert summary == "check: 1 passed, 0 failed, 0 errors; full Jacobian, central; rtol 1e-06, atol 1e-08"
+    r = ok("check", "sum(x^2)", "--at", "x=[0,1]", "--directions", "2", "-f", "plain")
+    assert "[central (2 directions)]" in r.stdout
+
+
+SUMMARY = re.compile(r"^check: \d+ passed, \d+ failed, \d+ errors?; [^;]+; (rtol \S+, atol \S+|tolerances per source)$")
+
+
+@pytest.mark.parametrize("args", [
+    ["sin(x)", "--at", "x=1"],
+    ["sin(x)", "--at", "x=1", "--directions", "2"],
+    ["sin(x)", "--at", "x=1", "--method", "complex", "--taylor"],
+    ["input x[3]; sum(x)", "--points", "2"],
+])
+def test_the_summary_line_reads_the_same_in_every_mode(args):
+    for fmt in ("table", "plain"):
+        out = ok("check", *args, "-f", fmt).stdout.splitlines()
+        line = out[0] if fmt == "table" else out[-1]
+        assert SUMMARY.match(line), line
+
+
+def test_result_ids_are_unique_and_readable(tmp_path):
+    p = write(tmp_path / "mlp.grad", "# check: --at W1=[1,2] --points 1\nloss = sum(W1 * x)\n")
+    ok("check", p, "--update-expect", "--at", "x=3", "--points", "0")
+    r = check_sources([p])  # point 0 lacks x: the random point 1, and the expectation at its point
+    ids = [result_id(x) for x in r.results]
+    assert len(set(ids)) == len(ids)
+    assert ids == ["mlp.grad::dloss/dW1@point1", "mlp.grad::dloss/dx@point1", "mlp.grad::dloss/dW1@expect",
+                   "mlp.grad::dloss/dx@expect"]
+    r = check_sources([p], overrides={"at": {"x": np.array(3.0)}, "points": 0, "directions": 2})
+    assert [result_id(x) for x in r.results][:2] == ["mlp.grad::dloss/dW1@point0[directions]",
+                                                     "mlp.grad::dloss/dx@point0[directions]"]
+
+
+# -- GitHub Actions -------------------------------------------------------------
+
+@pytest.fixture
+def wrong(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "wrong.grad", "# check: --at x=2\n\ny = x^3\n")
+    write(tmp_path / "wrong.expect.json", json.dumps({"schema": 1, "command": "grad", "of": "y",
+                                                      "gradient": {"x": 12.001}}))
+    return tmp_path
+
+
+def test_annotations_under_github_actions(wrong, monkeypatch):
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(wrong / "summary.md"))
+    r = run("check", "wrong.grad")
+    assert r.exit_code == 1
+    (note,) = [t for t in r.stdout.splitlines() if t.startswith("::")]
+    assert note.startswith("::error file=wrong.grad,line=3,title=gradcalc check%3A dy/dx (expectation file) "
+                           "failed::dy/dx at point 0: entry gradient['x']: stored 12.001, computed 12.0")
+    summary = (wrong / "summary.md").read_text()
+    assert "| ❌ | wrong.grad | 0 | dy/dx | expectation file |" in summary
+    assert "| ✅ | wrong.grad | 0 | dy/dx | full Jacobian, central |" in summary
+    assert "**check: 1 passed, 1 failed, 0 errors;" in summary
+    run("check", "wrong.grad")  # appended, not overwritten
+    assert (wrong / "summary.md").read_text().count("### gradcalc check") == 2
+
+
+def test_no_annotations_outside_github_actions(wrong, monkeypatch):
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    r = run("check", "wrong.grad")
+    assert r.exit_code == 1 and "::error" not in r.stdout + r.stderr
+
+
+def test_an_error_result_is_annotated_at_its_line_and_column(three, monkeypatch):
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    r = run("check", "good.grad", "bad.grad", "-f", "json")
+    assert r.exit_code == 2
+    json.loads(r.stdout)  # stdout stays one JSON object: the annotations go to stderr
+    assert ("::error file=bad.grad,line=1,col=8,title=gradcalc check%3A syntax error::"
+            "expected an expression, found '*'") in r.stderr
+
+
+def test_workflow_command_escaping():
+    # GitHub's toolkit: data escapes % CR LF; properties also : and ,
+    assert github.escape_data("50% a:b,c\r\nd") == "50%25 a:b,c%0D%0Ad"
+    assert github.escape_property("50% a:b,c\r\nd") == "50%25 a%3Ab%2Cc%0D%0Ad"
+    assert github.command("error", "m", file="a,b.grad", line=None, title="t") == "::error file=a%2Cb.grad,title=t::m"
+
+
+# -- --directions at large sizes ---------------------------------------------------
+
+def test_directions_pass_a_correct_program_at_a_million_elements():
+    # the issue: at n = 20000 this failed with max_rel_err=5.96e-06, a rounding error
+    r = ok("check", "sum(x^2)", "--at", "x=ones(1000000)", "--directions", "4", "-f", "plain")
+    assert r.stdout.startswith("ok <expr> point=0 d_/dx [central (4 directions)]")
+
+
+def _scaled_pow_rule(g, ans, x, p):  # d x^p = 1.001 p x^(p-1): a derivative 0.1% wrong
+    return safe_mul(g, 1.001 * p * x ** (p - 1))
+
+
+def test_directions_fail_a_derivative_wrong_by_1e3_at_a_million_elements(monkeypatch):
+    # the rule wrong the same way in both modes: the dot-product test cannot see it, only the
+    # directional differences can, and their rounding allowance must not hide it
+    monkeypatch.setattr(REGISTRY["pow_const"], "vjp", (_scaled_pow_rule,))
+    monkeypatch.setattr(REGISTRY["pow_const"], "jvp", (_scaled_pow_rule,))
+    (r,) = gradcalc.check("sum(x^2)", at={"x": np.ones(10 ** 6)}, directions=4).results
+    assert not r.ok and r.extra["bound"] in ("rtol", "rounding")
+    assert r.extra["ad"] == pytest.approx(1.001 * r.extra["fd"], rel=1e-4)
+
+
+def test_directions_fail_one_wrong_direction_at_a_million_elements(monkeypatch):
+    # J v off by 1e-3 (relative) along one of the four directions only
+    tangents = numerics._tangents
+
+    def one_off(tr, w, outs, v):
+        jv = tangents(tr, w, outs, v)
+        jv[0][1] = jv[0][1] * (1 + 1e-3)
+        return jv
+    monkeypatch.setattr(numerics, "_tangents", one_off)
+    (r,) = gradcalc.check("sum(x^2)", at={"x": np.ones(10 ** 6)}, directions=4).results
+    assert not r.ok and r.worst_index == [1] and "bound" in r.extra
+    assert r.extra["ad"] == pytest.approx((1 + 1e-3) * r.extra["fd"], rel=1e-4)
+
+
+def test_rounding_allowance_follows_its_formula():
+    # sum(x^2) at ones(n): |f| = n at the points evaluated, sum_i |J_i v_i| = 2 sum |v_i|
+    from gradcalc.stencil import EPS
+    size = np.full((1,), 1e6)
+    spread = np.array([1600.0])
+    slack = numerics.directional_slack("central", 2.0 ** -17, size, spread, 10 ** 6)
+    expected = numerics.ROUNDING_MARGIN * EPS * 1e6 / 2.0 ** -17 + 1e6 * EPS / (1 - 1e6 * EPS) * 1600
+    assert slack == pytest.approx([expected], rel=1e-12)
+    assert numerics.directional_slack("complex", 1e-20, size, spread, 10 ** 6) == pytest.approx(
+        [1e6 * EPS / (1 - 1e6 * EPS) * 1600], rel=1e-12)
+    assert numerics.gamma(10 ** 20) == math.inf
+
+
+def test_summary_of_a_suite_names_tolerances_per_source(tmp_path):
+    a = write(tmp_path / "a.grad", "# check: --at x=1 --rtol 1e-7\nx^2\n")
+    b = write(tmp_path / "b.grad", "# check: --at x=1\nx^2\n")
+    r = check_sources([a, b])
+    assert r.rtol is None and summary_line(r).endswith("; tolerances per source")
+    r = check_sources([a])
+    assert summary_line(r).endswith("; rtol 1e-07, atol 1e-08")
