@@ -73,10 +73,10 @@ def function_picture(samples: dict, marks: list, labels: list[str], x_label: str
     order after the abscissae), the marks as dotted columns numbered at the top, and a
     legend: one line per curve and per mark."""
     with_colour = colour() if with_colour is None else with_colour
-    width = (width or columns()) - _Y_AXIS - len(x_label) - 6
+    total = width or columns()
     t = np.asarray(samples["abscissae"], dtype=float)
     curves = [np.asarray(v, dtype=float) for k, v in samples.items() if k != "abscissae"]
-    fig = _figure(x_label, "", width, PLOT_HEIGHT, with_colour)
+    fig = _figure(x_label, labels[0], _drawing_width(total, x_label), PLOT_HEIGHT, with_colour)
     ylo, yhi = _limits(curves)
     fig.set_x_limits(float(t[0]), float(t[-1]))
     fig.set_y_limits(ylo, yhi)
@@ -91,18 +91,32 @@ def function_picture(samples: dict, marks: list, labels: list[str], x_label: str
     for k, m in enumerate(marks, 1):
         fig.text([m["x"]] * PLOT_HEIGHT, rows, [_MARK] * (PLOT_HEIGHT - 1) + [str(k)], lc="yellow")
         legend.append(_legend(f"{_MARK}{k}", f"{x_label} = {m['x']:.4g}: {m['note']}", "yellow", with_colour))
-    return fig.show() + "\n" + "\n".join(legend) + "\n"
+    return _fitted(fig.show(), total) + "\n".join(legend) + "\n"
+
+
+def _drawing_width(total: int, x_label: str) -> int:
+    """The drawing's columns in a picture total wide: a multiple of 10 (a tick label every
+    10 columns) that leaves room for the y axis's labels and the x axis's arrow and name."""
+    return 10 * ((total - _Y_AXIS - len(x_label) - 6) // 10)
+
+
+def _fitted(picture: str, total: int) -> str:
+    """The picture's lines without trailing blanks, each cut at total columns (the last tick
+    label may reach past the arrow)."""
+    return "".join(line.rstrip()[:total] + "\n" for line in picture.split("\n"))
 
 
 def sweep_picture(sweep: dict, *, width: int | None = None, with_colour: bool | None = None) -> str:
-    """check --sweep's curve on log-log axes: the error at each step, the best step and the
-    check's own step marked (B, C), the verdict under it."""
+    """check --sweep's curve on log-log axes: the error at each step h (relative to
+    max(1, |x|)), with the best step and the check's own step marked (B, C)."""
     with_colour = colour() if with_colour is None else with_colour
-    width = (width or columns()) - _Y_AXIS - len("step") - 6
+    total = width or columns()
+    # 12 decades: 60 columns put a tick label (every 10 columns) on every other decade
+    width = 60 if _drawing_width(total, "h") >= 60 else 30
     steps = np.asarray(sweep["steps"], dtype=float)
     errors = np.asarray(sweep["errors"], dtype=float)
     ok = np.isfinite(errors) & (errors > 0)
-    fig = _figure("step", "error", width, SWEEP_HEIGHT, with_colour)
+    fig = _figure("h", "error", width, SWEEP_HEIGHT, with_colour)
     x, y = np.log10(steps[ok]), np.log10(errors[ok])
     xlo, xhi = float(np.log10(steps.min())), float(np.log10(steps.max()))
     ylo, yhi = (float(y.min()) - 0.5, float(y.max()) + 0.5) if y.size else (-17.0, 0.0)
@@ -116,4 +130,4 @@ def sweep_picture(sweep: dict, *, width: int | None = None, with_colour: bool | 
         if step and math.isfinite(step) and xlo <= math.log10(step) <= xhi:
             fig.text([math.log10(step)], [yhi - (yhi - ylo) / SWEEP_HEIGHT], [letter], lc="yellow")
             lines.append(_legend(letter, f"{what} {step:.2g}", "yellow", with_colour))
-    return fig.show() + "\n" + "\n".join(lines) + "\n"
+    return _fitted(fig.show(), total) + "\n".join(lines) + "\n"
