@@ -1,0 +1,168 @@
+"""plot: a program's output and its derivative along one input (gradcalc.plots), and the picture
+the command line draws.  Expected values come from closed forms, never from gradcalc."""
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gradcalc.errors import GradcalcError
+from gradcalc.plots import parse_over, plot
+
+from gradcalc.cli.app import app
+
+from cli_run import ok, ok_json, runner, user_error
+
+ESCAPE = re.compile(r"\x1b\[")
+KINKED = "abs(x - 0.5) + (x^2 if x > 0 else 0)"
+
+
+def test_values_and_derivatives_match_the_closed_form_at_every_sample():
+    r = plot("x^3 - 2*x", "x", -2, 2, hessian=True)
+    x = r["abscissae"]
+    assert len(x) == 200 and x[0] == -2 and x[-1] == 2
+    np.testing.assert_allclose(r["values"], x ** 3 - 2 * x, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(r["derivatives"], 3 * x ** 2 - 2, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(r["second_derivatives"], 6 * x, rtol=1e-14, atol=1e-14)
+    assert r.marks == []
+
+
+def test_kink_and_branch_are_marked_and_each_path_has_its_own_derivative():
+    r = plot(KINKED, "x", -1, 1)
+    x = r["abscissae"]
+    want = np.where(x > 0.5, 1.0, -1.0) + np.where(x > 0, 2 * x, 0.0)
+    np.testing.assert_allclose(r["derivatives"], want, atol=1e-14)
+    np.testing.assert_allclose(r["values"], np.abs(x - 0.5) + np.where(x > 0, x * x, 0.0), atol=1e-14)
+    marks = sorted(r.marks, key=lambda m: m["x"])
+    assert [m["kind"] for m in marks] == ["path", "kink"]
+    assert marks[0]["x"] == 0.0 and "'x > 0'" in marks[0]["note"]
+    assert marks[1]["x"] == pytest.approx(0.5, abs=1e-12) and "abs" in marks[1]["note"]
+
+
+def test_a_loop_that_runs_more_often_is_marked_where_its_count_changes():
+    r = plot("y = 0\nfor i in range(3) { if x > i { y = y + x } }\ny", "x", -0.5, 3.5, samples=41)
+    x = r["abscissae"]
+    np.testing.assert_allclose(r["derivatives"], np.clip(np.ceil(x), 0, 3), atol=1e-14)
+    assert [m["x"] for m in r.marks] == [0.0, 1.0, 2.0]
+
+
+def test_an_array_input_along_a_direction():
+    # sum(w^2) along w0 + t v: value |w0 + t v|^2, derivative 2 <w0 + t v, v>
+    v = np.array([1.0, -2.0, 0.5])
+    r = plot("input w[3] = [1, 2, 3]\nsum(w^2)", "w", -1, 1, direction=v, samples=7)
+    t = r["abscissae"]
+    points = np.array([1.0, 2.0, 3.0]) + t[:, None] * v
+    np.testing.assert_allclose(r["values"], (points ** 2).sum(axis=1), rtol=1e-14)
+    np.testing.assert_allclose(r["derivatives"], 2 * points @ v, rtol=1e-14)
+
+
+def test_wrt_another_input_along_the_interval():
+    r = plot("x^2 * y", "x", 0, 1, wrt="y", at={"y": 3.0}, samples=5)
+    np.testing.assert_allclose(r["derivatives"], r["abscissae"] ** 2)
+
+
+def test_the_json_derivative_is_3x2_minus_2_at_every_sample():
+    doc = ok_json("plot", "x^3 - 2*x", "--over", "x=-2:2")
+    s = doc["samples"]
+    x = np.array(s["abscissae"])
+    assert len(x) == 200
+    assert s["derivatives"] == pytest.approx(list(3 * x ** 2 - 2), abs=1e-13)
+    assert doc["command"] == "plot" and doc["marks"] == [] and "second_derivatives" not in s
+
+
+def test_json_hessian_and_marks():
+    doc = ok_json("plot", KINKED, "--over", "x=-1:1", "--samples", "51", "--hessian")
+    x = np.array(doc["samples"]["abscissae"])
+    assert doc["samples"]["second_derivatives"] == pytest.approx(list(np.where(x > 0, 2.0, 0.0)))
+    assert sorted(m["kind"] for m in doc["marks"]) == ["kink", "path"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["x^2", "--over", "x=1"], "NAME=LO:HI"),
+    (["x^2", "--over", "x-1:1"], "NAME=LO:HI"),
+    (["x^2", "--over", "z=-1:1"], "'z' is not an input"),
+    (["x^2", "--over", "x=1:1"], "LO < HI"),
+    (["x^2", "--over", "x=2:1"], "LO < HI"),
+    (["input w[3] = [1, 2, 3]\nsum(w)", "--over", "w=0:1"], "--direction"),
+    (["sin(x)", "--over", "x=-1:1", "--samples", "1"], "--samples"),
+])
+def test_user_errors(args, words):
+    r = user_error("plot", *args)
+    assert words in r.stderr
+
+
+def test_parse_over_takes_constant_expressions():
+    assert parse_over("x=-pi:pi/2") == ("x", -np.pi, np.pi / 2)
+    with pytest.raises(GradcalcError):
+        parse_over("x=[1, 2]:3")
+
+
+def _axes_and_size(text: str, columns: int) -> list[str]:
+    lines = text.rstrip("\n").split("\n")
+    assert all(len(line) <= columns for line in lines), max(len(line) for line in lines)
+    assert any(line.rstrip().endswith("-> (x)") for line in lines)  # the x axis
+    assert sum(" | " in line for line in lines) >= 20  # a labelled y axis on every row
+    return lines
+
+
+def test_the_picture_has_its_size_axes_and_legend_and_no_escape_codes_when_piped():
+    r = ok("plot", "f = x^3 - 2*x", "--over", "x=-2:2")
+    assert not ESCAPE.search(r.stdout)
+    lines = _axes_and_size(r.stdout, 80)
+    assert lines[0] == "f along x, x from -2 to 2 (200 samples)"
+    assert "⠤⠤ f" in r.stdout and "·· df/dx" in r.stdout
+    # a title, 2 lines above the drawing, 20 rows, the x axis and its labels, a legend line per curve
+    assert len(lines) == 1 + 2 + 20 + 2 + 2
+    assert lines[-4].startswith("-----------|-") and lines[-4].endswith("-> (x)")
+    ticks = [float(v) for v in lines[-3].split()[1:]]  # a label every 10 columns, from -2 to 2
+    assert ticks[0] == -2 and ticks[-1] == 2 and len(ticks) == lines[-4].count("|") - 1
+    np.testing.assert_allclose(np.diff(ticks), 4 / (len(ticks) - 1), atol=0.006)
+
+
+def test_the_picture_fits_a_narrow_terminal():
+    r = runner.invoke(app, ["plot", "x^3 - 2*x", "--over", "x=-2:2"], env={"COLUMNS": "60"})
+    assert r.exit_code == 0
+    _axes_and_size(r.stdout, 60)
+
+
+def test_marks_are_listed_under_the_picture():
+    out = ok("plot", KINKED, "--over", "x=-1:1").stdout
+    assert "┊1 x = 0: change of path" in out and "┊2 x = 0.5: kink of 'abs'" in out
+
+
+def _in_a_terminal(args, env):
+    """Run gradcalc with stdout on a pseudo-terminal; what it wrote."""
+    main, child = pty.openpty()
+    full = {**os.environ, "COLUMNS": "100", **env}
+    full.pop("NO_COLOR", None) if "NO_COLOR" not in env else None
+    p = subprocess.Popen([sys.executable, "-m", "gradcalc", *args], stdout=child, stderr=subprocess.PIPE,
+                         env=full)
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    p.wait(timeout=60)
+    os.close(main)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_a_terminal_gets_colour_unless_no_color():
+    args = ["plot", "x^3 - 2*x", "--over", "x=-2:2"]
+    coloured = _in_a_terminal(args, {"TERM": "xterm"})
+    assert ESCAPE.search(coloured)  # (so that the next assertion can fail)
+    plain = _in_a_terminal(args, {"TERM": "xterm", "NO_COLOR": "1"})
+    assert not ESCAPE.search(plain)
+    assert "-> (x)" in plain
+    dumb = _in_a_terminal(args, {"TERM": "dumb"})
+    assert not ESCAPE.search(dumb)
