@@ -55,6 +55,12 @@ def _shown_path(path) -> str:
     return str(path) if relative.startswith("..") else relative
 
 
+def _headline(item) -> str:
+    """The title of an item's report.  (Not its id, file::name: pytest reads a title that
+    ends its id as a Python test's Class.method, and -v would print good::grad::...)"""
+    return f"{item.name} in {item.path.name}"
+
+
 class CheckFailed(Exception):
     """A result that did not pass (its report is the result's row: repr_failure)."""
 
@@ -76,8 +82,9 @@ class GradResult(pytest.Item):
             return failure_text([self.result], tol=self.tol)
         return super().repr_failure(excinfo, style)
 
-    def reportinfo(self):
-        return self.path, None, f"{self.path.name}::{self.name}"
+    def reportinfo(self):  # (pytest's lines count from 0; the result's, the output's line, from 1)
+        line = self.result.line
+        return self.path, None if line is None else line - 1, _headline(self)
 
 
 class GradError(pytest.Item):
@@ -98,4 +105,5 @@ class GradError(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.path, None, f"{self.path.name}: cannot be checked"
+        pos = self.error.pos
+        return self.path, None if pos is None else pos.line - 1, f"{self.path.name} cannot be checked"

@@ -65,6 +65,14 @@ def test_items_have_readable_ids(pytester):
                    "square.grad::df/dx@point0", "square.grad::df/dx@expect"]
 
 
+def test_verbose_lines_and_report_titles_keep_the_ids(pytester):
+    _folder(pytester, **{"square.grad": SQUARE, "square.expect.json": WRONG_EXPECT, "bad.grad": "f = (x +\n"})
+    result = _run(pytester, "-v")
+    result.stdout.fnmatch_lines(["bad.grad::error FAILED*", "square.grad::df/dx@point0 PASSED*",
+                                 "square.grad::df/dx@expect FAILED*"])
+    result.stdout.fnmatch_lines(["*_ bad.grad cannot be checked _*", "*_ df/dx@expect in square.grad _*"])
+
+
 def test_an_item_can_be_selected_by_its_id(pytester):
     _folder(pytester, **{"good.grad": GOOD})
     _run(pytester, "good.grad::df/dy@point0").assert_outcomes(passed=1)
