@@ -97,7 +97,10 @@ def sweep(tr: Traced, of: str, wrt: str, method: str = "central", *, element=Non
              + path_notes(tr, flipped, "sweep"))
     found = _judged(STEPS, errors, scale, default / scale_x, at_default, tol, passed,
                     [int(i) for i in np.unravel_index(j, x.shape)] if x.ndim else [], notes)
-    return found._replace(expected_slope=ORDER[method])
+    noise = stencil.ROUNDING.get(method, 0.0) * stencil.EPS * float(np.max(np.abs(y), initial=0.0)) / (
+        STEPS * scale_x)
+    return found._replace(expected_slope=ORDER[method],
+                          slope=_truncation_slope(STEPS, errors, np.maximum(noise, stencil.EPS * scale)))
 
 
 def _flat_element(element, shape) -> int:
@@ -154,20 +157,21 @@ def _judged(steps, errors, scale, default, at_default, tol, passed, element, not
     side = None
     if verdict != WRONG and not at_default <= TRUNCATION_MARGIN * max(floor, stencil.EPS * scale):
         side = "truncation" if default > steps[best] else "rounding"
-    return Sweep(element, steps, errors, scale, default, float(steps[best]), floor,
-                 _truncation_slope(steps, errors, best), 0, verdict, side, notes)
+    return Sweep(element, steps, errors, scale, default, float(steps[best]), floor, None, 0, verdict, side,
+                 notes)
 
 
-def _truncation_slope(steps, errors, best: int) -> float | None:
-    """The slope of log(error) against log(step) over the steps larger than the best
-    whose error stands clear of the floor (at least TRUNCATION_MARGIN times it)."""
-    floor = errors[best]
-    side = (np.arange(len(steps)) < best) & np.isfinite(errors) & (errors > 0) & \
-        (errors >= TRUNCATION_MARGIN * floor)
-    if side.sum() < 2:
+def _truncation_slope(steps, errors, noise) -> float | None:
+    """The slope of log(error) against log(step) on the truncation side: the run of steps,
+    from the largest down, whose error stands clear (TRUNCATION_MARGIN times) of the floor
+    and of the rounding error at that step (noise).  None when fewer than two do: where the
+    method is exact (central differences of a quadratic), the error is rounding alone."""
+    floor = np.min(np.where(np.isfinite(errors), errors, np.inf))
+    clear = np.isfinite(errors) & (errors >= TRUNCATION_MARGIN * np.maximum(floor, noise))
+    run = int(np.argmin(clear)) if not clear.all() else len(clear)
+    if run < 2:
         return None
-    slope = np.polyfit(np.log10(steps[side]), np.log10(errors[side]), 1)[0]
-    return float(slope)
+    return float(np.polyfit(np.log10(steps[:run]), np.log10(errors[:run]), 1)[0])
 
 
 def attach(tr: Traced, result, method: str, tol: tuple, max_steps: int = DEFAULT_MAX_STEPS) -> None:
