@@ -413,12 +413,16 @@ def _sweep_section(results, precision: int) -> None:
         return
     table = Table(title="step sweep: finite differences against the automatic derivative",
                   title_justify="left", title_style="bold")
-    for c in ("pt", "derivative", "verdict", "best step", "error there", "slope", "check's step"):
-        table.add_column(c, no_wrap=True, justify="left" if c in ("derivative", "verdict") else "right")
+    sources = len({x.source for x in swept}) > 1
+    for c in ("source",) * sources + ("pt", "derivative", "verdict", "best step", "error there", "slope",
+                                      "check's step"):
+        table.add_column(c, no_wrap=True, justify="right" if c in ("pt", "best step", "error there", "slope",
+                                                                     "check's step") else "left")
     for x in swept:
         w = x.extra["sweep"]
-        table.add_row(str(x.point), _swept_label(x), w["verdict"], render.fmt(w["best_step"], 2),
-                      render.fmt(w["best_error"], precision), _slope_text(w), render.fmt(w["default_step"], 2))
+        table.add_row(*(x.source,) * sources, str(x.point), _swept_label(x), w["verdict"],
+                      render.fmt(w["best_step"], 2), render.fmt(w["best_error"], precision), _slope_text(w),
+                      render.fmt(w["default_step"], 2))
     out = render.console()
     out.print(table)
     for x in sorted(swept, key=lambda x: (_SWEEP_RANK.get(x.extra["sweep"]["verdict"], 3), x.point))[:SWEEPS_DRAWN]:
@@ -431,8 +435,10 @@ def _swept_label(x) -> str:
 
 
 def _slope_text(w: dict) -> str:
-    got = "-" if w["slope"] is None else f"{w['slope']:.2f}"
-    return f"{got} (expected {w['expected_slope']})" if w["expected_slope"] else got
+    """The fitted slope and the method's order; '-' where the error is rounding alone."""
+    if w["slope"] is None:
+        return "-"
+    return f"{w['slope']:.2f} (expected {w['expected_slope']})" if w["expected_slope"] else f"{w['slope']:.2f}"
 
 
 def _one_sweep(x, precision: int) -> None:
