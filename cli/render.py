@@ -111,8 +111,28 @@ def console(stderr: bool = False):
     stream = sys.stderr if stderr else sys.stdout
     # Piped output (CI logs, files) has no terminal width to fit: allow wide tables.
     width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
+    colours = colour_system(stream)
     # markup off: values are printed as text, and "[nan  1]" would read as a style tag
-    return _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, markup=False)
+    return _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, markup=False,
+                    color_system=colours, force_terminal=colours is not None, no_color=colours is None)
+
+
+def colour_system(stream) -> str | None:
+    """Escape codes (bold, colours) or none (SPEC §6): NO_COLOR (any value) turns every one of
+    them off, bold included; else FORCE_COLOR (non-empty) turns them on, even into a pipe or
+    on a dumb terminal; else a terminal that is not TERM=dumb gets them."""
+    import os
+    env = os.environ
+    dumb = env.get("TERM", "").lower() in ("dumb", "unknown")
+    if "NO_COLOR" in env:
+        return None
+    if env.get("FORCE_COLOR"):
+        return "standard" if dumb else "auto"
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream
+        terminal = False
+    return "auto" if terminal and not dumb else None
 
 
 def print_table(title: str, rows: list[tuple], columns=("name", "shape", "value"),

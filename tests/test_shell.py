@@ -21,6 +21,7 @@ SCRIPT = str(Path(sys.executable).with_name("gradcalc"))
 def shell(*args, env=None, input=None):
     """The command line in a subprocess (where the environment and terminals matter)."""
     full = {**os.environ, **(env or {})}
+    full = {k: v for k, v in full.items() if v is not None}  # (None: unset it)
     return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env=full, input=input, timeout=60)
 
 
@@ -98,3 +99,57 @@ def test_completion_offers_commands_and_option_values():
     words = shell(env={"_GRADCALC_COMPLETE": "complete_bash", "COMP_WORDS": "gradcalc grad --unc",
                           "COMP_CWORD": "2"})
     assert words.stdout.split() == ["--unconnected"]
+
+
+# -- colour and terminals -------------------------------------------------------------
+
+def in_terminal(*args, env=None) -> str:
+    """What the command writes to a terminal (a pseudo-terminal of 100 columns)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    main_fd, child_fd = pty.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    full = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS")}
+    full.update({"TERM": "xterm-256color", **(env or {})})
+    proc = subprocess.Popen([SCRIPT, *args], stdout=child_fd, stderr=child_fd, env=full)
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main_fd, 65536)
+        except OSError:  # (Linux: EIO once the child has closed the terminal)
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(main_fd)
+    return b"".join(chunks).decode()
+
+
+GRAD = ("grad", "x^2*y", "--at", "x=1,y=2")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+@pytest.mark.parametrize("env, escapes", [
+    ({}, True),
+    ({"NO_COLOR": "1"}, False),
+    ({"NO_COLOR": ""}, False),          # any value, SPEC §6
+    ({"TERM": "dumb"}, False),
+    ({"FORCE_COLOR": "1", "TERM": "dumb"}, True),
+    ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, False),
+])
+def test_escape_codes_on_a_terminal(env, escapes):
+    out = in_terminal(*GRAD, env=env)
+    assert "gradient of _ = 2" in out
+    assert ("\x1b[" in out) is escapes, out
+
+
+@pytest.mark.parametrize("env, escapes", [({}, False), ({"FORCE_COLOR": "1"}, True),
+                                          ({"FORCE_COLOR": "1", "NO_COLOR": "x"}, False)])
+def test_escape_codes_into_a_pipe(env, escapes):
+    clean = {"NO_COLOR": None, "FORCE_COLOR": None}
+    r = shell(*GRAD, env={**clean, **env})
+    assert r.returncode == 0 and ("\x1b[" in r.stdout) is escapes
