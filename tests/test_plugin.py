@@ -127,6 +127,11 @@ def test_files_other_than_grad_are_left_alone(pytester):
     _run(pytester).assert_outcomes(passed=1)
 
 
+def test_the_plugin_can_be_turned_off(pytester):
+    _folder(pytester, **{"bad.grad": "f = (x +\n"})
+    _run(pytester, "-p", "no:gradcalc").assert_outcomes()  # nothing collected, nothing failed
+
+
 def test_the_plugin_is_registered_and_imports_nothing_of_gradcalc_until_used():
     # pytest loads the plugin in every run of every project where gradcalc is installed
     code = ("import sys, pytest; import gradcalc.pytest_plugin; "
