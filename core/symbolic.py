@@ -495,6 +495,10 @@ def _spectral_rules(sp) -> dict:
         return _per_matrix(a, "cholesky", tr, eq, lambda m: ((m + m.T) / 2).cholesky(hermitian=False))
 
     def pinv(a, tr, eq, **_):
+        value = np.asarray(tr.builder.values[eq.args[0]], dtype=np.float64)
+        if np.any(np.linalg.matrix_rank(value) < min(value.shape[-2:])):
+            _refused("pinv", "its closed form holds at full rank, and this matrix is "
+                             "rank-deficient")(tr=tr, eq=eq)
         return _per_matrix(a, "pinv", tr, eq, _pseudo_inverse)
 
     roots = _refused("eigh", "eigenvalues are the roots of a polynomial")
