@@ -102,11 +102,21 @@ def console(stderr: bool = False):
     import os
 
     from rich.console import Console
+    from rich.table import Table
+
     class _Console(Console):
         def on_broken_pipe(self) -> None:
             # rich would exit 1, which means "check found a mismatch": let the CLI decide
             self.quiet = True
             raise BrokenPipeError
+
+        def print(self, *objects, **kwargs) -> None:
+            """A table too wide for the terminal (COLUMNS=40) is printed a row at a time,
+            one field per line, rather than squeezed into ellipses (x…, inp…)."""
+            if len(objects) == 1 and isinstance(objects[0], Table) and not _fits(self, objects[0]):
+                _print_stacked(self, objects[0])
+                return
+            super().print(*objects, **kwargs)
 
     stream = sys.stderr if stderr else sys.stdout
     # Piped output (CI logs, files) has no terminal width to fit: allow wide tables.
@@ -115,6 +125,35 @@ def console(stderr: bool = False):
     # markup off: values are printed as text, and "[nan  1]" would read as a style tag
     return _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, markup=False,
                     color_system=colours, force_terminal=colours is not None, no_color=colours is None)
+
+
+def _fits(out, table) -> bool:
+    """Whether every column of the table gets at least its longest word."""
+    from rich.measure import Measurement
+    unclamped = out.options.update(width=10 ** 6)  # (a measure is clamped to the width it is given)
+    return Measurement.get(out, unclamped, table).minimum <= out.width
+
+
+def _print_stacked(out, table) -> None:
+    """The table's rows one after another: the first cell heads its row, then each other
+    column's header and cell on a line of its own (cells of several lines stay aligned)."""
+    def text(cell) -> str:
+        return cell.plain if hasattr(cell, "plain") else str(cell)
+
+    headers = [text(c.header) for c in table.columns]
+    cells = [[text(x) for x in c.cells] for c in table.columns]
+    pad = max((len(h) for h in headers[1:]), default=0)
+    if table.title:
+        out.print(text(table.title), style="bold")
+    for i in range(table.row_count):
+        head = cells[0][i] if cells else ""
+        out.print(f"{headers[0]} {head}" if headers[0] and head else head or f"row {i + 1}", style="bold")
+        for header, column in zip(headers[1:], cells[1:]):
+            lines = column[i].split("\n") if column[i] else []
+            for k, line in enumerate(lines):
+                out.print(f"  {(header if k == 0 else '').ljust(pad)}  {line}".rstrip())
+    if table.caption:
+        out.print(text(table.caption))
 
 
 def colour_system(stream) -> str | None:

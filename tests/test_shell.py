@@ -153,3 +153,20 @@ def test_escape_codes_into_a_pipe(env, escapes):
     clean = {"NO_COLOR": None, "FORCE_COLOR": None}
     r = shell(*GRAD, env={**clean, **env})
     assert r.returncode == 0 and ("\x1b[" in r.stdout) is escapes
+
+
+@pytest.mark.parametrize("args, shown", [
+    (("graph", "sin(x)*y", "--at", "x=1,y=2", "--backward"), "  equation  mul(v2, v1)"),
+    (("jacobian", "x*y", "--at", "x=[1,2,3,4,5,6,7],y=2"), "  x[6]  2"),
+    (("check", "sin(x)*y", "--at", "x=1,y=2"), "  derivative  d_/dy"),
+    (("grad", "sum(x^2)*y", "--at", "x=[1,2,3,4,5,6],y=2"), "│ d_/dy │ scalar │"),
+])
+def test_tables_stay_readable_at_40_columns(args, shown):
+    from cli_run import runner
+    from gradcalc.cli.app import app
+    r = runner.invoke(app, list(args), env={"COLUMNS": "40"})
+    assert r.exit_code == 0, r.stdout
+    lines = r.stdout.splitlines()
+    assert shown in lines or any(line.startswith(shown) for line in lines), r.stdout
+    assert "…" not in r.stdout  # nothing cut short
+    assert max(len(line.rstrip()) for line in lines) <= 40, r.stdout
