@@ -40,7 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from . import stencil
-from .checks import EXEC_TOLERANCE, TOLERANCES, CheckResult, check_result, compare, tolerance
+from .checks import EXEC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result, compare, tolerance
 from .codec import JSONNumberError, array_from_json, array_to_json
 from .errors import ShapeError, UsageError, ValueError_, option
 from .results import Result
@@ -473,8 +473,8 @@ def _against_differences(label, p, of, w, ad, fd, e, method, step, tol) -> Check
             notes.append(f"the finite differences are themselves uncertain by ~{uncertain:.2g} "
                          "here: are the program's values noisy, or printed with too few digits?")
     fd_err = float(np.max(e)) if e.size else 0.0
-    return CheckResult(label, p, of, w, mabs, mrel, worst, method, step, ok, notes,
-                       {"fd_error_estimate": fd_err})
+    extra = {"fd_error_estimate": fd_err} | ({} if ok else breach(ad, fd, worst, *tol))
+    return CheckResult(label, p, of, w, mabs, mrel, worst, method, step, ok, notes, extra)
 
 
 # ==========================================================================

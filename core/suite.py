@@ -393,12 +393,14 @@ def derivative_text(r) -> str:
 
 def comparison_text(r) -> str:
     """What a result compared: "full Jacobian, central", "central (4 directions)",
-    "expectation file", a black box's method; "error" for a source not checked."""
+    "expectation file", "black box, richardson"; "error" for a source not checked."""
     kind = getattr(r, "comparison", "jacobian")
     if kind == "jacobian":
         return f"full Jacobian, {r.method}"
     if kind == "expect":
         return "expectation file"
+    if kind == "exec":
+        return f"black box, {r.method}"
     return "error" if kind == "error" else r.method
 
 
