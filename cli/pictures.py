@@ -23,6 +23,8 @@ MAX_COLUMNS = 120
 #: Each curve: its marker (None: plotille's braille line), its colour, its legend symbol.
 _CURVES = ((None, "blue", "⠤⠤"), ("·", "red", "··"), ("∘", "green", "∘∘"))
 _MARK = "┊"
+#: Marks drawn and listed (floor over a wide interval has a kink at every integer).
+MARKS_DRAWN = 9
 
 
 def colour() -> bool:
@@ -88,9 +90,11 @@ def function_picture(samples: dict, marks: list, labels: list[str], x_label: str
         fig.plot(t[ok], y[ok], lc=lc, marker=marker, interp="linear" if marker is None else None)
         legend.append(_legend(symbol, label, lc, with_colour))
     rows = ylo + (np.arange(PLOT_HEIGHT) + 0.5) * (yhi - ylo) / PLOT_HEIGHT
-    for k, m in enumerate(marks, 1):
-        fig.text([m["x"]] * PLOT_HEIGHT, rows, [_MARK] * (PLOT_HEIGHT - 1) + [str(k)], lc="yellow")
+    for k, m in enumerate(marks[:MARKS_DRAWN], 1):
+        fig.text([m["x"]] * PLOT_HEIGHT, rows, [_MARK] * (PLOT_HEIGHT - 1) + [str(k % 10)], lc="yellow")
         legend.append(_legend(f"{_MARK}{k}", f"{x_label} = {m['x']:.4g}: {m['note']}", "yellow", with_colour))
+    if len(marks) > MARKS_DRAWN:
+        legend.append(f"  ... and {len(marks) - MARKS_DRAWN} more marks (-f json lists them all)")
     return _fitted(fig.show(), total) + "\n".join(legend) + "\n"
 
 

@@ -195,8 +195,8 @@ def _kink_distances(eq, env: dict, shapes: dict, n: int) -> np.ndarray:
 
 def _kink_marks(groups: list, line: Line) -> list:
     """A mark where a kink's distance changes sign between two consecutive samples of one
-    path (or is zero at one), when both distances are within two typical changes between
-    samples (a distance like x - round(x) jumps at half-integers, which is no kink)."""
+    path (or is zero at one), when it changes there by at most twice its typical change
+    between samples (a distance like x - round(x) jumps at half-integers: no kink there)."""
     t, marks = line.t, []
     for _, rows, kinks in groups:
         for eq, d in kinks:
@@ -206,8 +206,7 @@ def _kink_marks(groups: list, line: Line) -> list:
                 if rows[i + 1] != rows[i] + 1:
                     continue
                 a, c = d[i], d[i + 1]
-                cross = ((a == 0) | (c == 0) | (np.sign(a) * np.sign(c) < 0)) & \
-                    (np.maximum(abs(a), abs(c)) <= 2 * typical)
+                cross = ((a == 0) | (c == 0) | (np.sign(a) * np.sign(c) < 0)) & (abs(a - c) <= 2 * typical)
                 if cross.any():
                     e = int(np.argmax(cross))
                     frac = abs(a[e]) / (abs(a[e]) + abs(c[e])) if a[e] != 0 else 0.0  # (both 0: at a)

@@ -51,6 +51,15 @@ def test_a_loop_that_runs_more_often_is_marked_where_its_count_changes():
     assert [m["x"] for m in r.marks] == [0.0, 1.0, 2.0]
 
 
+def test_jumps_are_marked_at_the_integers_only():
+    # floor(x)'s distance from its kink, x - round(x), also jumps at half-integers: no kink there,
+    # even when the samples are 0.2 apart
+    r = plot("floor(x)", "x", -20, 20)
+    assert [m["x"] for m in r.marks] == [float(k) for k in range(-20, 21)]
+    r = plot("round(x) + abs(x)", "x", -2, 2, samples=41)
+    assert sorted(m["x"] for m in r.marks) == [-1.5, -0.5, 0.0, 0.5, 1.5]
+
+
 def test_an_array_input_along_a_direction():
     # sum(w^2) along w0 + t v: value |w0 + t v|^2, derivative 2 <w0 + t v, v>
     v = np.array([1.0, -2.0, 0.5])
@@ -133,6 +142,8 @@ def test_the_picture_fits_a_narrow_terminal():
 def test_marks_are_listed_under_the_picture():
     out = ok("plot", KINKED, "--over", "x=-1:1").stdout
     assert "┊1 x = 0: change of path" in out and "┊2 x = 0.5: kink of 'abs'" in out
+    many = ok("plot", "floor(x)", "--over", "x=-20:20").stdout
+    assert "┊9 x = -12: kink of 'floor'" in many and "... and 32 more marks (-f json lists them all)" in many
 
 
 def _in_a_terminal(args, env):
