@@ -1,14 +1,15 @@
 """Gradient checks inside a project's own tests.
 
     >>> from gradcalc.testing import assert_gradients
-    >>> assert_gradients("sum(x^2)", at={"x": [1.0, 2.0]})   # passes: returns check's Result
+    >>> assert_gradients("sum(x^2)", at={"x": [1.0, 2.0]})   # passes: returns the check
     >>> assert_gradients("relu(x)", at={"x": 0.0})  # a kink: the differences disagree
-    AssertionError: gradcalc check: 1 of 1 failed ...
+    AssertionError: gradcalc check: 1 of 1 failed (rtol 1e-06, atol 1e-08) ...
 
-``assert_gradients`` runs :func:`gradcalc.check` and raises ``AssertionError``
-whose message is the table of the failing results with their numbers (errors,
-tolerances, the automatic and finite-difference values at the worst element),
-so that a failing test says what is wrong without a rerun.  A program that
+``assert_gradients`` checks a source as ``gradcalc check`` does (the one function
+:func:`gradcalc.suite.check_source` that the command line and the pytest plugin run) and
+raises ``AssertionError`` whose message is the table of the failing results with their
+numbers (errors, the automatic and reference values at the worst element, the bound
+broken), so that a failing test says what is wrong without a rerun.  A program that
 cannot be checked at all (a syntax error, a missing value) raises its
 :class:`gradcalc.GradcalcError`, as any other library call does.
 """
@@ -25,7 +26,7 @@ def assert_gradients(source, **options):
     otherwise, and the GradcalcError of a source that cannot be checked."""
     from .suite import check_source
     no_expect, update_expect = options.pop("no_expect", False), options.pop("update_expect", False)
-    if not isinstance(source, str):  # a parsed program: its text, under its label
+    if not isinstance(source, str):  # a parsed program: its text
         source = source.source.text
     checked = check_source(source, overrides=options, no_expect=no_expect, update_expect=update_expect)
     if checked.error is not None:
