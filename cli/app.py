@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Annotated, Callable, List, NamedTuple, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from gradcalc.errors import GradcalcError, LimitError, UsageError
 from gradcalc.tape import DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_STEPS
@@ -39,7 +40,7 @@ def command(name: str, *, precision: int = 6):
 def build_app(names=None) -> typer.Typer:
     """The Typer app with the given commands (default: all of them)."""
     new = typer.Typer(
-        name="gradcalc", add_completion=True, no_args_is_help=True, suggest_commands=False,  # (click suggests)
+        name="gradcalc", cls=_Group, add_completion=True, no_args_is_help=True, suggest_commands=False,  # (click suggests)
         help="A gradient calculator: evaluate and differentiate numpy-like expressions.\n\n"
              "SOURCE is program text, a file, or - for standard input.",
         context_settings={"help_option_names": ["-h", "--help"]},
@@ -52,6 +53,50 @@ def build_app(names=None) -> typer.Typer:
     for name in names or COMMANDS:
         new.command(name)(_typer_function(name))
     return new
+
+
+class _Group(TyperGroup):
+    """The command group; it reads a SOURCE that begins with '-' as a program (SPEC §5)."""
+
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        return name, cmd, programs_last(rest, cmd) if cmd is not None else rest
+
+
+def programs_last(args: list, cmd) -> list:
+    """args with each word that begins with '-' but is none of the command's options
+    ('-log(p)', '-x^2') moved after '--', where click reads it as an argument, not an option.
+    Values of options that take one (--cotangent -1.5) stay where they are; '--word' stays
+    an option (a misspelt one is reported as such)."""
+    import re
+    if "--" in args or not any(a.startswith("-") and a != "-" for a in args):
+        return args
+    takes_value, flags = _option_words(cmd)
+    kept, programs, i = [], [], 0
+    while i < len(args):
+        word = args[i]
+        if word.split("=", 1)[0] in takes_value:
+            kept.append(word)
+            if "=" not in word and i + 1 < len(args):  # its value, whatever it looks like
+                i += 1
+                kept.append(args[i])
+        elif word in flags or not word.startswith("-") or word == "-" or word[:2] in takes_value or \
+                re.match(r"--[\w-]+(=|$)", word):
+            kept.append(word)  # (-fjson: a short option with its value; --bogus: click says no such option)
+        else:
+            programs.append(word)
+        i += 1
+    return kept + ["--"] + programs if programs else args
+
+
+def _option_words(cmd) -> tuple[set, set]:
+    """The command's option words: those that take a value, and flags."""
+    import click
+    takes_value, flags = set(), {"-h", "--help"}
+    for p in cmd.params:
+        if isinstance(p, click.Option):
+            (flags if p.is_flag or p.count else takes_value).update(p.opts + p.secondary_opts)
+    return takes_value, flags
 
 
 def _print_version(value: bool) -> None:

@@ -170,3 +170,28 @@ def test_tables_stay_readable_at_40_columns(args, shown):
     assert shown in lines or any(line.startswith(shown) for line in lines), r.stdout
     assert "…" not in r.stdout  # nothing cut short
     assert max(len(line.rstrip()) for line in lines) <= 40, r.stdout
+
+
+# -- a SOURCE that begins with '-' ---------------------------------------------------------
+
+def test_a_source_beginning_with_a_minus_is_a_program():
+    doc = ok_json("grad", "-log(p)", "--at", "p=0.5")
+    assert doc["gradient"] == {"p": -2.0}  # d(-log p)/dp = -1/p
+    assert ok("grad", "--at", "p=0.5", "-fplain", "-log(p)").stdout == "-2\n"
+    assert ok("vjp", "-x*2", "--at", "x=1", "--cotangent", "-1.5", "-f", "plain").stdout == "3\n"
+    assert ok("eval", "-q", "--at", "q=1", "-f", "plain").stdout == "-1\n"
+    r = ok("check", "-x^2", "-sin(x)", "--at", "x=1", "-f", "plain").stdout
+    assert r.count("ok <expr>") == 2
+
+
+def test_an_unknown_long_option_is_still_reported_as_one():
+    assert "No such option '--bogus'" in user_error("grad", "-x", "--at", "x=1", "--bogus").stderr
+
+
+def test_programs_last_moves_only_what_is_no_option():
+    from gradcalc.cli.app import build_app, programs_last
+    from typer.main import get_command
+    cmd = get_command(build_app(["vjp"])).commands["vjp"]
+    assert programs_last(["-x", "--cotangent", "-1", "-fjson", "--at=x=-2"], cmd) == \
+        ["--cotangent", "-1", "-fjson", "--at=x=-2", "--", "-x"]
+    assert programs_last(["x", "--at", "x=1"], cmd) == ["x", "--at", "x=1"]
