@@ -63,9 +63,7 @@ def parse_over(text: str) -> tuple[str, float, float]:
     if any(e.size != 1 for e in ends):
         raise UsageError(f"{option('over')}: LO and HI are numbers, not arrays", option="over")
     lo_, hi_ = (float(e.reshape(())) for e in ends)
-    if not (math.isfinite(lo_) and math.isfinite(hi_) and lo_ < hi_):
-        raise UsageError(f"{option('over')} needs finite LO < HI, got {lo_:g}:{hi_:g}", option="over")
-    return name.strip(), lo_, hi_
+    return name.strip(), lo_, hi_  # (plot checks that LO < HI)
 
 
 @quiet
@@ -80,8 +78,8 @@ def plot(source, over: str, lo: float, hi: float, *, samples: int = DEFAULT_SAMP
     program = parse(source)
     if samples < 2:
         raise UsageError(f"{option('samples')} must be at least 2, not {samples}", option="samples")
-    if not lo < hi:
-        raise UsageError(f"{option('over')} needs LO < HI, got {lo:g}:{hi:g}", option="over")
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise UsageError(f"{option('over')} needs finite LO < HI, got {lo:g}:{hi:g}", option="over")
     line, tr = _line(program, over, np.linspace(lo, hi, samples), direction, as_arrays(at),
                      dict(max_elements=max_elements, max_steps=max_steps))
     out = select_output(tr, of)
