@@ -15,7 +15,7 @@ import numpy as np
 
 from . import primitives as P
 from .errors import ShapeError, UsageError, ValueError_
-from .tape import Guard
+from .tape import Guard, broadcast_shapes
 from .syntax import ArrayLit, Bool, Name, Num, TupleLit, Unary
 
 CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
@@ -1141,9 +1141,19 @@ def _linspace(a, b, n=50, endpoint=True, axis=0):
     last exactly b; arrays a and b give shape (n,) + their broadcast shape (the new axis
     moved to axis)."""
     n = _int_arg("n", n)
+    if endpoint not in (True, False):  # (1 and 0 count, as in NumPy; 2 is a slip)
+        raise UsageError(f"endpoint must be true or false, not {endpoint!r}")
+    builder = a.builder
+    try:
+        shape = broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ShapeError(f"shapes {a.shape} and {b.shape} do not broadcast") from None
+    builder.check_size((n,) + shape)
+    axis = _one_axis(axis, 1 + len(shape))
+    if a.var in builder.consts and b.var in builder.consts:  # linspace(0, 1, 5): one constant
+        return builder.const(np.linspace(a.value, b.value, n, endpoint=endpoint, axis=axis))
     delta = b - a
-    a.builder.check_size((n,) + delta.shape)
-    ramp = a.builder.const(np.arange(n, dtype=np.float64).reshape((-1,) + (1,) * delta.ndim))
+    ramp = builder.const(np.arange(n, dtype=np.float64).reshape((-1,) + (1,) * delta.ndim))
     div = n - 1 if endpoint else n
     y = (ramp * (delta / float(div)) if div > 0 else ramp * delta) + a
     # (NumPy's one other branch, for a step that underflows to 0 from a denormal b - a, is
