@@ -232,7 +232,7 @@ PYTHONISH = [
     ("exec(1)", "error: <expr>:1:1: unknown function 'exec'", None),
     ("eval(1)", "error: <expr>:1:1: unknown function 'eval'", None),
     ("open(1)", "error: <expr>:1:1: unknown function 'open'", "did you mean 'append'?"),
-    ("print(1)", "error: <expr>:1:1: unknown function 'print'", "did you mean 'split'?"),
+    ("print(1)", "error: <expr>:1:1: unknown function 'print'", "did you mean 'pinv'?"),
     ("globals()", "error: <expr>:1:1: unknown function 'globals'", None),
     ("compile(1, 2, 3)", "error: <expr>:1:1: unknown function 'compile'", None),
     ("lambda: 1", "error: <expr>:1:7: expected end of statement, found ':'", None),
