@@ -1584,7 +1584,8 @@ slogdet_sign = _def("slogdet_sign", lambda a: np.linalg.slogdet(a)[0],
                     (lambda g, ans, a: zeros_like(a),), (lambda t, ans, a: zeros_like(ans),),
                     _square_params, analytic=False)
 logabsdet = _def("logabsdet", lambda a: np.linalg.slogdet(a)[1],
-                 (lambda g, ans, a: _per_matrix(g) * mT(inv(a)),), (_logabsdet_jvp,), _square_params)
+                 (lambda g, ans, a: _per_matrix(g) * mT(inv(a)),), (_logabsdet_jvp,), _square_params,
+                 analytic=False)
 
 
 def _symmetric(x):
@@ -1618,7 +1619,8 @@ def _cholesky_vjp(g, ans, a):
 
 
 # the lower Cholesky factor (NumPy's: reads the lower triangle); derivatives treat A as symmetric
-cholesky = _def("cholesky", _cholesky, (_cholesky_vjp,), (_cholesky_jvp,), _square_params)
+cholesky = _def("cholesky", _cholesky, (_cholesky_vjp,), (_cholesky_jvp,), _square_params,
+                analytic=False)
 
 
 def _eigh_gaps(w):
@@ -1653,9 +1655,9 @@ def _eigh_values_jvp(t, ans, a):
 # eigh's w (ascending) and V (NumPy's signs); NumPy reads the lower triangle, the derivatives
 # treat A as symmetric (their gradients are symmetric, as JAX's)
 eigh_values = _def("eigh_values", np.linalg.eigvalsh, (_eigh_values_vjp,), (_eigh_values_jvp,),
-                   _square_params)
+                   _square_params, analytic=False)
 eigh_vectors = _def("eigh_vectors", lambda a: np.linalg.eigh(a)[1], (_eigh_vectors_vjp,),
-                    (_eigh_vectors_jvp,), _square_params)
+                    (_eigh_vectors_jvp,), _square_params, analytic=False)
 
 
 # -- svd, qr, pinv -------------------------------------------------------------------
@@ -1734,14 +1736,34 @@ def _svd_vt_vjp(g, ans, a):
     return ga
 
 
+class _Factorisations:
+    """The last few factorisations, found by the identity of their input array: svd's three
+    results (qr's two) are one LAPACK call, not one per primitive and per derivative rule.
+    (Values on a tape are never written in place, and an entry holds its array, so an
+    identity cannot be reused by another array.)"""
+
+    def __init__(self, fn, size=4):
+        self.fn, self.size, self.entries = fn, size, []
+
+    def __call__(self, a):
+        for x, result in self.entries:
+            if x is a:
+                return result
+        result = self.fn(a)
+        self.entries = [(a, result)] + self.entries[:self.size - 1]
+        return result
+
+
+_svd = _Factorisations(lambda a: np.linalg.svd(a, full_matrices=False))
+_qr = _Factorisations(np.linalg.qr)
+
 # svd's s (descending), U and V^T (NumPy's reduced SVD, its signs); derivatives need distinct
-# singular values (and nonzero ones for the extra columns of a non-square U or V)
-svd_s = _def("svd_s", lambda a: np.linalg.svd(a, compute_uv=False), (_svd_s_vjp,), (_svd_s_jvp,),
-             _matrix_params)
-svd_u = _def("svd_u", lambda a: np.linalg.svd(a, full_matrices=False)[0], (_svd_u_vjp,), (_svd_u_jvp,),
-             _matrix_params)
-svd_vt = _def("svd_vt", lambda a: np.linalg.svd(a, full_matrices=False)[2], (_svd_vt_vjp,),
-              (_svd_vt_jvp,), _matrix_params)
+# singular values (and nonzero ones for the extra columns of a non-square U or V) (complex-step
+# differences do not apply to these: on complex input LAPACK conjugates, so none is analytic)
+svd_s = _def("svd_s", lambda a: _svd(a)[1], (_svd_s_vjp,), (_svd_s_jvp,), _matrix_params, analytic=False)
+svd_u = _def("svd_u", lambda a: _svd(a)[0], (_svd_u_vjp,), (_svd_u_jvp,), _matrix_params, analytic=False)
+svd_vt = _def("svd_vt", lambda a: _svd(a)[2], (_svd_vt_vjp,), (_svd_vt_jvp,), _matrix_params,
+              analytic=False)
 
 
 # The reduced QR A = Q R (m >= n, R invertible): with X = dA R^-1, C = Q^T X and
@@ -1788,8 +1810,8 @@ def _qr_r_vjp(g, ans, a):
 
 
 # qr's Q and R (NumPy's reduced QR, LAPACK's signs); derivatives for m >= n and R invertible
-qr_q = _def("qr_q", lambda a: np.linalg.qr(a)[0], (_qr_q_vjp,), (_qr_q_jvp,), _matrix_params)
-qr_r = _def("qr_r", lambda a: np.linalg.qr(a)[1], (_qr_r_vjp,), (_qr_r_jvp,), _matrix_params)
+qr_q = _def("qr_q", lambda a: _qr(a)[0], (_qr_q_vjp,), (_qr_q_jvp,), _matrix_params, analytic=False)
+qr_r = _def("qr_r", lambda a: _qr(a)[1], (_qr_r_vjp,), (_qr_r_jvp,), _matrix_params, analytic=False)
 
 
 def _minus_from_eye(x):
@@ -1812,7 +1834,7 @@ def _pinv_vjp(g, ans, a):
 
 # the pseudo-inverse with NumPy's default cutoff (singular values below 1e-15 times the largest
 # are taken as 0); its derivative holds the rank fixed (Golub and Pereyra)
-pinv = _def("pinv", np.linalg.pinv, (_pinv_vjp,), (_pinv_jvp,), _matrix_params)
+pinv = _def("pinv", np.linalg.pinv, (_pinv_vjp,), (_pinv_jvp,), _matrix_params, analytic=False)
 
 
 # -- einsum: one contraction over subscripts ---------------------------------------
