@@ -95,12 +95,13 @@ def sweep(tr: Traced, of: str, wrt: str, method: str = "central", *, element=Non
                 float(np.max(np.abs(estimates[_nearest(STEPS, default / scale_x)]), initial=0.0)))
     notes = (kinks_near(tr, tr.tape.names[wrt], np.array([STEPS[0] * scale_x]), tr.tape.names[of])
              + path_notes(tr, flipped, "sweep"))
-    found = _judged(STEPS, errors, scale, default / scale_x, at_default, tol, passed,
-                    [int(i) for i in np.unravel_index(j, x.shape)] if x.ndim else [], notes)
+    # the rounding error of each step's difference quotient, about eps |f| / h
     noise = stencil.ROUNDING.get(method, 0.0) * stencil.EPS * float(np.max(np.abs(y), initial=0.0)) / (
         STEPS * scale_x)
-    return found._replace(expected_slope=ORDER[method],
-                          slope=_truncation_slope(STEPS, errors, np.maximum(noise, stencil.EPS * scale)))
+    found = _judged(STEPS, errors, scale, default / scale_x, at_default, tol, passed)
+    return found._replace(element=[int(i) for i in np.unravel_index(j, x.shape)] if x.ndim else [],
+                          slope=_truncation_slope(STEPS, errors, np.maximum(noise, stencil.EPS * scale)),
+                          expected_slope=ORDER[method], notes=notes)
 
 
 def _flat_element(element, shape) -> int:
@@ -139,8 +140,10 @@ def _differences(tr: Traced, of: str, wrt: str, j: int, method: str, hs: np.ndar
     return np.real(estimates), flipped
 
 
-def _judged(steps, errors, scale, default, at_default, tol, passed, element, notes) -> Sweep:
-    """The sweep's best step, slope and verdict (see the module's docstring)."""
+def _judged(steps, errors, scale, default, at_default, tol, passed) -> Sweep:
+    """The sweep's best step and verdict (see the module's docstring); its element, slope
+    and notes are the caller's to fill in."""
+    element, notes = [], []
     rtol, atol = tol
     finite = np.isfinite(errors)
     if not finite.any():
@@ -177,6 +180,8 @@ def _truncation_slope(steps, errors, noise) -> float | None:
 def attach(tr: Traced, result, method: str, tol: tuple, max_steps: int = DEFAULT_MAX_STEPS) -> None:
     """Add the sweep of a check result (one of full Jacobian's) to its extra["sweep"]: along
     the input element where the check found its worst error."""
+    if tr.value(result.wrt).size == 0 or tr.value(result.of).size == 0:
+        return  # an empty Jacobian: no element to move, nothing to measure
     xshape = tr.value(result.wrt).shape
     rank = tr.value(result.of).ndim + len(xshape)
     worst = result.worst_index
