@@ -366,6 +366,9 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
     @quiet
     def run():
         tol = _tolerances(method, points, directions, seed, rtol, atol)
+        if sweep and directions:
+            raise UsageError(f"{option('sweep')} follows one input element of the full Jacobian; it does not "
+                             f"apply with {option('directions')}", option="sweep")
         plan = _Plan(method, tol, directions, taylor, symbolic, max_steps, sweep)
         program = parse(source)
         name = label or program.source.label

@@ -272,3 +272,32 @@ def test_a_program_with_nothing_to_check_passes_with_a_warning(tmp_path):
     assert res.exit_code == 0
     assert res.stderr == f"warning: {p}: nothing to check: the program has no inputs\n"
     assert res.stdout.count("ok samples/rosenbrock.grad") == 2
+
+
+def test_sweep_is_refused_with_directions():
+    # attach follows the full Jacobian's worst element: with directions it would be silently absent
+    with pytest.raises(gradcalc.GradcalcError, match="sweep follows one input element"):
+        gradcalc.check("sin(x)", at={"x": 1.0}, directions=2, sweep=True)
+
+
+def test_results_say_what_they_compared_and_where_their_output_is(tmp_path):
+    p = tmp_path / "f.grad"
+    p.write_text("# two lines of comment\n\ny = sin(x)\nz = y * x\n")
+    doc = json.loads(runner.invoke(app, ["check", str(p), "--at", "x=0.3", "--of", "y", "--of", "z",
+                                         "-f", "json"]).stdout)
+    assert [(r["of"], r["comparison"], r["line"]) for r in doc["results"]] == [("y", "jacobian", 3),
+                                                                                ("z", "jacobian", 4)]
+    doc = json.loads(runner.invoke(app, ["check", str(p), "--at", "x=0.3", "--directions", "2",
+                                         "-f", "json"]).stdout)
+    assert [r["comparison"] for r in doc["results"]] == ["directions"]
+    assert doc["results"][0]["rounding_allowance"] > 0
+
+
+def test_directions_failure_carries_ad_and_fd(monkeypatch):
+    # sin's derivative 1% wrong in both modes: only the directional difference sees it
+    wrong = (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),)
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", wrong)
+    monkeypatch.setattr(REGISTRY["sin"], "jvp", wrong)
+    (r,) = gradcalc.check("sum(sin(x))", at={"x": [0.1, 0.2, 0.3]}, directions=3).results
+    assert not r.ok and r.comparison == "directions" and "<u, J v> != <J^T u, v>" not in r.notes
+    assert r.extra["ad"] == pytest.approx(1.01 * r.extra["fd"], rel=1e-6) and r.extra["bound"] == "rtol"
