@@ -103,11 +103,15 @@ def test_a_failure_at_a_kink_says_so_and_honours_check_lines(pytester):
 
 
 def test_update_expect_refreshes_the_files(pytester):
-    _folder(pytester, **{"square.grad": SQUARE, "square.expect.json": WRONG_EXPECT})
-    _run(pytester, "--gradcalc-update-expect").assert_outcomes(passed=2)
+    _folder(pytester, **{"square.grad": SQUARE, "square.expect.json": WRONG_EXPECT, "good.grad": GOOD})
+    _run(pytester, "--gradcalc-update-expect").assert_outcomes(passed=6)  # 3 derivatives, each twice
     stored = json.loads((pytester.path / "square.expect.json").read_text(encoding="utf-8"))
     assert stored["gradient"]["x"] == 6.0 and stored["at"]["x"] == 3.0
-    _run(pytester).assert_outcomes(passed=2)  # and they hold afterwards
+    made = json.loads((pytester.path / "good.expect.json").read_text(encoding="utf-8"))  # a new one
+    # d(x*y + sin x)/dx = y + cos x, d/dy = x at (1.5, -2)
+    assert made["gradient"]["x"] == pytest.approx(-2 + numpy.cos(1.5), rel=1e-15)
+    assert made["gradient"]["y"] == 1.5
+    _run(pytester).assert_outcomes(passed=6)  # and they hold afterwards
 
 
 def test_a_file_that_cannot_be_checked_is_one_failing_item(pytester):
