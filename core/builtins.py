@@ -351,7 +351,12 @@ def _qr(a, mode="reduced"):
     _matrix_arg("qr", a)
     if mode not in ("reduced", "r"):
         raise UsageError(f"qr: mode {mode!r} is not supported; use 'reduced' (Q, R) or 'r' (R alone)")
-    return P.qr_r(a) if mode == "r" else (P.qr_q(a), P.qr_r(a))
+    r = P.qr_r(a)
+    diagonal = np.abs(np.diagonal(r.value, axis1=-2, axis2=-1))
+    if diagonal.size and np.any(diagonal <= _EIGH_GAP * np.max(diagonal, axis=-1, keepdims=True)):
+        r.builder.note_warning("'qr'", "has a matrix whose columns are (nearly) dependent: its "
+                                       "derivatives are not defined there (they divide by R)")
+    return r if mode == "r" else (P.qr_q(a), r)
 
 
 @_builtin("pinv")
@@ -412,7 +417,7 @@ def _ord_name(order) -> str:
 
 @_builtin("norm", static=("ord", "axis", "keepdims"))
 def _norm(x, ord=None, axis=None, keepdims=False):
-    if isinstance(ord, bool) or not (ord is None or isinstance(ord, (int, float, str))):
+    if isinstance(ord, bool) or not (ord is None or isinstance(ord, (int, float, str))) or ord != ord:
         raise UsageError(f"norm: ord must be a number, inf, -inf, 'fro' or 'nuc', not {ord!r}")
     axes = axis if isinstance(axis, tuple) else (None if axis is None else (axis,))
     if ord is None and (axes is None or len(axes) != 2):
@@ -473,6 +478,8 @@ def _matrix_norm(y, order):
 def _spectral_norm(y, order):
     """'nuc' (the sum of the singular values), 2 (the largest), -2 (the smallest), with
     norm'(0) = 0 and a warning where the derivative is not defined."""
+    if 0 in y.shape[-2:] and order != "nuc":
+        raise ShapeError(f"norm: ord={_ord_name(order)} of an empty matrix is not defined, got shape {y.shape}")
     s = P.svd_s(y)
     values = s.value
     gaps, tiny = _singular_gaps(values)

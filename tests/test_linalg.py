@@ -260,10 +260,19 @@ def test_svd_of_a_non_square_matrix_with_a_zero_singular_value_warns():
     ("norm(ones((2, 2, 2)), ord=2)", "norm: ord=2 needs a vector or a matrix, or axis=, got shape (2, 2, 2)"),
     ("norm(A, ord=2, axis=(0, 0))", "norm: the two axes are the same axis"),
     ("norm(A, ord=true)", "norm: ord must be a number, inf, -inf, 'fro' or 'nuc'"),
+    ("norm(x, ord=nan)", "norm: ord must be a number, inf, -inf, 'fro' or 'nuc', not nan"),
+    ("norm(zeros((0, 3)), ord=2)", "norm: ord=2 of an empty matrix is not defined, got shape (0, 3)"),
 ])
 def test_linear_algebra_errors_are_user_errors(src, message):
     r = user_error("eval", f"A = [[1, 2], [3, 4]]; B = [[1, 2, 3], [4, 5, 6]]; x = [1, 2, 3]; {src}")
     assert message in r.stderr, r.stderr
+
+
+def test_qr_of_dependent_columns_warns():
+    doc = ok_json("grad", "Q, R = qr(A); sum(Q)", "--at", "A=[[1,2],[2,4],[0,0]]")
+    assert any("'qr' at line 1, column 8 has a matrix whose columns are (nearly) dependent" in w
+               for w in doc["warnings"]), doc
+    assert ok_json("grad", "Q, R = qr(A); sum(Q)", "--at", "A=[[1,2],[2,5],[0,1]]")["warnings"] == []
 
 
 def test_qr_derivative_of_a_wide_matrix_is_a_user_error():
@@ -479,11 +488,12 @@ def test_symbolic_det_of_a_stack_is_per_matrix():
                                             "[[A[1, 1, 1], -A[1, 1, 0]], [-A[1, 0, 1], A[1, 0, 0]]]]")
 
 
-@pytest.mark.parametrize("src, name", [
-    ("U, s, Vt = svd(A); sum(s)", "svd"), ("Q, R = qr(A); sum(R)", "qr"), ("norm(A, ord=2)", "svd"),
+@pytest.mark.parametrize("src, name, at", [
+    ("U, s, Vt = svd(A); sum(s)", "svd", "A=[[2,1],[1,3]]"), ("Q, R = qr(A); sum(R)", "qr", "A=[[2,1],[1,3]]"),
+    ("norm(A, ord=2)", "svd", "A=[[2,1],[1,3]]"), ("sum(pinv(A))", "pinv", "A=[[1,2],[2,4]]"),
 ])
-def test_symbolic_names_the_builtin_with_no_closed_form(src, name):
-    r = user_error("grad", src, "--at", "A=[[2,1],[1,3]]", "--symbolic")
+def test_symbolic_names_the_builtin_with_no_closed_form(src, name, at):
+    r = user_error("grad", src, "--at", at, "--symbolic")
     assert f"--symbolic cannot express '{name}' at line 1" in r.stderr and "in closed form:" in r.stderr, r.stderr
 
 
@@ -496,3 +506,14 @@ def test_symbolic_pinv_and_stacked_linear_algebra_match_the_numbers():
         sym = ok_json("grad", src, "--at", at, "--symbolic")
         num = ok_json("grad", src, "--at", at)
         np.testing.assert_allclose(sym["gradient"]["A"], num["gradient"]["A"], rtol=1e-10, err_msg=src)
+
+
+@pytest.mark.parametrize("src, name", [
+    ("U, s, Vt = svd(A); sum(s)", "svd"), ("Q, R = qr(A); sum(R)", "qr"), ("sum(pinv(A))", "pinv"),
+    ("sum(cholesky(A @ transpose(A) + eye(2)))", "cholesky"), ("w, V = eigh(A); sum(w)", "eigh"),
+    ("s, l = slogdet(A); l", "slogdet"),
+])
+def test_complex_step_refuses_the_factorisations_that_conjugate(src, name):
+    # on complex input LAPACK conjugates (A^H): complex-step differences of these would be wrong
+    r = user_error("check", src, "--at", "A=[[1,2],[0.5,3]]", "--method", "complex")
+    assert f"--method complex needs analytic operations, but '{name}' at line 1" in r.stderr, r.stderr
