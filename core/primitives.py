@@ -1623,6 +1623,27 @@ cholesky = _def("cholesky", _cholesky, (_cholesky_vjp,), (_cholesky_jvp,), _squa
                 analytic=False)
 
 
+class _Factorisations:
+    """The last few factorisations, found by the identity of their input array: svd's three
+    results (eigh's and qr's two) are one LAPACK call, not one per primitive and per derivative rule.
+    (Values on a tape are never written in place, and an entry holds its array, so an
+    identity cannot be reused by another array.)"""
+
+    def __init__(self, fn, size=4):
+        self.fn, self.size, self.entries = fn, size, []
+
+    def __call__(self, a):
+        for x, result in self.entries:
+            if x is a:
+                return result
+        result = self.fn(a)
+        self.entries = [(a, result)] + self.entries[:self.size - 1]
+        return result
+
+
+_eigh = _Factorisations(np.linalg.eigh)
+
+
 def _eigh_gaps(w):
     """F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it (eigenvectors' derivative)."""
     n = w.shape[-1]
@@ -1654,9 +1675,9 @@ def _eigh_values_jvp(t, ans, a):
 
 # eigh's w (ascending) and V (NumPy's signs); NumPy reads the lower triangle, the derivatives
 # treat A as symmetric (their gradients are symmetric, as JAX's)
-eigh_values = _def("eigh_values", np.linalg.eigvalsh, (_eigh_values_vjp,), (_eigh_values_jvp,),
+eigh_values = _def("eigh_values", lambda a: _eigh(a)[0], (_eigh_values_vjp,), (_eigh_values_jvp,),
                    _square_params, analytic=False)
-eigh_vectors = _def("eigh_vectors", lambda a: np.linalg.eigh(a)[1], (_eigh_vectors_vjp,),
+eigh_vectors = _def("eigh_vectors", lambda a: _eigh(a)[1], (_eigh_vectors_vjp,),
                     (_eigh_vectors_jvp,), _square_params, analytic=False)
 
 
@@ -1734,24 +1755,6 @@ def _svd_vt_vjp(g, ans, a):
     if a.shape[-1] > a.shape[-2]:
         ga = ga + (u / _row(s)) @ (g - (g @ mT(vt)) @ vt)
     return ga
-
-
-class _Factorisations:
-    """The last few factorisations, found by the identity of their input array: svd's three
-    results (qr's two) are one LAPACK call, not one per primitive and per derivative rule.
-    (Values on a tape are never written in place, and an entry holds its array, so an
-    identity cannot be reused by another array.)"""
-
-    def __init__(self, fn, size=4):
-        self.fn, self.size, self.entries = fn, size, []
-
-    def __call__(self, a):
-        for x, result in self.entries:
-            if x is a:
-                return result
-        result = self.fn(a)
-        self.entries = [(a, result)] + self.entries[:self.size - 1]
-        return result
 
 
 _svd = _Factorisations(lambda a: np.linalg.svd(a, full_matrices=False))
