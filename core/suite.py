@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from .checks import CheckResult
-from .errors import FileError, GradcalcError, Pos, ShapeError, Source, UsageError, ValueError_
+from .errors import FileError, GradcalcError, Pos, ShapeError, Source, UsageError, ValueError_, option
 from .results import Result
 
 #: The options a ``# check:`` line may give (SPEC §5), as the library's keywords: the
@@ -194,13 +194,15 @@ def _checked(label: str, checked: Result, options: dict, expect_file=None, updat
 
 def _check_read(src: Source, program, options: dict, update_expect: bool, no_expect: bool) -> SourceCheck:
     from .numerics import check, expect_point
-    path = options.pop("expect", None) or (None if no_expect else expect_path(src.label))
+    given = options.pop("expect", None)  # (a file named by the caller must exist; a sibling need not)
+    path = given or (None if no_expect else expect_path(src.label))
     if update_expect:
         if path is None:
-            raise UsageError("update_expect writes NAME.expect.json beside a file NAME.grad, and "
-                             "this source is not a file", option="update_expect")
+            raise UsageError(f"{option('update_expect')} writes NAME.expect.json beside a file NAME.grad, "
+                             "and this source is not a file", hint=f"give the file with {option('expect')} FILE",
+                             option="update_expect")
         write_expect(program, options, path)
-    stored = read_expect(path) if path and (update_expect or os.path.isfile(path)) else None
+    stored = read_expect(path) if path and (given or update_expect or os.path.isfile(path)) else None
     if stored is not None and not options.get("points"):
         # the point the expectation was made at gives the values not given (with points, the
         # values not given are drawn; the expectation is compared at its own point anyway)
@@ -344,9 +346,7 @@ def expect_document(program, options: dict) -> dict:
                 raise
     if result is None:
         result = api.jacobian(program, at, of=of, **kw)
-    payload = result.to_json()
-    payload.setdefault("at", dict(at))  # (grad/jacobian JSON records "at" itself once it does)
-    return {"schema": JSON_SCHEMA, **to_json(payload)}
+    return {"schema": JSON_SCHEMA, **to_json(result.to_json())}
 
 
 #: The "schema" of every JSON document gradcalc writes (SPEC §6).

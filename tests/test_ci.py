@@ -384,3 +384,16 @@ def test_summary_of_a_suite_names_tolerances_per_source(tmp_path):
     assert r.rtol is None and summary_line(r).endswith("; tolerances per source")
     r = check_sources([a])
     assert summary_line(r).endswith("; rtol 1e-07, atol 1e-08")
+
+
+def test_an_expect_file_named_on_the_command_line_must_exist(three):
+    r = run("check", "good.grad", "--expect", "nothere.json", "-f", "plain")
+    assert r.exit_code == 2 and "expectation file 'nothere.json' cannot be read" in r.stdout
+
+
+def test_update_expect_writes_the_named_file_for_program_text(tmp_path):
+    path = tmp_path / "e.json"
+    ok("check", "x^2", "--at", "x=1", "--update-expect", "--expect", str(path))
+    assert json.loads(path.read_text())["gradient"] == {"x": 2.0}
+    r = run("check", "x^2", "--at", "x=1", "--update-expect")
+    assert r.exit_code == 2 and "--update-expect writes NAME.expect.json" in r.stderr
