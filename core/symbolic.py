@@ -33,7 +33,9 @@ Conventions, matching gradcalc's automatic derivatives (SPEC §2):
 
 Limits (a clear :class:`UsageError`, never a hang): every value may have at
 most ``SIZE_LIMIT`` elements and the whole tape ``TOTAL_LIMIT``; ``det``,
-``inv`` and ``solve`` take matrices up to ``LINALG_LIMIT`` × ``LINALG_LIMIT``;
+``inv``, ``solve``, ``slogdet``, ``cholesky`` and ``pinv`` take matrices up to
+``LINALG_LIMIT`` × ``LINALG_LIMIT``, and a stack of them matrix by matrix
+(``eigh``, ``svd`` and ``qr`` have no closed form: refused, saying why);
 one element's expression may hold at most ``EXPR_LIMIT`` nodes (counted as a
 tree: repeated subexpressions count each time).  Derivatives larger than
 ``SIMPLIFY_LIMIT`` nodes, entries whose simplification takes longer than
