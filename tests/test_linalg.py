@@ -1,5 +1,6 @@
 """Contractions and stacked linear algebra (issue 16): einsum and the functions over it,
-stacks of matrices, multi-result built-ins.  Expected values come from NumPy, closed forms
+stacks of matrices, multi-result built-ins, the factorisations (svd, qr, pinv), matrix_power,
+cross, norm's orders, cumprod at zeros and --symbolic on matrices.  Expected values come from NumPy, closed forms
 or finite differences computed here."""
 from __future__ import annotations
 
