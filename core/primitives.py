@@ -1624,20 +1624,20 @@ cholesky = _def("cholesky", _cholesky, (_cholesky_vjp,), (_cholesky_jvp,), _squa
 
 
 class _Factorisations:
-    """The last few factorisations, found by the identity of their input array: svd's three
-    results (eigh's and qr's two) are one LAPACK call, not one per primitive and per derivative rule.
-    (Values on a tape are never written in place, and an entry holds its array, so an
-    identity cannot be reused by another array.)"""
+    """The last few factorisations, found by their input's bytes: svd's three results (eigh's
+    and qr's two) are one LAPACK call, not one per primitive and per derivative rule.  (By
+    content, not identity: a caller may write into an array between two runs.)"""
 
     def __init__(self, fn, size=4):
         self.fn, self.size, self.entries = fn, size, []
 
     def __call__(self, a):
-        for x, result in self.entries:
-            if x is a:
+        key = (a.shape, a.dtype.str, a.tobytes())
+        for k, result in self.entries:
+            if k == key:
                 return result
         result = self.fn(a)
-        self.entries = [(a, result)] + self.entries[:self.size - 1]
+        self.entries = [(key, result)] + self.entries[:self.size - 1]
         return result
 
 

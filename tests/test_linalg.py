@@ -518,3 +518,19 @@ def test_complex_step_refuses_the_factorisations_that_conjugate(src, name):
     # on complex input LAPACK conjugates (A^H): complex-step differences of these would be wrong
     r = user_error("check", src, "--at", "A=[[1,2],[0.5,3]]", "--method", "complex")
     assert f"--method complex needs analytic operations, but '{name}' at line 1" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("src, ref", [
+    ("U, s, Vt = svd(A); sum(s)", lambda A: np.linalg.svd(A)[1].sum()),
+    ("Q, R = qr(A); sum(R)", lambda A: np.linalg.qr(A)[1].sum()),
+    ("w, V = eigh(A); sum(w^3)", lambda A: np.sum(np.linalg.eigvalsh(A) ** 3)),
+])
+def test_factorisations_follow_an_array_written_into_between_runs(src, ref):
+    # one LAPACK call serves a factorisation's results and rules: found by the input's
+    # content, so a caller's array changed in place is factorised again
+    import gradcalc
+    A = np.array([[2.0, 1], [1, 3]])
+    first = gradcalc.grad(src, at={"A": A}).value
+    A[0, 0] = 7.0
+    assert first == pytest.approx(ref(np.array([[2.0, 1], [1, 3]])))
+    assert gradcalc.grad(src, at={"A": A}).value == pytest.approx(ref(A), rel=1e-14)
