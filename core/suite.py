@@ -111,6 +111,9 @@ def check_sources(sources, *, overrides: dict | None = None, update_expect: bool
     An explicit expectation (``overrides["expect"]``) belongs to one source: with several,
     it is a usage error (raised: nothing is checked)."""
     overrides = dict(overrides or {})
+    if update_expect and no_expect:
+        raise UsageError(f"{option('update_expect')} writes the expectation files that {option('no_expect')} "
+                         "skips: give one of them", option="no_expect")
     found = expand(sources)
     if overrides.get("expect") is not None and len(found) > 1:
         raise UsageError("--expect compares one source with a stored result, and "

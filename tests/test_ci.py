@@ -397,3 +397,27 @@ def test_update_expect_writes_the_named_file_for_program_text(tmp_path):
     assert json.loads(path.read_text())["gradient"] == {"x": 2.0}
     r = run("check", "x^2", "--at", "x=1", "--update-expect")
     assert r.exit_code == 2 and "--update-expect writes NAME.expect.json" in r.stderr
+
+
+def test_update_expect_and_no_expect_contradict(three):
+    r = user_error("check", "good.grad", "--update-expect", "--no-expect")
+    assert "--update-expect writes the expectation files that --no-expect skips" in r.stderr
+
+
+def test_a_long_step_summary_lists_failures_first_within_its_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(github, "SUMMARY_ROWS", 3)
+    p = write(tmp_path / "f.grad", "# check: --at 'x=[1,2]' --points 4\ny = sum(x * z)\n")
+    write(tmp_path / "f.expect.json", json.dumps({"gradient": {"x": [0.0, 0.0]}, "of": "y", "at": {"z": [3, 4]}}))
+    r = check_sources([p])
+    assert sum(not x.ok for x in r.results) == 1 and len(r.results) == 9  # 4 points x 2 inputs, 1 stored
+    text = github.summary_markdown(r, str)
+    rows = [line for line in text.splitlines() if line.startswith("| ✅") or line.startswith("| ❌")]
+    assert len(rows) == 3 and sum(row.startswith("| ❌") for row in rows) == 1
+    assert "(6 more passing results are in the log and the JUnit file)" in text
+
+
+def test_an_unwritable_step_summary_is_a_warning(wrong, monkeypatch):
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(wrong / "no" / "such" / "dir.md"))
+    r = run("check", "wrong.grad")
+    assert r.exit_code == 1 and "warning: GITHUB_STEP_SUMMARY: cannot append" in r.stderr
