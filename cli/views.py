@@ -43,7 +43,7 @@ def show(item, fmt: Format, precision: int) -> None:
     result = shown.result
     view = VIEWS[result.command]
     if fmt is Format.json:
-        render.dump_json(result.to_json())
+        render.dump_json(view.json(result))
     elif fmt is Format.dot:
         sys.stdout.write(view.dot(result))
     elif fmt is Format.plain:
@@ -339,6 +339,16 @@ def _junit_error(case, x) -> None:
 # check under GitHub Actions: annotations and the step summary
 # ==========================================================================
 
+def _check_json(result) -> dict:
+    """check's payload, an error result's message and hint worded as the command line words
+    options (--update-expect, not update_expect), as every other error's JSON is."""
+    payload = result.to_json()
+    for entry, x in zip(payload["results"], result.results):
+        if _is_error(x):
+            entry["error"]["message"], entry["error"]["hint"] = x.error.worded(_flag)
+    return payload
+
+
 def _check_also(result, fmt: Format) -> None:
     """What check writes besides its results, in every format: on stderr, each source that
     could not be checked as every user error reads (message, line, caret, hint) and each
@@ -507,6 +517,7 @@ class View(NamedTuple):
     table: Callable  # (Shown, precision) -> None: prints rich tables
     plain: Callable = _numbers  # (result, precision) -> the text to write
     dot: Callable | None = None  # (result) -> Graphviz dot text; None: no -f dot
+    json: Callable = lambda result: result.to_json()  # (result) -> the JSON payload
     warns: bool = True  # also write the result's warnings to stderr (graph's stay in its JSON)
     also: Callable | None = None  # (result, format) -> None: what else it writes (check's errors, CI)
 
@@ -518,7 +529,7 @@ VIEWS = {
     "vjp": View(_vjp_table),
     "jvp": View(_jvp_table),
     "hessian": View(_hessian_table),
-    "check": View(_check_table, plain=_check_lines, also=_check_also),
+    "check": View(_check_table, plain=_check_lines, also=_check_also, json=_check_json),
     "graph": View(_graph_table, plain=_graph_listing, dot=_graph_dot, warns=False),
     "plot": View(_plot_table, plain=_plot_lines),
 }

@@ -421,3 +421,13 @@ def test_an_unwritable_step_summary_is_a_warning(wrong, monkeypatch):
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(wrong / "no" / "such" / "dir.md"))
     r = run("check", "wrong.grad")
     assert r.exit_code == 1 and "warning: GITHUB_STEP_SUMMARY: cannot append" in r.stderr
+
+
+def test_json_words_an_error_result_as_the_command_line_does():
+    r = run("check", "x^2", "--at", "x=1", "--update-expect", "-f", "json")
+    (entry,) = json.loads(r.stdout)["results"]
+    assert entry["error"]["message"].startswith("--update-expect writes NAME.expect.json")
+    assert entry["error"]["hint"] == "give the file with --expect FILE"
+    # the library words the option as its keyword
+    (err,) = check_sources(["x^2"], overrides={"at": {"x": np.array(1.0)}}, update_expect=True).results
+    assert err.as_dict()["error"]["message"].startswith("update_expect writes")
