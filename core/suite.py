@@ -116,7 +116,7 @@ def check_sources(sources, *, overrides: dict | None = None, update_expect: bool
                          "skips: give one of them", option="no_expect")
     found = expand(sources)
     if overrides.get("expect") is not None and len(found) > 1:
-        raise UsageError("--expect compares one source with a stored result, and "
+        raise UsageError(f"{option('expect')} compares one source with a stored result, and "
                          f"{len(found)} sources are given",
                          hint="check each source with its own --expect, or store NAME.expect.json "
                               "beside NAME.grad (compared automatically)", option="expect")
