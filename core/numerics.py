@@ -469,7 +469,8 @@ def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
     if plan.symbolic and not plan.directions:
         from .symbolic import symbolic_jacobian
         closed = symbolic_jacobian(tr, outs, wrts, simplify=False)
-    rev = jacobian_blocks(tr, outs, wrts, "rev")
+    # (along directions, no Jacobian is formed: it would have out.size * in.size elements)
+    rev = None if plan.directions else jacobian_blocks(tr, outs, wrts, "rev")
     fwd = None if plan.directions else _forward_probes(tr, outs, [w for w in wrts if w in tr.tape.inputs], rng)
     results = []
     for w in wrts:

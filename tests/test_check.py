@@ -301,3 +301,9 @@ def test_directions_failure_carries_ad_and_fd(monkeypatch):
     (r,) = gradcalc.check("sum(sin(x))", at={"x": [0.1, 0.2, 0.3]}, directions=3).results
     assert not r.ok and r.comparison == "directions" and "<u, J v> != <J^T u, v>" not in r.notes
     assert r.extra["ad"] == pytest.approx(1.01 * r.extra["fd"], rel=1e-6) and r.extra["bound"] == "rtol"
+
+
+def test_directions_form_no_jacobian():
+    # a 20000 x 20000 Jacobian (4e8 elements) is over this element limit: only J v and J^T u are formed
+    r = gradcalc.check("input x[20000]; y = sin(x) * x", points=1, directions=2, max_elements=10 ** 6)
+    assert r.ok and [x.comparison for x in r.results] == ["directions"]
