@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from . import primitives as P
-from .errors import ShapeError, UsageError, ValueError_
+from .errors import LimitError, ShapeError, UsageError, ValueError_
 from .tape import Guard, broadcast_shapes
 from .syntax import ArrayLit, Bool, Name, Num, TupleLit, Unary
 
@@ -771,6 +771,9 @@ def _append(x, values, axis=None):
     return P.concat(x, values, axis=axis)
 
 
+_MAX_PARTS = 10_000  # results of one split: a program names each part it takes apart
+
+
 def _split_bounds(n_or_indices, length: int, even: bool) -> list:
     """numpy.split's (start, stop) of each part along an axis of the given length."""
     if isinstance(n_or_indices, tuple):  # split points, taken as slice bounds (as NumPy does)
@@ -779,6 +782,9 @@ def _split_bounds(n_or_indices, length: int, even: bool) -> list:
     n = _int(n_or_indices, "the number of sections")
     if n <= 0:
         raise ShapeError(f"the number of sections must be positive, got {n}")
+    if n > _MAX_PARTS:  # (each part is a value of its own, taken apart by name)
+        raise LimitError(f"{n} sections are more than the {_MAX_PARTS} a split gives",
+                         hint="to cut an axis into many equal pieces, reshape it: reshape(x, (n, -1))")
     if even and length % n:
         raise ShapeError(f"an axis of length {length} does not split into {n} equal sections",
                          hint="array_split allows unequal ones; or give the split indices, e.g. (2, 5)")

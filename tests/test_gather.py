@@ -193,6 +193,7 @@ def test_full_values():
 @pytest.mark.parametrize("src, message", [
     ("a, b = split(x, 4)", "split(): an axis of length 6 does not split into 4 equal sections"),
     ("a, b = split(x, 0)", "split(): the number of sections must be positive, got 0"),
+    ("a, b = array_split(x, 10001)", "array_split(): 10001 sections are more than the 10000 a split gives"),
     ("a, b = split(x, 1.5)", "split(): the number of sections must be an integer, not 1.5"),
     ("a, b = split(x, (1, 2.5))", "split(): a split index must be an integer, not 2.5"),
     ("a, b = split(x, 2, axis=1)", "split(): axis 1 is out of range for an array of dimension 1"),
