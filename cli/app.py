@@ -255,9 +255,28 @@ def _looks_like_a_path(arg: str) -> bool:
         re.search(r"[/\\]", arg) is not None or re.search(r"\.(grad|txt|json|npy|csv)$", arg) is not None)
 
 
-def _at(items, opts: Options) -> dict:
-    from gradcalc.values import parse_assignments
-    return parse_assignments(items, "--at", opts.max_elements)
+def _at(items, opts: Options, program=None) -> dict:
+    """The --at values.  Names from an @FILE mapping that the program does not take are
+    dropped, with a note on stderr (one parameter file may serve several programs); a name
+    typed as NAME=VALUE that is not an input stays an error (the run reports it)."""
+    from gradcalc.values import parse_assignments, unused_names
+    point = parse_assignments(items, "--at", opts.max_elements)
+    if program is None or not point.from_files:
+        return point
+    from gradcalc.lower import find_inputs
+    try:
+        inputs = {i.name for i in find_inputs(program)}
+    except GradcalcError:  # (the run reports it, located)
+        return point
+    unused: dict = {}
+    for name, path in unused_names(point, inputs).items():
+        del point[name]
+        unused.setdefault(path, []).append(name)
+    for path, names in unused.items():
+        sys.stderr.write(f"note: --at @{path}: {', '.join(map(repr, names))} "
+                         f"{'is not an input' if len(names) == 1 else 'are not inputs'} of the program; "
+                         "ignored\n")
+    return point
 
 
 def _one(of, command: str):
@@ -328,7 +347,8 @@ def eval_cmd(
 ):
     """Evaluate a program: the value of its output (or of every name with --all)."""
     from gradcalc.api import evaluate
-    return evaluate(_source(source), _at(at, opts), of=of, all=all_, max_elements=opts.max_elements,
+    program = _source(source)
+    return evaluate(program, _at(at, opts, program), of=of, all=all_, max_elements=opts.max_elements,
                     max_steps=opts.max_steps)
 
 
@@ -352,17 +372,18 @@ def grad_cmd(
     With --exec CMD (and no SOURCE): the finite-difference gradient of a black box.
     """
     from gradcalc.api import grad
-    point = _at(at, opts)
     if exec_ is not None:
         if source is not None:
             raise UsageError("grad --exec differentiates the black box alone; give no SOURCE",
                              hint="to compare a program with a black box, use check SOURCE --exec CMD")
-        return _grad_exec(exec_, exec_timeout, point, wrt, method.value if method else "richardson")
+        return _grad_exec(exec_, exec_timeout, _at(at, opts), wrt, method.value if method else "richardson")
     if method is not None:
         raise UsageError("--method applies to grad --exec only")
     if source is None:
         raise UsageError("missing SOURCE", hint="gradcalc grad 'sin(x)*y' --at x=1,y=2")
-    r = grad(_source(source), point, of=_one(of, "grad"), wrt=wrt, sum=sum_, unconnected=unconnected.value,
+    program = _source(source)
+    point = _at(at, opts, program)
+    r = grad(program, point, of=_one(of, "grad"), wrt=wrt, sum=sum_, unconnected=unconnected.value,
              symbolic=symbolic, max_elements=opts.max_elements, max_steps=opts.max_steps)
     return Shown(r, at=point, sum=sum_)
 
@@ -393,7 +414,8 @@ def jacobian_cmd(
 ):
     """The Jacobian d(of)/d(wrt), of shape of.shape + wrt.shape (JAX's convention)."""
     from gradcalc.api import jacobian
-    return jacobian(_source(source), _at(at, opts), of=of, wrt=wrt, mode=mode.value,
+    program = _source(source)
+    return jacobian(program, _at(at, opts, program), of=of, wrt=wrt, mode=mode.value,
                     unconnected=unconnected.value, symbolic=symbolic, max_elements=opts.max_elements,
                     max_steps=opts.max_steps)
 
@@ -417,7 +439,8 @@ def vjp_cmd(
         ct = parse_value(cotangent[0], "--cotangent", opts.max_elements)
     else:
         ct = parse_assignments(cotangent, "--cotangent", opts.max_elements, allow_files=False)
-    return vjp(_source(source), ct, _at(at, opts), of=of, wrt=wrt, unconnected=unconnected.value,
+    program = _source(source)
+    return vjp(program, ct, _at(at, opts, program), of=of, wrt=wrt, unconnected=unconnected.value,
                max_elements=opts.max_elements, max_steps=opts.max_steps)
 
 
@@ -440,7 +463,8 @@ def jvp_cmd(
     from gradcalc.api import jvp
     from gradcalc.values import parse_assignments
     tangents = parse_assignments(tangent, "--tangent", opts.max_elements, allow_files=False)
-    r = jvp(_source(source), tangents, _at(at, opts), of=_one(of, "jvp"), max_elements=opts.max_elements,
+    program = _source(source)
+    r = jvp(program, tangents, _at(at, opts, program), of=_one(of, "jvp"), max_elements=opts.max_elements,
             max_steps=opts.max_steps)
     return Shown(r, tangent=tangents)
 
@@ -455,7 +479,8 @@ def hessian_cmd(
 ):
     """Second derivatives of a scalar output: forward mode over the backward pass."""
     from gradcalc.api import hessian
-    return hessian(_source(source), _at(at, opts), of=_one(of, "hessian"), wrt=wrt,
+    program = _source(source)
+    return hessian(program, _at(at, opts, program), of=_one(of, "hessian"), wrt=wrt,
                    max_elements=opts.max_elements, max_steps=opts.max_steps)
 
 
@@ -590,8 +615,9 @@ def plot_cmd(
     from gradcalc.values import parse_value
     name, lo, hi = parse_over(over)
     v = None if direction is None else parse_value(direction, "--direction", opts.max_elements)
-    return plot(_source(source), name, lo, hi, samples=samples, direction=v, hessian=hessian,
-                at=_at(at, opts), of=_one(of, "plot"), wrt=wrt, max_elements=opts.max_elements,
+    program = _source(source)
+    return plot(program, name, lo, hi, samples=samples, direction=v, hessian=hessian,
+                at=_at(at, opts, program), of=_one(of, "plot"), wrt=wrt, max_elements=opts.max_elements,
                 max_steps=opts.max_steps)
 
 
@@ -610,7 +636,8 @@ def graph_cmd(
 ):
     """The tape: one primitive equation per row (and with --backward, one VJP rule per equation)."""
     from gradcalc.api import graph
-    return graph(_source(source), _at(at, opts), backward_pass=backward, full=full,
+    program = _source(source)
+    return graph(program, _at(at, opts, program), backward_pass=backward, full=full,
                  max_elements=opts.max_elements, max_steps=opts.max_steps)
 
 

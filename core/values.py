@@ -2,11 +2,14 @@
 
 A value is a constant expression of the language (``3``, ``[1, 2]``,
 ``pi/4``, ``ones(3)``) or ``@FILE``: ``.json`` (a number or nested list),
-``.npy``, ``.csv``/``.txt`` (numpy.loadtxt).  ``--at @FILE`` reads a whole
-mapping name -> value from ``.json`` (an object) or ``.npz``.
+``.npy``, ``.csv``/``.txt`` (numpy.loadtxt; a header line is skipped).  ``--at @FILE``
+reads a whole mapping name -> value from ``.json`` (an object, or gradcalc's own eval JSON
+output) or ``.npz``.  A file without a known extension (a pipe, ``/dev/fd/N``) is read by
+its content, and ``@-`` reads standard input (SPEC §3).
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -42,12 +45,14 @@ def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX
 
     A later option overrides an earlier one (--at @defaults.json --at lr=0.1); a name given
     twice in one option is a mistake, and an error."""
-    out: dict[str, np.ndarray] = {}
+    out = Point()
     for item in items or ():
         seen = set()
         if item.strip().startswith("@") and allow_files:
-            for k, v in load_mapping(item.strip()[1:], what).items():
+            path = item.strip()[1:]
+            for k, v in load_mapping(path, what).items():
                 out[k] = _within(v, f"{what} {k}", max_elements)
+                out.from_files[k] = path
             continue
         for part in split_top_level(item):
             if not part:
@@ -62,7 +67,23 @@ def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX
                                  hint=f"give each name once (a later {what} option overrides an earlier one)")
             seen.add(name)
             out[name] = parse_value(value, f"{what} {name}", max_elements)
+            out.from_files.pop(name, None)
     return out
+
+
+class Point(dict):
+    """name -> array, and ``from_files``: the names whose value came from an ``@FILE``
+    mapping (-> its path), which a program may leave unused (one parameter file can serve
+    several programs), unlike a name typed as NAME=VALUE."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.from_files: dict[str, str] = {}
+
+
+def unused_names(point: Point, inputs) -> dict[str, str]:
+    """The names of point that came from a file and are not among inputs (-> the file)."""
+    return {k: path for k, path in point.from_files.items() if k in point and k not in inputs}
 
 
 def parse_value(text: str, label: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> np.ndarray:
@@ -94,49 +115,43 @@ def _read_error(path, label, err):
 
 
 def load_array(path: str, label: str = "value") -> np.ndarray:
-    """An array from .json, .npy, .csv or .txt."""
+    """An array from .json, .npy, .csv or .txt, or by its content (a pipe, ``-``)."""
     if not path:
         raise UsageError(f"{label}: a file name must follow '@'", hint="for example x=@x.npy")
-    ext = os.path.splitext(path)[1].lower()
     try:
-        if ext == ".json":
-            with open(path, encoding="utf-8") as f:
-                return _json_array(json.load(f), path, label)
-        if ext == ".npy":
+        kind, source = _content(path, label)
+        if kind == "json":
+            return _json_array(_read_json(source), path, label)
+        if kind == "npy":
             try:
-                return _as_float(np.load(path, allow_pickle=False), path, label)
+                return _as_float(np.load(source, allow_pickle=False), path, label)
             except ValueError as err:
                 if "pickle" in str(err):
                     raise ValueError("not a .npy file of numbers") from None
                 raise
-        if ext in (".csv", ".txt"):
-            import warnings
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")  # "input contained no data" is an error here
-                return np.loadtxt(path, delimiter="," if ext == ".csv" else None, dtype=np.float64, ndmin=0)
+        if kind in ("csv", "txt"):
+            return _load_text(_read_text(source), "," if kind == "csv" else None)
     except RecursionError:
         raise ValueError_(f"{label}: '{path}' is nested too deeply") from None
     except (OSError, ValueError, EOFError, UserWarning, UnicodeDecodeError) as err:
         raise _read_error(path, label, err) from None
-    raise UsageError(f"{label}: unsupported file type '{ext or path}'",
-                     hint="use .json, .npy, .csv or .txt")
+    raise UsageError(f"{label}: '{path}' holds an archive of several arrays (.npz)",
+                     hint="an .npz file gives a whole point: --at @FILE")
 
 
 def load_mapping(path: str, label: str = "--at") -> dict[str, np.ndarray]:
-    """name -> array from a .json object or an .npz archive."""
+    """name -> array from a .json object (or gradcalc's own JSON output of eval) or an .npz
+    archive, or by its content (a pipe, ``-``)."""
     if not path:
         raise UsageError(f"{label}: a file name must follow '@'", hint=f"for example {option('at')} @point.json")
-    ext = os.path.splitext(path)[1].lower()
     try:
-        if ext == ".json":
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-            if not isinstance(data, dict):
-                raise ValueError_(f"{label}: '{path}' must hold a JSON object of name: value")
+        kind, source = _content(path, label)
+        if kind == "json":
+            data = _mapping_of(_read_json(source), path, label)
             return {str(k): _json_array(v, path, label) for k, v in data.items()}
-        if ext == ".npz":
+        if kind == "npz":
             try:
-                with np.load(path, allow_pickle=False) as z:
+                with np.load(source, allow_pickle=False) as z:
                     return {k: _as_float(z[k], path, label) for k in z.files}
             except ValueError as err:  # (NumPy calls any file it cannot read "pickled data")
                 if "pickle" in str(err):
@@ -146,8 +161,105 @@ def load_mapping(path: str, label: str = "--at") -> dict[str, np.ndarray]:
         raise ValueError_(f"{label}: '{path}' is nested too deeply") from None
     except (OSError, ValueError, EOFError, UnicodeDecodeError) as err:
         raise _read_error(path, label, err) from None
-    raise UsageError(f"{label} @FILE: unsupported file type '{ext or path}'",
-                     hint="use .json (an object) or .npz")
+    ext = os.path.splitext(path)[1].lower()
+    if path != "-" and ext in _EXTENSIONS:
+        raise UsageError(f"{label} @FILE: unsupported file type '{ext}'", hint="use .json (an object) or .npz")
+    raise ValueError_(f"{label}: '{path}' holds neither a JSON object nor an .npz archive",
+                      hint="a values file holds a JSON object {name: value} or an .npz archive")
+
+
+_EXTENSIONS = {".json": "json", ".npy": "npy", ".npz": "npz", ".csv": "csv", ".txt": "txt"}
+_MAGIC = ((b"\x93NUMPY", "npy"), (b"PK\x03\x04", "npz"), (b"PK\x05\x06", "npz"))
+
+
+def _content(path: str, label: str):
+    """(kind, what to read it from): the path, for a known extension; else the bytes, read
+    whole (a pipe can be read once), of the kind their content says: NPY or NPZ by their
+    magic numbers, else JSON if they parse as JSON, else text (csv when it has commas)."""
+    kind = None if path == "-" else _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+    if kind is not None:
+        return kind, path
+    if path == "-":
+        data = read_stdin(f"{label}=@-" if " " in label else f"{label} @-")  # --at x=@-, --at @-
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
+    for magic, kind in _MAGIC:
+        if data.startswith(magic):
+            return kind, io.BytesIO(data)
+    try:
+        json.loads(data.decode("utf-8-sig"))
+        return "json", io.BytesIO(data)
+    except (ValueError, UnicodeDecodeError):
+        return ("csv" if b"," in data else "txt"), io.BytesIO(data)
+
+
+def _read_json(source):
+    if isinstance(source, str):
+        with open(source, encoding="utf-8") as f:
+            return json.load(f)
+    return json.loads(source.getvalue().decode("utf-8-sig"))
+
+
+def _read_text(source) -> str:
+    if isinstance(source, str):
+        with open(source, encoding="utf-8") as f:
+            return f.read()
+    return source.getvalue().decode("utf-8-sig")
+
+
+def _load_text(text: str, delimiter) -> np.ndarray:
+    """numpy.loadtxt of the text; a first line that is not numbers (a header: x,y) is skipped."""
+    import warnings
+    lines = text.splitlines()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "input contained no data" is an error here
+        try:
+            return np.loadtxt(lines, delimiter=delimiter, dtype=np.float64, ndmin=0)
+        except ValueError:
+            first = next((i for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip().startswith("#")), None)
+            if first is None or _numbers(lines[first], delimiter):
+                raise
+            return np.loadtxt(lines[first + 1:], delimiter=delimiter, dtype=np.float64, ndmin=0)
+
+
+def _numbers(line: str, delimiter) -> bool:
+    try:
+        [float(t) for t in line.split(delimiter) if t.strip()]
+        return True
+    except ValueError:
+        return False
+
+
+def _mapping_of(data, path: str, label: str) -> dict:
+    """A JSON values file's mapping; gradcalc's own JSON output of eval gives its values, of
+    grad and jacobian their point (at)."""
+    if isinstance(data, dict) and "schema" in data and ("command" in data or "error" in data):
+        for key in ("values", "at"):
+            if isinstance(data.get(key), dict):
+                return data[key]
+        raise ValueError_(f"{label}: '{path}' is gradcalc's JSON output of "
+                          f"{data.get('command', 'an error')}, not a values file",
+                          hint="a values file holds a JSON object {name: value}; the JSON output of "
+                               "eval is read for its values, of grad and jacobian for their point (at)")
+    if not isinstance(data, dict):
+        raise ValueError_(f"{label}: '{path}' must hold a JSON object of name: value")
+    return data
+
+
+#: Standard input, once read: (the stream, what read it), so that a second reader is told.
+_stdin_read: list = []
+
+
+def read_stdin(what: str) -> bytes:
+    """All of standard input, for what (SOURCE -, --at x=@-); it can be read only once."""
+    import sys
+    stream = sys.stdin
+    if _stdin_read and _stdin_read[0][0] is stream:
+        raise UsageError(f"{what}: standard input is read already, by {_stdin_read[0][1]}",
+                         hint="standard input gives one thing: put the other in a file")
+    _stdin_read[:] = [(stream, what)]
+    return stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode()
 
 
 def _json_array(data, path, label) -> np.ndarray:
@@ -170,15 +282,13 @@ def _as_float(a, path, label) -> np.ndarray:
 
 
 def read_source(arg: str) -> Source:
-    """SOURCE: '-' is standard input, an existing path is a file, anything else is program text."""
-    import sys
-
+    """SOURCE: '-' is standard input, an existing path is a file (or a pipe: <(...)), anything
+    else is program text."""
     if arg == "-":
-        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
-        return Source(_decode(data, "<stdin>"), "<stdin>")
+        return Source(_decode(read_stdin("SOURCE -"), "<stdin>"), "<stdin>")
     if "\n" not in arg and len(arg) < 4096 and os.path.isdir(arg):
         raise ValueError_(f"'{arg}' is a directory", hint="give a .grad file (check also takes a directory)")
-    if "\n" not in arg and len(arg) < 4096 and os.path.isfile(arg):
+    if "\n" not in arg and len(arg) < 4096 and os.path.exists(arg):
         try:
             with open(arg, "rb") as f:
                 return Source(_decode(f.read(), arg), arg)

@@ -630,8 +630,8 @@ FILE_ERRORS = [
     ("ragged.csv", "cannot read '{p}'", None),
     ("words.csv", "cannot read '{p}'", None),
     ("binary.csv", "cannot read '{p}'", None),
-    ("m.npz", "unsupported file type '.npz'", None),
-    ("", "unsupported file type '{p}'", None),  # a directory
+    ("m.npz", "'{p}' holds an archive of several arrays (.npz)", None),
+    ("", "cannot read '{p}'", "directory"),  # a directory
 ]
 
 

@@ -195,3 +195,71 @@ def test_programs_last_moves_only_what_is_no_option():
     assert programs_last(["-x", "--cotangent", "-1", "-fjson", "--at=x=-2"], cmd) == \
         ["--cotangent", "-1", "-fjson", "--at=x=-2", "--", "-x"]
     assert programs_last(["x", "--at", "x=1"], cmd) == ["x", "--at", "x=1"]
+
+
+# -- values: stdin, pipes, headers, shared parameter files ------------------------------
+
+def test_a_value_from_standard_input():
+    # d/dx sum(x^2) = 2 x
+    assert ok("grad", "sum(x^2)", "--at", "x=@-", "-f", "plain", input="[1, 2]").stdout == "2 4\n"
+    assert ok("grad", "x*y", "--at", "@-", "-f", "plain", input='{"x": 3, "y": 5}').stdout == "5\n3\n"
+
+
+def test_standard_input_gives_one_thing():
+    r = user_error("grad", "-", "--at", "x=@-", input="x^2")
+    assert "standard input is read already" in r.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process substitution is POSIX")
+def test_a_pipe_is_read_by_its_content():
+    npy = "python3 -c 'import numpy, sys; numpy.save(sys.stdout.buffer, numpy.array([1., 2.]))'"
+    for producer in ("echo '[1,2]'", "printf '1 2\\n'", "printf 'a b\\n1 2\\n'", npy):
+        r = subprocess.run(["bash", "-c", f'"{SCRIPT}" grad "sum(x^2)" --at x=@<({producer}) -f plain'],
+                           capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stdout) == (0, "2 4\n"), (producer, r.stderr)
+
+
+@pytest.mark.parametrize("name, content", [
+    ("v", b"[[1, 2], [3, 4]]"),              # JSON
+    ("v.dat", b"x y\n1 2\n3 4\n"),           # text with a header
+    ("v.csv", b"x,y\n1,2\n3,4\n"),           # CSV with a header
+    ("v.txt", b"# a comment\n1 2\n3 4\n"),   # comments were always skipped
+])
+def test_files_without_extension_and_headers(tmp_path, name, content):
+    p = tmp_path / name
+    p.write_bytes(content)
+    assert ok_json("eval", "x", "--at", f"x=@{p}")["values"]["_"] == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def test_a_npy_file_without_extension(tmp_path):
+    import io
+    buf = io.BytesIO()
+    np.save(buf, np.array([1.0, 2.0]))
+    (tmp_path / "v").write_bytes(buf.getvalue())
+    assert ok_json("eval", "x", "--at", f"x=@{tmp_path / 'v'}")["values"]["_"] == [1.0, 2.0]
+
+
+def test_unused_names_of_a_parameter_file_are_ignored_with_a_note(tmp_path):
+    p = tmp_path / "params.json"
+    p.write_text(json.dumps({"x": 2, "lr": 0.1, "momentum": 0.9}))
+    r = ok("grad", "x^2", "--at", f"@{p}", "-f", "json")
+    assert json.loads(r.stdout)["gradient"] == {"x": 4.0}
+    assert r.stderr == f"note: --at @{p}: 'lr', 'momentum' are not inputs of the program; ignored\n"
+    r = user_error("grad", "x^2", "--at", f"@{p}", "--at", "lr=1")  # typed: still an error
+    assert "'lr' is not an input of the program" in r.stderr
+
+
+def test_gradcalc_s_own_json_output_as_a_values_file(tmp_path):
+    ev = tmp_path / "eval.json"
+    ev.write_text(ok("eval", "input x = 3; y = 2*x", "--all", "-f", "json").stdout)
+    r = ok("grad", "x^3", "--at", f"@{ev}", "-f", "plain")
+    assert r.stdout == "27\n"  # 3 x^2 at x = 3, from the eval output's values
+    assert "'y' is not an input" in r.stderr
+    g = tmp_path / "grad.json"
+    g.write_text(ok("grad", "x*y", "--at", "x=2,y=5", "-f", "json").stdout)
+    assert ok("eval", "x*y", "--at", f"@{g}", "-f", "plain").stdout == "10\n"  # its point, "at"
+    c = tmp_path / "check.json"
+    c.write_text(json.dumps({"schema": 1, "command": "check", "ok": True, "results": []}))
+    r = user_error("eval", "x", "--at", f"@{c}")
+    assert "is gradcalc's JSON output of check, not a values file" in r.stderr
+    assert "a values file holds a JSON object {name: value}" in r.stderr
