@@ -824,21 +824,17 @@ def _take_along_axis(x, indices, axis):
     return _take_along(x, idx, axis)
 
 
-def _index_values(t, what="an index array", guard="index") -> np.ndarray:
-    """An index array's integers (guarded: the tape holds while they stay the same)."""
+def _index_values(t, what="an index array", guard="index", below=None) -> np.ndarray:
+    """An index array's integers (guarded: the tape holds while they stay the same); with
+    below=n, each in [0, n) (a user error otherwise: no wrapping, no dropping)."""
     value = np.asarray(t.value)
     if not (np.isfinite(value) & (value == np.round(value))).all():
         raise ShapeError(f"{what} must hold integers")
+    if below is not None and value.size and (value.min() < 0 or value.max() >= below):
+        bad = value.min() if value.min() < 0 else value.max()  # (as a float: 1e300 is no intp)
+        shown = int(bad) if abs(bad) < 2 ** 53 else float(bad)
+        raise ShapeError(f"{what} holds {shown}, out of range for n={below} (ids go from 0 to n - 1)")
     return _decided(t, guard)
-
-
-def _ids_below(t, n: int, what: str) -> np.ndarray:
-    """The integers of t, each in [0, n) (a user error otherwise: no wrapping, no dropping)."""
-    ids = _index_values(t, what, what)
-    if ids.size and (ids.min() < 0 or ids.max() >= n):
-        bad = ids.min() if ids.min() < 0 else ids.max()
-        raise ShapeError(f"{what} holds {bad}, out of range for n={n} (ids go from 0 to n - 1)")
-    return ids
 
 
 # -- gather and scatter ----------------------------------------------------------
@@ -847,7 +843,7 @@ def _ids_below(t, n: int, what: str) -> np.ndarray:
 def _one_hot(labels, n):
     # a constant: labels.shape + (n,), 1 at each label (no gradient flows to the labels)
     n = _int_arg("n", n)
-    ids = _ids_below(labels, n, "labels")
+    ids = _index_values(labels, "labels", "labels", below=n)
     labels.builder.check_size(ids.shape + (n,))
     return labels.builder.const((ids[..., None] == np.arange(n)).astype(np.float64))
 
@@ -862,7 +858,7 @@ def _segment_sum(data, segment_ids, n):
         raise ShapeError(f"segment_ids of shape {segment_ids.shape} must have the shape of data's "
                          f"leading axes {data.shape[:max(k, 1)]}: one id per row of data")
     shape = (n,) + data.shape[k:]
-    ids = _ids_below(segment_ids, n, "segment_ids")
+    ids = _index_values(segment_ids, "segment_ids", "segment_ids", below=n)
     data.builder.check_size(shape)
     # the scatter that adds repeated indices (numpy.add.at): its VJP is the gather
     # g[segment_ids], its JVP the segment_sum of the tangent

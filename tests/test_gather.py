@@ -202,6 +202,7 @@ def test_full_values():
     ("one_hot(x, 6)", "one_hot(): labels must hold integers"),
     ("one_hot(floor(x), 2)", "one_hot(): labels holds 3, out of range for n=2 (ids go from 0 to n - 1)"),
     ("one_hot(floor(x) - 1, 5)", "one_hot(): labels holds -1, out of range for n=5 (ids go from 0 to n - 1)"),
+    ("one_hot(x * 1e300, 2)", "one_hot(): labels holds 3.5e+300, out of range for n=2 (ids go from 0 to n - 1)"),
     ("one_hot(floor(x), -1)", "one_hot(): n must be a non-negative integer, got -1"),
     ("segment_sum(x, [0, 1], 2)", "segment_sum(): segment_ids of shape (2,) must have the shape of data's "
      "leading axes (6,): one id per row of data"),
