@@ -106,3 +106,9 @@ def test_check_sweep_table_draws_the_v_without_escape_codes_when_piped():
 def test_check_sweep_is_refused_with_exec():
     r = run("check", "--exec", "true", "--at", "x=1", "--sweep")
     assert r.exit_code == 2 and "--sweep" in r.stderr
+
+
+def test_check_sweep_is_refused_with_directions():
+    # the sweep follows one element of the full Jacobian, which --directions does not form
+    r = run("check", "sum(x^3)", "--at", "x=[1,2]", "--directions", "2", "--sweep")
+    assert r.exit_code == 2 and "--sweep follows one input element" in r.stderr
