@@ -2,10 +2,7 @@
 the command line draws.  Expected values come from closed forms, never from gradcalc."""
 from __future__ import annotations
 
-import os
-import pty
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -17,6 +14,7 @@ from gradcalc.plots import parse_over, plot
 from gradcalc.cli.app import app
 
 from cli_run import ok, ok_json, runner, user_error
+from test_shell import in_terminal  # (a pseudo-terminal of 100 columns)
 
 ESCAPE = re.compile(r"\x1b\[")
 KINKED = "abs(x - 0.5) + (x^2 if x > 0 else 0)"
@@ -146,34 +144,13 @@ def test_marks_are_listed_under_the_picture():
     assert "┊9 x = -12: kink of 'floor'" in many and "... and 32 more marks (-f json lists them all)" in many
 
 
-def _in_a_terminal(args, env):
-    """Run gradcalc with stdout on a pseudo-terminal; what it wrote."""
-    main, child = pty.openpty()
-    full = {**os.environ, "COLUMNS": "100", **env}
-    full.pop("NO_COLOR", None) if "NO_COLOR" not in env else None
-    p = subprocess.Popen([sys.executable, "-m", "gradcalc", *args], stdout=child, stderr=subprocess.PIPE,
-                         env=full)
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            data = os.read(main, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    p.wait(timeout=60)
-    os.close(main)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
 def test_a_terminal_gets_colour_unless_no_color():
     args = ["plot", "x^3 - 2*x", "--over", "x=-2:2"]
-    coloured = _in_a_terminal(args, {"TERM": "xterm"})
-    assert ESCAPE.search(coloured)  # (so that the next assertion can fail)
-    plain = _in_a_terminal(args, {"TERM": "xterm", "NO_COLOR": "1"})
+    coloured = in_terminal(*args)
+    assert ESCAPE.search(coloured)  # (so that the next assertions can fail)
+    plain = in_terminal(*args, env={"NO_COLOR": "1"})
     assert not ESCAPE.search(plain)
     assert "-> (x)" in plain
-    dumb = _in_a_terminal(args, {"TERM": "dumb"})
-    assert not ESCAPE.search(dumb)
+    _axes_and_size(plain.replace("\r\n", "\n"), 100)  # the terminal's width
+    assert not ESCAPE.search(in_terminal(*args, env={"TERM": "dumb"}))
