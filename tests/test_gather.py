@@ -283,3 +283,24 @@ def test_samples_pass_check():
     out = ok("check", *(SAMPLES / f"{n}.grad" for n in ("gaussian_loglik", "einsum_bilinear", "segment_mean")),
              "-f", "plain").stdout.splitlines()
     assert len([line for line in out if line.startswith("ok ")]) == 7, out  # 3 + 3 + 1 derivatives
+
+
+def test_special_arguments_give_a_result_or_a_user_error():
+    # as test_hostile's sweep of every built-in over one or two special arguments, with the
+    # three arguments these take (ids, counts, sections) and destructured several results
+    import itertools
+    pool = ["nan", "inf", "1e300", "-1", "2", "x", "v", "M", "()"]
+    at = {"x": 1.0, "v": np.array([1.0, -2.0, 0.0]), "M": np.array([[1.0, 2.0], [3.0, 4.0]])}
+    escaped = []
+    for name in ["split", "array_split", "segment_sum", "linspace", "one_hot"]:
+        for args in itertools.product(pool, repeat=3):
+            src = f"{name}({', '.join(args)})"
+            point = {a: at[a] for a in args if a in at}
+            for program in (src, f"a, b = {src}; sum(a) + sum(b)"):
+                try:
+                    gradcalc.grad(program, at=point, sum=True)
+                except gradcalc.GradcalcError:
+                    pass
+                except Exception as err:  # noqa: BLE001 - any other exception is the failure
+                    escaped.append(f"{program}: {type(err).__name__}: {err}")
+    assert not escaped, escaped[:10]
