@@ -59,13 +59,15 @@ def test_jumps_are_marked_at_the_integers_only():
 
 
 def test_an_array_input_along_a_direction():
-    # sum(w^2) along w0 + t v: value |w0 + t v|^2, derivative 2 <w0 + t v, v>
+    # sum(w^3) along w0 + t v: value sum((w0 + t v)^3), derivative 3 sum((w0 + t v)^2 v),
+    # second derivative 6 sum((w0 + t v) v^2)
     v = np.array([1.0, -2.0, 0.5])
-    r = plot("input w[3] = [1, 2, 3]\nsum(w^2)", "w", -1, 1, direction=v, samples=7)
+    r = plot("input w[3] = [1, 2, 3]\nsum(w^3)", "w", -1, 1, direction=v, samples=7, hessian=True)
     t = r["abscissae"]
     points = np.array([1.0, 2.0, 3.0]) + t[:, None] * v
-    np.testing.assert_allclose(r["values"], (points ** 2).sum(axis=1), rtol=1e-14)
-    np.testing.assert_allclose(r["derivatives"], 2 * points @ v, rtol=1e-14)
+    np.testing.assert_allclose(r["values"], (points ** 3).sum(axis=1), rtol=1e-14)
+    np.testing.assert_allclose(r["derivatives"], 3 * (points ** 2) @ v, rtol=1e-14)
+    np.testing.assert_allclose(r["second_derivatives"], 6 * points @ (v * v), rtol=1e-14, atol=1e-14)
 
 
 def test_wrt_another_input_along_the_interval():
