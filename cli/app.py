@@ -119,6 +119,11 @@ MaxElementsOpt = Annotated[int, typer.Option("--max-elements", min=1,
                                              help="refuse arrays with more elements than this")]
 MaxStepsOpt = Annotated[int, typer.Option("--max-steps", min=1,
                                           help="stop a run that records more operations plus loop iterations")]
+SaveOpt = Annotated[Optional[str], typer.Option(
+    "--save", help="also write every array of the result to a NumPy .npz archive, keyed by its JSON path "
+                   "(gradient/x, value)", show_default=False)]
+#: The commands whose results are arrays, which --save writes.
+SAVES = ("eval", "grad", "jacobian", "vjp", "jvp", "hessian")
 
 
 def _format_option(name: str):
@@ -135,7 +140,8 @@ def _shared_parameters(name: str, precision: int) -> list:
             inspect.Parameter("precision", option, annotation=PrecisionOpt, default=precision),
             inspect.Parameter("debug", option, annotation=DebugOpt, default=False),
             inspect.Parameter("max_elements", option, annotation=MaxElementsOpt, default=DEFAULT_MAX_ELEMENTS),
-            inspect.Parameter("max_steps", option, annotation=MaxStepsOpt, default=DEFAULT_MAX_STEPS)]
+            inspect.Parameter("max_steps", option, annotation=MaxStepsOpt, default=DEFAULT_MAX_STEPS)] + \
+        [inspect.Parameter("save", option, annotation=SaveOpt, default=None)] * (name in SAVES)
 
 
 class Options(NamedTuple):
@@ -146,13 +152,14 @@ class Options(NamedTuple):
     debug: bool
     max_elements: int
     max_steps: int = DEFAULT_MAX_STEPS
+    save: str | None = None
 
     @classmethod
     def taken_from(cls, kwargs: dict) -> "Options":
         """The shared options, removed from a command's keyword arguments."""
         fmt, json_flag = kwargs.pop("format"), kwargs.pop("json_")
         return cls(Format.json if json_flag else fmt, kwargs.pop("precision"), kwargs.pop("debug"),
-                   kwargs.pop("max_elements"), kwargs.pop("max_steps"))
+                   kwargs.pop("max_elements"), kwargs.pop("max_steps"), kwargs.pop("save", None))
 
 
 def _typer_function(name: str) -> Callable:
@@ -205,11 +212,26 @@ def _show(item, opts: Options) -> int:
     result = item.result if isinstance(item, Shown) else item
     verdict = EXIT_OK if getattr(result, "ok", True) else EXIT_CHECK_FAILED
     verdict = getattr(result, "exit_code", verdict)  # check of several sources: 2 when one could not be
+    if opts.save:
+        _save(result, opts.save)
     try:
         views.show(item, opts.format, opts.precision)
     except BrokenPipeError:
         return _reader_gone(verdict)
     return verdict
+
+
+def _save(result, path: str) -> None:
+    """--save FILE.npz: every array of the result, keyed by its JSON path."""
+    import numpy as np
+
+    from gradcalc.codec import arrays_by_path
+    from gradcalc.errors import FileError
+    try:
+        with open(path, "wb") as f:  # (a file, so that NumPy adds no .npz to the name given)
+            np.savez(f, **arrays_by_path(result.to_json()))
+    except OSError as err:
+        raise FileError(f"--save: cannot write '{path}': {err.strerror or err}") from None
 
 
 def _reader_gone(code: int) -> int:

@@ -66,6 +66,20 @@ def to_json(obj):
     return obj
 
 
+def arrays_by_path(payload: dict, prefix: str = "") -> dict:
+    """The arrays of a JSON payload, keyed by their JSON path ("gradient/x", "jacobian/f/x",
+    "value"): what ``--save FILE.npz`` writes.  Float numbers count (as arrays of shape ());
+    names, messages, counts, flags and null entries (an unconnected derivative) do not."""
+    out = {}
+    for key, value in payload.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(arrays_by_path(value, path + "/"))
+        elif isinstance(value, (np.ndarray, np.floating, float)):
+            out[path] = np.asarray(value, dtype=np.float64)
+    return out
+
+
 # ==========================================================================
 # Reading
 # ==========================================================================

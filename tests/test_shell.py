@@ -263,3 +263,35 @@ def test_gradcalc_s_own_json_output_as_a_values_file(tmp_path):
     r = user_error("eval", "x", "--at", f"@{c}")
     assert "is gradcalc's JSON output of check, not a values file" in r.stderr
     assert "a values file holds a JSON object {name: value}" in r.stderr
+
+
+# -- --save FILE.npz -------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, expected", [
+    (("eval", "y = 2*x", "--at", "x=[1,2]"), {"values/y": [2.0, 4.0]}),
+    (("grad", "x*y", "--at", "x=3,y=5"), {"at/x": 3.0, "at/y": 5.0, "value": 15.0,
+                                          "gradient/x": 5.0, "gradient/y": 3.0}),
+    (("jacobian", "f = x*y", "--at", "x=[1,2],y=3"),
+     {"at/x": [1.0, 2.0], "at/y": 3.0, "value/f": [3.0, 6.0], "jacobian/f/x": [[3.0, 0.0], [0.0, 3.0]],
+      "jacobian/f/y": [1.0, 2.0]}),
+    (("vjp", "x*x", "--at", "x=[1,2]", "--cotangent", "[1,10]"),
+     {"value": [1.0, 4.0], "cotangent": [1.0, 10.0], "vjp/x": [2.0, 40.0]}),  # v * 2x
+    (("jvp", "x*x", "--at", "x=[1,2]", "--tangent", "x=[1,10]"),
+     {"value": [1.0, 4.0], "jvp": [2.0, 40.0]}),                              # 2x * v
+    (("hessian", "x^2*y", "--at", "x=1,y=2"),
+     {"value": 2.0, "hessian/x/x": 4.0, "hessian/x/y": 2.0, "hessian/y/x": 2.0, "hessian/y/y": 0.0}),
+])
+def test_save_writes_every_array_keyed_by_its_json_path(tmp_path, args, expected):
+    path = tmp_path / "out.npz"
+    ok(*args, "--save", path)
+    with np.load(path) as z:
+        assert {k: z[k].tolist() for k in z.files} == expected
+
+
+def test_save_skips_unconnected_nulls_and_reports_unwritable_files(tmp_path):
+    path = tmp_path / "g"  # no .npz added to the name given
+    ok("grad", "x + stop_gradient(z)", "--at", "x=1,z=2", "--unconnected", "none", "--save", path)
+    with np.load(path) as z:
+        assert sorted(z.files) == ["at/x", "at/z", "gradient/x", "value"]
+    r = user_error("grad", "x", "--at", "x=1", "--save", tmp_path / "no" / "such" / "dir.npz", "-f", "json")
+    assert json.loads(r.stdout)["error"]["kind"] == "file"
