@@ -184,33 +184,55 @@ def _along(tr: Traced, line: Line, out: str, w: str, hessian: bool, rows: np.nda
 
 
 def _kink_distances(eq, env: dict, shapes: dict, n: int) -> np.ndarray:
-    """The signed distance from eq's kink at each sample, shape (n, elements)."""
+    """The signed distance from eq's kink at each sample, shape (n, elements): one call on
+    the batched values (a primitive's parameters address axes from the end)."""
     args = [np.broadcast_to(env[v], (n,) + shapes[v]) for v in (eq.out, *eq.args)]
     with np.errstate(all="ignore"):
-        rows = [np.ravel(eq.prim.kink(*[a[i] for a in args], **eq.params)) for i in range(n)]
-    return np.array(rows, dtype=float).reshape(n, -1)
+        d = np.asarray(eq.prim.kink(*args, **eq.params), dtype=float)
+    return np.broadcast_to(d, (n,) + d.shape[1:]).reshape(n, -1)
 
 
 def _kink_marks(groups: list, line: Line) -> list:
-    """A mark where a kink's distance changes sign between two consecutive samples of one
-    path (or is zero at one), when it changes there by at most twice its typical change
-    between samples (a distance like x - round(x) jumps at half-integers: no kink there)."""
+    """A mark where a kink lies between consecutive samples of one path: where its signed
+    distance changes sign (or is zero), or where an unsigned one (a gap: max's tie) dips
+    to a V whose bottom is within a typical change between samples of zero."""
     t, marks = line.t, []
     for _, rows, kinks in groups:
         for eq, d in kinks:
-            steps = np.abs(np.diff(d, axis=0))
-            typical = np.median(steps, axis=0) if len(d) > 1 else np.zeros(d.shape[1])
+            typical = np.median(np.abs(np.diff(d, axis=0)), axis=0) if len(d) > 1 else np.zeros(d.shape[1])
+            gap = (d >= 0).all(axis=0)  # the elements whose distance never goes negative
             for i in range(len(rows) - 1):
                 if rows[i + 1] != rows[i] + 1:
                     continue
-                a, c = d[i], d[i + 1]
-                cross = ((a == 0) | (c == 0) | (np.sign(a) * np.sign(c) < 0)) & (abs(a - c) <= 2 * typical)
-                if cross.any():
-                    e = int(np.argmax(cross))
-                    frac = abs(a[e]) / (abs(a[e]) + abs(c[e])) if a[e] != 0 else 0.0  # (both 0: at a)
-                    x = t[rows[i]] + frac * (t[rows[i + 1]] - t[rows[i]])
+                x = _crossing(t[rows[i]], t[rows[i + 1]], d[i], d[i + 1], typical, ~gap)
+                if x is None and 0 < i and rows[i - 1] == rows[i] - 1:
+                    x = _vertex(t[rows[i]], t[rows[i + 1]] - t[rows[i]], d[i - 1:i + 2], typical, gap)
+                if x is not None:
                     _add_mark(marks, x, "kink", _kink_text(eq), t[1] - t[0])
     return marks
+
+
+def _crossing(x0: float, x1: float, a, c, typical, signed):
+    """Where a signed distance crosses zero between two samples (a at x0, c at x1), if it
+    does so for some element, changing there by at most twice its typical change between
+    samples (x - round(x), floor's distance, jumps at half-integers: no kink there)."""
+    cross = signed & ((a == 0) | (c == 0) | (np.sign(a) * np.sign(c) < 0)) & (abs(a - c) <= 2 * typical)
+    if not cross.any():
+        return None
+    e = int(np.argmax(cross))
+    return x0 + (abs(a[e]) / (abs(a[e]) + abs(c[e])) if a[e] != 0 else 0.0) * (x1 - x0)
+
+
+def _vertex(x: float, spacing: float, d, typical, gap):
+    """Where an unsigned distance (three samples d around x) has the bottom of a V near
+    zero: falling then rising, the middle within a typical change of zero; placed as for
+    |a (x - x0)| through the two outer samples."""
+    before, here, after = d
+    v = gap & (before > here) & (after > here) & (here <= typical)
+    if not v.any():
+        return None
+    e = int(np.argmax(v))
+    return x + spacing * (before[e] - after[e]) / (before[e] + after[e])
 
 
 def _kink_text(eq) -> str:

@@ -58,6 +58,14 @@ def test_jumps_are_marked_at_the_integers_only():
     assert sorted(m["x"] for m in r.marks) == [-1.5, -0.5, 0.0, 0.5, 1.5]
 
 
+def test_a_tie_of_max_or_min_is_marked_where_the_gap_touches_zero():
+    # the distance of max's and min's kink is the gap to the runner-up: never negative
+    (m,) = plot("max([x, 1 - x, 0.2])", "x", -1, 1).marks
+    assert m["x"] == pytest.approx(0.5, abs=1e-3) and "'max'" in m["note"]
+    marks = plot("min([sin(3*x), cos(3*x)])", "x", -1, 1).marks  # sin = cos at 3x = pi/4 + k pi
+    assert sorted(m["x"] for m in marks) == pytest.approx([-np.pi / 4, np.pi / 12], abs=1e-3)
+
+
 def test_an_array_input_along_a_direction():
     # sum(w^3) along w0 + t v: value sum((w0 + t v)^3), derivative 3 sum((w0 + t v)^2 v),
     # second derivative 6 sum((w0 + t v) v^2)
