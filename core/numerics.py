@@ -629,11 +629,11 @@ def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
     v = rng.standard_normal((k,) + x.shape)
     v /= np.sqrt(np.sum(v * v, axis=tuple(range(1, v.ndim)), keepdims=True))
     jv = _tangents(tr, w, outs, v)
-    dd, flipped, sizes = _directional_differences(tr, w, outs, v, kind, step, plan.max_steps)
+    dd = _directional_differences(tr, w, outs, v, kind, step, plan.max_steps)
     # (the step reported for the complex step is the central difference's, as it always was)
     hs = float(np.max(default_step(x, method if method != "complex" else "central")))
-    return [_direction_result(tr, name, p, o, w, v, j, d, f, size, kind, step, hs, plan, rng)
-            for o, j, d, f, size in zip(outs, jv, dd, flipped, sizes)]
+    return [_direction_result(tr, name, p, o, w, v, j, Directional(*found), kind, step, hs, plan, rng)
+            for o, j, *found in zip(outs, jv, *dd)]
 
 
 def _tangents(tr: Traced, w: str, outs, v: np.ndarray) -> list:
@@ -652,10 +652,11 @@ def _cotangents(tr: Traced, o: str, w: str, u: np.ndarray):
     return rec.run({useed.var: u}, [found[tr.tape.names[w]]], len(u))[0]
 
 
-def _direction_result(tr: Traced, name, p, o, w, v, j, d, flipped, size, kind, step, hs, plan: _Plan,
+def _direction_result(tr: Traced, name, p, o, w, v, j, dd: Directional, kind, step, hs, plan: _Plan,
                       rng) -> CheckResult:
     """The check of d o / d w along the directions v: J v (j) against the directional
-    differences d, and the dot-product test with random cotangents u."""
+    differences dd (of this output alone), and the dot-product test with random cotangents u."""
+    d, flipped = dd.values, dd.flipped
     k, x, yshape = len(v), tr.value(w), tr.value(o).shape
     j = np.zeros((k,) + yshape) if j is None else j
     u = rng.standard_normal((k,) + yshape)
@@ -664,7 +665,7 @@ def _direction_result(tr: Traced, name, p, o, w, v, j, d, flipped, size, kind, s
     products = np.abs(jtu * v).reshape(k, -1).sum(axis=1)  # sum_i |(J^T u)_i v_i|
     unorm = np.sqrt(np.sum((u * u).reshape(k, -1), axis=1))
     spread = np.divide(products, unorm, out=np.zeros(k), where=unorm > 0)  # ~ sum_i |J_i v_i|
-    slack = directional_slack(kind, step, size, spread, x.size)
+    slack = directional_slack(kind, step, dd.sizes, spread, x.size, dd.noise)
     ok, mabs, mrel, worst = compare(j, d, *plan.tol, slack=slack)
     notes, extra = path_notes(tr, flipped), {}
     if not ok:
@@ -688,12 +689,17 @@ def _direction_result(tr: Traced, name, p, o, w, v, j, d, flipped, size, kind, s
 #: (the estimate eps |f| / h takes f as rounded once; a sum of n terms rounds more, by a
 #: factor that pairwise summation keeps near 1: measured 0.2 for sum(x^2) at n = 10^6).
 ROUNDING_MARGIN = 4.0
+#: How many times the largest disagreement of two directional differences (each rounding
+#: error drawn anew) their own rounding error is allowed to be.
+NOISE_MARGIN = 4.0
 
 
-def directional_slack(kind: str, step: float, size: np.ndarray, spread: np.ndarray, n: int) -> np.ndarray:
+def directional_slack(kind: str, step: float, size: np.ndarray, spread: np.ndarray, n: int,
+                      noise=None) -> np.ndarray:
     """The rounding allowance of J v against a directional difference, per direction and
     output element (size: the largest |f| at the points evaluated, shape (k,) + f.shape;
-    spread: per direction, an estimate of sum_i |J_i v_i|; n: the input's size).
+    spread: per direction, an estimate of sum_i |J_i v_i|; n: the input's size; noise: per
+    direction, the rounding measured in the differences, see :func:`_directional_differences`).
 
     The difference quotient's rounding is ROUNDING[kind] eps |f| / h (none for the complex
     step), with ROUNDING_MARGIN; and J v itself is an inner product of n terms, whose
@@ -701,10 +707,16 @@ def directional_slack(kind: str, step: float, size: np.ndarray, spread: np.ndarr
     Stability of Numerical Algorithms, 3.1).  Neither grows with |J v|, which is O(1) for a
     unit v: so at n = 10^6, sum(x^2) at ones has |f| = 10^6 and a rounding of 3e-5 in a
     directional difference of size 1, where the relative tolerance allows 1e-6.
+
+    Where f's own rounding is larger than eps |f| (it accumulates), the two differences of
+    :func:`_directional_differences` disagree by about as much: NOISE_MARGIN times the
+    largest disagreement over the output's elements is allowed as well (it is measured on the
+    differences alone, so a wrong derivative cannot widen it).
     """
     fd = ROUNDING_MARGIN * stencil.ROUNDING.get(kind, 0.0) * stencil.EPS * size / step
-    spread = spread.reshape((-1,) + (1,) * (size.ndim - 1))
-    return fd + gamma(n) * spread
+    per_direction = (-1,) + (1,) * (size.ndim - 1)
+    measured = 0.0 if noise is None else NOISE_MARGIN * np.asarray(noise).reshape(per_direction)
+    return fd + gamma(n) * spread.reshape(per_direction) + measured
 
 
 def dot_slack(u: np.ndarray, jv: np.ndarray, products: np.ndarray, spread: np.ndarray, n: int) -> np.ndarray:
@@ -726,20 +738,45 @@ def gamma(n: int) -> float:
     return ne / (1 - ne) if ne < 0.5 else math.inf
 
 
+class Directional(NamedTuple):
+    """Directional differences (see :func:`_directional_differences`), per output."""
+
+    values: list  # (k,) + o.shape: the derivative along each direction
+    flipped: list  # the guards a step changed (Batch)
+    sizes: list  # (k,) + o.shape: the largest |f| at the points evaluated
+    noise: list  # (k,): the largest |D(h) - D(NEAR h)| over the output's elements (0: not measured)
+
+
+#: The second step of a central directional difference, in units of the first: near enough
+#: that the two truncation errors almost agree (they differ by 2/16 of one), far enough that
+#: f is rounded at other points, so that the two quotients differ by their rounding.
+NEAR = 17 / 16
+
+
 def _directional_differences(tr: Traced, w: str, outs, v: np.ndarray, kind: str, step: float,
-                             max_steps: int = DEFAULT_MAX_STEPS) -> tuple[list, list]:
-    """([(k,) + o.shape for o in outs], flipped, sizes): the derivative of each output along
-    each of the k unit directions v (shape (k,) + w.shape), by a difference of the kind and
-    step stencil.along_direction chose, all in one batch; the guards a step changed (Batch);
-    and per output the largest |f| at the points evaluated (shape (k,) + o.shape)."""
+                             max_steps: int = DEFAULT_MAX_STEPS) -> Directional:
+    """The derivative of each output along each of the k unit directions v (shape (k,) +
+    w.shape), by a difference of the kind and step stencil.along_direction chose, all in one
+    batch.  A central difference is also taken at the step NEAR h, and the two differ by
+    their rounding errors: the rounding of f where a formula, not the program, cannot say
+    how large it is (a cumulative sum rounds each partial sum: its error grows along it)."""
     x, k = tr.value(w), len(v)
-    scales = stencil.offsets(kind)
+    scales = stencil.offsets(kind) + ((NEAR, -NEAR) if kind == "central" else ())
     ys, flipped = evaluate_batch(tr, w, np.concatenate([x + (c * step) * v for c in scales]), outs,
                                  max_steps=max_steps)
     taken = [np.full(k, c * step) for c in scales]
     parts = [[y[i * k:(i + 1) * k] for i in range(len(scales))] for y in ys]
     sizes = [np.max([np.abs(q) for q in part], axis=0) for part in parts]  # (complex: its modulus)
-    return [stencil.combine(kind, part, taken) for part in parts], flipped, sizes
+    values = [stencil.combine(kind, part[:2], taken[:2]) for part in parts]
+    noise = []
+    for d, part, f in zip(values, parts, flipped):
+        if kind != "central" or f or d[0].size == 0:  # (a change of path is noted, not allowed for)
+            noise.append(np.zeros(k))
+            continue
+        near = stencil.combine(kind, part[2:], taken[2:])
+        with np.errstate(invalid="ignore"):
+            noise.append(np.max(np.abs(d - near).reshape(k, -1), axis=1))
+    return Directional(values, flipped, sizes, noise)
 
 
 class TaylorOrder(NamedTuple):

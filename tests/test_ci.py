@@ -431,3 +431,23 @@ def test_json_words_an_error_result_as_the_command_line_does():
     # the library words the option as its keyword
     (err,) = check_sources(["x^2"], overrides={"at": {"x": np.array(1.0)}}, update_expect=True).results
     assert err.as_dict()["error"]["message"].startswith("update_expect writes")
+
+
+def test_directions_allow_for_rounding_that_accumulates(monkeypatch):
+    # a cumulative sum rounds each partial sum: at n = 2e5 its differences carry ~2e-7 of
+    # rounding, several times eps |f| / h; measured on the differences themselves, it is allowed
+    (x,) = gradcalc.check("input x[200000]; cumsum(x)", points=1, directions=4).results
+    assert x.ok
+    monkeypatch.setattr(numerics, "NOISE_MARGIN", 0.0)  # the formula alone is not enough
+    (x,) = gradcalc.check("input x[200000]; cumsum(x)", points=1, directions=4).results
+    assert not x.ok and x.extra["bound"] == "rounding"
+
+
+def test_directions_still_fail_a_wrong_cumsum_rule(monkeypatch):
+    for rule in ("vjp", "jvp"):  # both modes 0.1% wrong: only the directional differences can see it
+        (orig,) = getattr(REGISTRY["cumsum"], rule)
+        monkeypatch.setattr(REGISTRY["cumsum"], rule,
+                            (lambda g, ans, x, _orig=orig, **kw: _orig(safe_mul(g, 1.001), ans, x, **kw),))
+    (x,) = gradcalc.check("input x[200000]; cumsum(x)", points=1, directions=4).results
+    assert not x.ok and "bound" in x.extra
+    assert x.extra["ad"] == pytest.approx(1.001 * x.extra["fd"], rel=1e-4)
