@@ -337,12 +337,22 @@ OfOpt = Annotated[Optional[List[str]], typer.Option(
     "--of", help="the output (default: the last statement)", show_default=False)]
 OfManyOpt = Annotated[Optional[List[str]], typer.Option(
     "--of", help="an output (repeatable; default: the last statement)", show_default=False)]
+def _split_names(values):
+    """--wrt a,b is --wrt a --wrt b (SPEC §4)."""
+    if not values:
+        return values
+    return [name.strip() for v in values for name in v.split(",") if name.strip()]
+
+
 WrtOpt = Annotated[Optional[List[str]], typer.Option(
-    "--wrt", help="differentiate with respect to NAME (repeatable; default: every input)",
-    show_default=False)]
+    "--wrt", help="differentiate with respect to NAME (repeatable, or NAME,NAME; default: every input)",
+    show_default=False, callback=_split_names)]
 InputsWrtOpt = Annotated[Optional[List[str]], typer.Option(
-    "--wrt", help="an input to differentiate with respect to (repeatable; default: every input)",
-    show_default=False)]
+    "--wrt", help="an input to differentiate with respect to (repeatable, or NAME,NAME; default: every "
+                  "input)", show_default=False, callback=_split_names)]
+TangentWrtOpt = Annotated[Optional[List[str]], typer.Option(
+    "--wrt", help="the inputs that may carry a tangent (repeatable, or NAME,NAME; default: every input)",
+    show_default=False, callback=_split_names)]
 SymbolicOpt = Annotated[bool, typer.Option("--symbolic", help="also print the closed-form derivative (sympy)")]
 UnconnectedOpt = Annotated[Unconnected, typer.Option(
     "--unconnected", help="derivative of a name with no path to the output: zero, none (null) or error")]
@@ -479,6 +489,7 @@ def jvp_cmd(
         show_default=False)],
     at: AtOpt = None,
     of: OfOpt = None,
+    wrt: TangentWrtOpt = None,
     *, opts: Options,
 ):
     """The Jacobian-vector product J v, by forward mode."""
@@ -486,7 +497,7 @@ def jvp_cmd(
     from gradcalc.values import parse_assignments
     tangents = parse_assignments(tangent, "--tangent", opts.max_elements, allow_files=False)
     program = _source(source)
-    r = jvp(program, tangents, _at(at, opts, program), of=_one(of, "jvp"), max_elements=opts.max_elements,
+    r = jvp(program, tangents, _at(at, opts, program), of=_one(of, "jvp"), wrt=wrt, max_elements=opts.max_elements,
             max_steps=opts.max_steps)
     return Shown(r, tangent=tangents)
 

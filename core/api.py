@@ -115,6 +115,7 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
     tr = trace_source(source, at, max_elements, max_steps=max_steps)
     if isinstance(cotangent, dict):
         outs = select_names(tr, list(cotangent) if of is None else of, "of", ())
+        _cotangents_name_outputs(tr, list(cotangent), outs, of)
         missing_ct = [o for o in outs if o not in cotangent]
         if missing_ct:
             raise UsageError(f"no cotangent for output '{missing_ct[0]}'", name=missing_ct[0],
@@ -147,14 +148,38 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
                   unconnected=missing, warnings=_warnings(tr))
 
 
+def _cotangents_name_outputs(tr: Traced, names: list, outs: list, of) -> None:
+    """A --cotangent NAME=V names an output: one of --of when it is given, and without --of
+    never an input (vjp 'x*x' --cotangent x=... would differentiate x with respect to itself)."""
+    default = tr.tape.output
+    for n in names:
+        if of is not None and n not in outs:
+            raise UsageError(f"{option('cotangent')} '{n}' is not one of the outputs ({', '.join(outs)})",
+                             name=n, option="cotangent", hint=f"add {option('of')} {n}, or drop its cotangent")
+        if of is None and n in tr.tape.inputs:
+            hint = (f"the output is '{default}': give {option('cotangent')} VALUE (or {default}=VALUE)"
+                    if default is not None else f"name an output with {option('of')}")
+            raise UsageError(f"{option('cotangent')} '{n}' names an input, not an output", name=n,
+                             option="cotangent", hint=hint)
+
+
 @quiet
-def jvp(source, tangent: dict, at=None, of=None, *, max_elements=DEFAULT_MAX_ELEMENTS,
+def jvp(source, tangent: dict, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEMENTS,
         max_steps=DEFAULT_MAX_STEPS) -> Result:
-    """J v: forward mode along tangent {input name: array}; missing inputs have zero tangent."""
+    """J v: forward mode along tangent {input name: array}; missing inputs have zero tangent.
+    ``wrt`` (default: every input) restricts the inputs that may carry a tangent."""
     tr = trace_source(source, at, max_elements, max_steps=max_steps)
     out = select_output(tr, of)
     names = select_names(tr, list(tangent), "tangent", (), among=tr.tape.inputs)  # (jvp: inputs only)
     inputs_only(tr, names, "jvp")
+    if wrt is not None:
+        allowed = select_names(tr, wrt, "wrt", (), among=tr.tape.inputs)
+        inputs_only(tr, allowed, "jvp")
+        for n in names:
+            if n not in allowed:
+                raise UsageError(f"{option('tangent')} '{n}' is for an input outside {option('wrt')} "
+                                 f"({', '.join(allowed)})", name=n, option="tangent",
+                                 hint=f"add it to {option('wrt')}, or drop its tangent")
     b = tr.builder
     tangents = {}
     for n in names:

@@ -295,3 +295,33 @@ def test_save_skips_unconnected_nulls_and_reports_unwritable_files(tmp_path):
         assert sorted(z.files) == ["at/x", "at/z", "gradient/x", "value"]
     r = user_error("grad", "x", "--at", "x=1", "--save", tmp_path / "no" / "such" / "dir.npz", "-f", "json")
     assert json.loads(r.stdout)["error"]["kind"] == "file"
+
+
+# -- --wrt a,b; jvp --wrt; cotangents name outputs ------------------------------------------
+
+def test_wrt_a_comma_b_is_two_wrt_options():
+    assert ok("grad", "x*y*z", "--at", "x=1,y=2,z=3", "--wrt", "x,z", "-f", "plain").stdout == "6\n2\n"
+    assert ok_json("hessian", "x*y*z", "--at", "x=1,y=2,z=3", "--wrt", "x, y")["hessian"] == {
+        "x": {"x": 0.0, "y": 3.0}, "y": {"x": 3.0, "y": 0.0}}  # d2(xyz)/dxdy = z
+    assert "d_/dz" in ok("check", "x*y*z", "--at", "x=1,y=2,z=3", "--wrt", "x,z", "-f", "plain").stdout
+
+
+def test_jvp_wrt_restricts_the_inputs_that_carry_a_tangent():
+    # J v for x*y along (x: 1): y = 2
+    assert ok("jvp", "x*y", "--at", "x=1,y=2", "--tangent", "x=1", "--wrt", "x", "-f", "plain").stdout == "2\n"
+    r = user_error("jvp", "x*y", "--at", "x=1,y=2", "--tangent", "x=1", "--tangent", "y=1", "--wrt", "x")
+    assert "--tangent 'y' is for an input outside --wrt (x)" in r.stderr
+    r = user_error("jvp", "h = x*y; h", "--at", "x=1,y=2", "--tangent", "x=1", "--wrt", "h")
+    assert "inputs only" in r.stderr
+
+
+def test_a_cotangent_for_a_non_output_is_an_error():
+    r = user_error("vjp", "x*x", "--at", "x=[1,2]", "--cotangent", "x=[1,2]")
+    assert "--cotangent 'x' names an input, not an output" in r.stderr
+    assert "the output is '_'" in r.stderr
+    r = user_error("vjp", "a = x^2; b = sum(x)", "--of", "a", "--at", "x=[1,2]", "--cotangent", "a=[1,1]",
+                   "--cotangent", "b=1")
+    assert "--cotangent 'b' is not one of the outputs (a)" in r.stderr
+    # named outputs without --of still work: v^T J = [1,1]*2x + 1 = [3, 5]
+    assert ok("vjp", "a = x^2; b = sum(x)", "--at", "x=[1,2]", "--cotangent", "a=[1,1]", "--cotangent", "b=1",
+              "-f", "plain").stdout == "3 5\n"
