@@ -41,9 +41,11 @@ def assert_gradients(source, **options):
 def failure_text(failed: list, total: int | None = None, tol: tuple | None = None) -> str:
     """What a failure says: which failed (a first line that stands alone in a summary, with
     the tolerances tol = (rtol, atol) when known), then the failing rows (:func:`results_table`)."""
+    from .suite import comparison_text, derivative_text
     if len(failed) == 1 and total is None:
         r = failed[0]
-        head = f"{_derivative(r)} at point {r.point} failed: abs err {r.max_abs_err:.3g}, rel err {r.max_rel_err:.3g}"
+        head = (f"{derivative_text(r)} at point {r.point} ({comparison_text(r)}) failed: "
+                f"abs err {r.max_abs_err:.3g}, rel err {r.max_rel_err:.3g}")
     else:
         head = f"gradcalc check: {len(failed)}{'' if total is None else f' of {total}'} failed"
     if tol and None not in tol:
@@ -51,21 +53,20 @@ def failure_text(failed: list, total: int | None = None, tol: tuple | None = Non
     return head + "\n" + results_table(failed)
 
 
-def _derivative(r) -> str:
-    return f"d{r.of}/d{r.wrt}" if r.wrt else f"{r.of} (value)"
-
-
-#: The columns of a results table: (heading, how a CheckResult shows in it).
-_COLUMNS = (
-    ("source", lambda r: str(r.source)),
-    ("pt", lambda r: str(r.point)),
-    ("derivative", _derivative),
-    ("method", lambda r: r.method),
-    ("abs err", lambda r: f"{r.max_abs_err:.3g}"),
-    ("rel err", lambda r: f"{r.max_rel_err:.3g}"),
-    ("worst", lambda r: "[" + ", ".join(map(str, r.worst_index)) + "]"),
-    ("step", lambda r: f"{r.step:.3g}"),
-)
+def _columns() -> tuple:
+    """The columns of a results table: (heading, how a CheckResult shows in it), in the
+    words of the command line's (suite's)."""
+    from .suite import comparison_text, derivative_text
+    return (
+        ("source", lambda r: str(r.source)),
+        ("pt", lambda r: str(r.point)),
+        ("derivative", derivative_text),
+        ("compared", comparison_text),
+        ("abs err", lambda r: f"{r.max_abs_err:.3g}"),
+        ("rel err", lambda r: f"{r.max_rel_err:.3g}"),
+        ("worst", lambda r: "[" + ", ".join(map(str, r.worst_index)) + "]"),
+        ("step", lambda r: f"{r.step:.3g}"),
+    )
 
 
 def results_table(results) -> str:
@@ -73,7 +74,7 @@ def results_table(results) -> str:
     numbers at the worst element (ad, fd or the stored value, the bound it broke) and its
     notes."""
     from .checks import breach_text
-    columns = [(head, [show(r) for r in results]) for head, show in _COLUMNS]
+    columns = [(head, [show(r) for r in results]) for head, show in _columns()]
     widths = [max(len(head), *map(len, cells)) for head, cells in columns]
     lines = ["  ".join(head.ljust(w) for (head, _), w in zip(columns, widths)).rstrip()]
     for i, r in enumerate(results):

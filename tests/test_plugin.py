@@ -84,10 +84,10 @@ def test_a_failure_reports_the_row_with_its_numbers(pytester):
     result.assert_outcomes(passed=1, failed=1)
     text = result.stdout.str()
     # |6 - 5| = 1, relative to max(|6|, |5|) = 1/6
-    assert "df/dx at point 0 failed: abs err 1, rel err 0.167 (rtol 1e-06, atol 1e-08)" in text
+    assert "df/dx at point 0 (expectation file) failed: abs err 1, rel err 0.167 (rtol 1e-06, atol 1e-08)" in text
     assert re.search(r"stored 5(\.0)?\b", text) and re.search(r"(computed|ad) 6(\.0)?\b", text)
     assert "= 1 > 5.01e-06 allowed" in text  # atol 1e-8 + rtol 1e-6 * |5|
-    assert re.search(r"square\.grad\s+0\s+df/dx\s+expect\s+1\s+0\.167", text)
+    assert re.search(r"square\.grad\s+0\s+df/dx\s+expectation file\s+1\s+0\.167", text)
     assert "Traceback" not in text and "CheckFailed" not in text
 
 
@@ -97,7 +97,7 @@ def test_a_failure_at_a_kink_says_so_and_honours_check_lines(pytester):
     result.assert_outcomes(failed=1)  # at x = 0 (the # check: line), not at the default 1
     text = result.stdout.str()
     # central differences over the kink of relu: (h - 0) / 2h = 0.5, ad is 0 or 1 either side
-    assert re.search(r"kink\.grad\s+0\s+df/dx\s+central\s+0\.5\s+", text)
+    assert re.search(r"kink\.grad\s+0\s+df/dx\s+full Jacobian, central\s+0\.5\s+", text)
     assert re.search(r"ad [01], fd 0\.5: \|ad - fd\| = 0\.5 > ", text)
     assert "near the kink of 'relu'" in text
 
@@ -163,7 +163,7 @@ def test_assert_gradients_raises_with_the_failing_rows():
     text = str(info.value)
     assert text.startswith("gradcalc check: 1 of 2 failed (rtol 1e-06, atol 1e-08)\n")
     assert re.search(r"ad [01], fd 0\.5: \|ad - fd\| = 0\.5 > ", text)
-    assert re.search(r"<expr>\s+0\s+d\S+/dx\s+central\s+0\.5\s+1\s", text)
+    assert re.search(r"<expr>\s+0\s+d\S+/dx\s+full Jacobian, central\s+0\.5\s+1\s", text)
     assert "/dy" not in text  # only the failing row
 
 
