@@ -98,6 +98,14 @@ def value_text(a, precision: int) -> str:
     return "\n".join(lines)
 
 
+def inline_text(a, precision: int) -> str:
+    """A value on one line, its nesting kept: 2, [1  2], [[1  2  3]], [[1  2]  [3  4]]."""
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim == 0:
+        return fmt(float(a), precision)
+    return "[" + "  ".join(inline_text(row, precision) for row in a) + "]"
+
+
 def console(stderr: bool = False):
     import os
 

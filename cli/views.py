@@ -116,7 +116,7 @@ def _point_caption(at: dict | None, precision: int) -> str | None:
 
     def shown(v):  # a value of more than 8 numbers by its shape alone
         if getattr(v, "size", 1) <= 8:
-            return render.value_text(v, precision)
+            return render.inline_text(v, precision)
         return f"({render.shape_text(v)} values)"
     return "at " + ", ".join(f"{k}={shown(v)}" for k, v in at.items())
 
@@ -341,11 +341,15 @@ def _junit_error(case, x) -> None:
 
 def _check_json(result) -> dict:
     """check's payload, an error result's message and hint worded as the command line words
-    options (--update-expect, not update_expect), as every other error's JSON is."""
+    options (--update-expect, not update_expect), as every other error's JSON is.  When a
+    source could not be checked (exit 2), the first such error is also the document's
+    "error", as SPEC §7 has every user error's JSON carry it."""
+    from .errors import error_json
     payload = result.to_json()
     for entry, x in zip(payload["results"], result.results):
         if _is_error(x):
             entry["error"]["message"], entry["error"]["hint"] = x.error.worded(_flag)
+            payload.setdefault("error", error_json(x.error)["error"])
     return payload
 
 

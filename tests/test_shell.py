@@ -325,3 +325,16 @@ def test_a_cotangent_for_a_non_output_is_an_error():
     # named outputs without --of still work: v^T J = [1,1]*2x + 1 = [3, 5]
     assert ok("vjp", "a = x^2; b = sum(x)", "--at", "x=[1,2]", "--cotangent", "a=[1,1]", "--cotangent", "b=1",
               "-f", "plain").stdout == "3 5\n"
+
+
+# -- the table's footer: the point, nested as given ----------------------------------------
+
+@pytest.mark.parametrize("at, footer", [
+    ("x=[[1,2,3]]", "at x=[[1  2  3]]"),
+    ("x=[[1,2],[3,4]]", "at x=[[1  2]  [3  4]]"),
+    ("x=[[[1],[2]]]", "at x=[[[1]  [2]]]"),
+    ("x=[]", "at x=[]"),
+])
+def test_the_footer_keeps_nested_arrays_nested_on_one_line(at, footer):
+    out = ok("grad", "sum(x) + 1", "--at", at).stdout
+    assert out.splitlines()[-1].rstrip() == footer
