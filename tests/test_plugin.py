@@ -65,6 +65,15 @@ def test_items_have_readable_ids(pytester):
                    "square.grad::df/dx@point0", "square.grad::df/dx@expect"]
 
 
+def test_each_point_and_comparison_is_an_item(pytester):
+    _folder(pytester, **{"points.grad": "# check: --points 2 --seed 3\ninput x = 1.5\nf = sin(x)\n",
+                         "dirs.grad": "# check: --directions 2\ninput x = [1.0, 2.0]\nf = sum(sin(x))\n"})
+    result = _run(pytester, "--collect-only", "-q")
+    assert [line for line in result.stdout.lines if "::" in line] == [
+        "dirs.grad::df/dx@point0[directions]",
+        "points.grad::df/dx@point0", "points.grad::df/dx@point1", "points.grad::df/dx@point2"]
+
+
 def test_verbose_lines_and_report_titles_keep_the_ids(pytester):
     _folder(pytester, **{"square.grad": SQUARE, "square.expect.json": WRONG_EXPECT, "bad.grad": "f = (x +\n"})
     result = _run(pytester, "-v")
