@@ -63,6 +63,10 @@ def test_json_carries_the_error_result_with_its_position(three):
                     "error": {"kind": "syntax", "message": "expected an expression, found '*'", "hint": None,
                               "file": "bad.grad", "line": 1, "column": 8}}]
     assert [x["source"] for x in doc["results"] if "error" not in x] == ["good.grad"]
+    # as every user error's JSON (SPEC §7), the document carries the (first) error too
+    assert doc["error"] == {"kind": "syntax", "message": "expected an expression, found '*'", "line": 1,
+                            "column": 8, "source": "bad.grad", "hint": None}
+    assert "error" not in json.loads(run("check", "good.grad", "-f", "json").stdout)
 
 
 def test_exit_code_2_wins_over_a_failure_and_0_when_all_pass(three, monkeypatch):
