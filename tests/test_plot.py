@@ -83,6 +83,14 @@ def test_wrt_another_input_along_the_interval():
     np.testing.assert_allclose(r["derivatives"], r["abscissae"] ** 2)
 
 
+def test_wrt_an_intermediate_value_holds_what_is_upstream_fixed():
+    # d(h x)/dh = x, with h = sin(x) held fixed (as grad --wrt h)
+    r = plot("h = sin(x)\nh * x", "x", 0, 1, wrt="h", samples=5)
+    np.testing.assert_allclose(r["derivatives"], r["abscissae"])
+    with pytest.raises(GradcalcError, match="inputs only"):
+        plot("h = sin(x)\nh * x", "x", 0, 1, wrt="h", hessian=True)
+
+
 def test_the_json_derivative_is_3x2_minus_2_at_every_sample():
     doc = ok_json("plot", "x^3 - 2*x", "--over", "x=-2:2")
     s = doc["samples"]
