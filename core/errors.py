@@ -21,6 +21,23 @@ class Source(NamedTuple):
         lines = self.text.splitlines()
         return lines[lineno - 1] if 0 < lineno <= len(lines) else ""
 
+    def operator_at(self, loc) -> str | None:
+        """The operator written at a location ('^', '**', '-=', '@'...), or None where the
+        text there is no operator (a call's name, a bracket): what warnings name, rather
+        than the primitive it records (pow_const, mul, div)."""
+        pos = to_pos(loc)
+        if pos is None:
+            return None
+        line = self.line(pos.line)
+        match = _OPERATOR.match(line, pos.col - 1) or _AUGMENTED.match(line, pos.col - 1)
+        return match.group("op") if match else None
+
+
+#: The language's operators, longest spellings first (see lexer.py); and an augmented
+#: assignment, whose location is its target's (y *= x, y[0] += x).
+_OPERATOR = re.compile(r"(?P<op>\*\*=?|//=?|[-+*/^@%]=?|[<>]=?|==|!=|(?:and|or|not)\b)")
+_AUGMENTED = re.compile(r"[A-Za-z_]\w*\s*(?:\[[^\]]*\]\s*)?(?P<op>[-+*/]=)")
+
 
 class Pos(NamedTuple):
     """A position in a source: 1-based line and column."""

@@ -1032,6 +1032,7 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
             if name not in known:
                 raise _not_an_input(name, known, facts.assigned)
         b = Builder(max_elements, check_finite, record=record)
+        b.source = program.source  # (warnings name operators as written)
         env: dict[str, Tracer] = {}
         with np.errstate(all="ignore"):
             for info in inputs:

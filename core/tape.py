@@ -344,6 +344,8 @@ class Builder:
         # location of a call -> the builtin called there, where it records several primitives
         # (mean: sum and div), so that warnings name what the program wrote
         self.labels: dict[int, str] = {}
+        # the program's Source, when known: an operator is named as written there ('^', not pow_const)
+        self.source = None
         # the path taken (see Guard), in the order it was taken (a builder that keeps no tape keeps none)
         self.guards: list[Guard] = [] if record else deque(maxlen=0)
         self._next = 0
@@ -484,9 +486,12 @@ class Builder:
         return self.new_tracer(self, var)
 
     def op_name(self, prim, loc) -> str:
-        """An operation as messages name it: the builtin the program called at loc (mean), or
-        the primitive (div)."""
-        return self.labels.get(loc, prim.name)
+        """An operation as messages name it: the builtin the program called at loc (mean), the
+        operator written there ('/', '**'), or the primitive (sin)."""
+        label = self.labels.get(loc)
+        if label is None and self.source is not None:
+            label = self.source.operator_at(loc)
+        return label or prim.name
 
     def _note_nonfinite(self, prim, args, value):
         if all(all_finite(self.values[a.var]) for a in args):  # the first to produce it

@@ -968,8 +968,8 @@ NUMERIC = [
      ["'exp' at line 2, column 5 produced inf", "the derivative of 'exp' at line 2, column 5 produced inf"]),
     ("a = log(x)\nb = a * 2\nc = sqrt(b)", "x=-1", ["'log' at line 1, column 5 produced nan"],
      ["'log' at line 1, column 5 produced nan", "the derivative of 'sqrt' at line 3, column 5 produced nan"]),
-    ("y = 1 / x", "x=0", ["'div' at line 1, column 7 produced inf"],
-     ["'div' at line 1, column 7 produced inf", "the derivative of 'div' at line 1, column 7 produced -inf"]),
+    ("y = 1 / x", "x=0", ["'/' at line 1, column 7 produced inf"],
+     ["'/' at line 1, column 7 produced inf", "the derivative of '/' at line 1, column 7 produced -inf"]),
     ("a = x * 2\nb = sqrt(a)", "x=0", [], ["the derivative of 'sqrt' at line 2, column 5 produced inf"]),
     ("input x = [1, 0, 4]\ns = sum(sqrt(x))", None, [], ["the derivative of 'sqrt' at line 2, column 9 produced inf"]),
     # a builtin made of several primitives is named as the program wrote it (mean: sum, div)

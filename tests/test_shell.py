@@ -338,3 +338,22 @@ def test_a_cotangent_for_a_non_output_is_an_error():
 def test_the_footer_keeps_nested_arrays_nested_on_one_line(at, footer):
     out = ok("grad", "sum(x) + 1", "--at", at).stdout
     assert out.splitlines()[-1].rstrip() == footer
+
+
+# -- warnings name what the program wrote ---------------------------------------------------
+
+@pytest.mark.parametrize("args, warning", [
+    (("grad", "x^-1", "--at", "x=0"), "warning: '^' at line 1, column 2 produced inf"),
+    (("grad", "x^-1", "--at", "x=0"), "warning: the derivative of '^' at line 1, column 2 produced -inf"),
+    (("grad", "x**2", "--at", "x=1e200"), "warning: '**' at line 1, column 2 produced inf"),
+    (("grad", "x/y", "--at", "x=1,y=0"), "warning: the derivative of '/' at line 1, column 2 produced inf"),
+    (("grad", "x*y", "--at", "x=1e200,y=1e200"), "warning: '*' at line 1, column 2 produced inf"),
+    (("eval", "y = 1e300; y *= x", "--at", "x=1e300"), "warning: '*=' at line 1, column 12 produced inf"),
+    (("hessian", "x^-1", "--at", "x=0"), "warning: the second derivative of '^' at line 1, column 2 produced"),
+    (("grad", "mean(x)/0", "--at", "x=[1,2]"), "warning: '/' at line 1, column 8 produced inf"),
+    (("grad", "log(x)", "--at", "x=0"), "warning: 'log' at line 1, column 1 produced -inf"),
+])
+def test_warnings_name_the_operator_or_builtin_written(args, warning):
+    r = ok(*args)
+    assert warning in r.stderr, r.stderr
+    assert not any(p in r.stderr for p in ("pow_const", "'mul'", "'div'", "'pow'"))
