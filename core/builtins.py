@@ -361,6 +361,8 @@ def _qr(a, mode="reduced"):
 
 @_builtin("pinv")
 def _pinv(a):
+    # (NumPy's default cutoff only: with a cutoff that drops a nonzero singular value, the
+    # derivative would need the gaps to the dropped ones, which Golub and Pereyra's has not)
     _matrix_arg("pinv", a)
     return P.pinv(a)
 

@@ -1835,9 +1835,12 @@ def _pinv_vjp(g, ans, a):
             + (mT(p) @ p) @ gt @ _minus_from_eye(p @ a))
 
 
-# the pseudo-inverse with NumPy's default cutoff (singular values below 1e-15 times the largest
-# are taken as 0); its derivative holds the rank fixed (Golub and Pereyra)
-pinv = _def("pinv", np.linalg.pinv, (_pinv_vjp,), (_pinv_jvp,), _matrix_params, analytic=False)
+PINV_RCOND = 1e-15  # NumPy's default cutoff: singular values below it times the largest count as 0
+
+# the pseudo-inverse with NumPy's default cutoff; its derivative holds the rank fixed (Golub and
+# Pereyra)
+pinv = _def("pinv", lambda a: np.linalg.pinv(a, rcond=PINV_RCOND), (_pinv_vjp,), (_pinv_jvp,),
+            _matrix_params, analytic=False)
 
 
 # -- einsum: one contraction over subscripts ---------------------------------------

@@ -497,8 +497,9 @@ def _spectral_rules(sp) -> dict:
         return _per_matrix(a, "cholesky", tr, eq, lambda m: ((m + m.T) / 2).cholesky(hermitian=False))
 
     def pinv(a, tr, eq, **_):
-        value = np.asarray(tr.builder.values[eq.args[0]], dtype=np.float64)
-        if np.any(np.linalg.matrix_rank(value) < min(value.shape[-2:])):
+        from .primitives import PINV_RCOND as rcond
+        s = np.linalg.svd(np.asarray(tr.builder.values[eq.args[0]], dtype=np.float64), compute_uv=False)
+        if np.any(s <= rcond * s[..., :1]):  # (pinv's own cutoff drops a singular value)
             _refused("pinv", "its closed form holds at full rank, and this matrix is "
                              "rank-deficient")(tr=tr, eq=eq)
         return _per_matrix(a, "pinv", tr, eq, _pseudo_inverse)

@@ -251,6 +251,7 @@ def test_svd_of_a_non_square_matrix_with_a_zero_singular_value_warns():
     ("qr(x)", "qr needs a matrix (or a stack of them), got shape (3,)"),
     ("qr(A, mode='raw')", "qr: mode 'raw' is not supported"),
     ("pinv(x)", "pinv needs a matrix"),
+    ("pinv(A, rtol=0.1)", "pinv(): got an unexpected keyword argument 'rtol'"),
     ("matrix_power(B, 2)", "matrix_power needs a square matrix (or a stack of them), got shape (2, 3)"),
     ("matrix_power(A, 1.5)", "n must be an integer"),
     ("cross(x, x[:2])", "cross needs vectors of length 3, got 3 and 2"),
