@@ -350,3 +350,12 @@ def test_string_arguments_are_checked_where_no_string_is_taken():
 def test_builtin_second_derivatives(name, src, ref, inputs):
     report = check_hessian(f"sum(sin({src}))", _point(src + repr(inputs), inputs))
     assert report.ok, f"{src}\n{report}"
+
+
+def test_every_builtin_is_named_in_the_readme_reference():
+    # README.md's built-in reference (its table and NumPy's spellings) names each built-in
+    import pathlib
+    text = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    reference = text[text.index("Built-in functions (each with"):text.index("Choices where the contract is silent")]
+    named = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", reference))
+    assert sorted(n for n in FUNCTIONS if n not in named) == []
