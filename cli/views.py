@@ -199,6 +199,8 @@ def _check_table(s: Shown, precision: int) -> None:
     on stderr)."""
     from gradcalc.suite import summary_line
     results = s.result.results
+    if results and all(_is_error(x) for x in results):
+        return  # nothing was checked: the errors on stderr say all, as any command's error does
     out = render.console()
     out.print(summary_line(s.result), style="bold", markup=False)
     taylor = any("taylor_order" in getattr(x, "extra", {}) for x in results)

@@ -455,3 +455,12 @@ def test_directions_still_fail_a_wrong_cumsum_rule(monkeypatch):
     (x,) = gradcalc.check("input x[200000]; cumsum(x)", points=1, directions=4).results
     assert not x.ok and "bound" in x.extra
     assert x.extra["ad"] == pytest.approx(1.001 * x.extra["fd"], rel=1e-4)
+
+
+def test_a_lone_source_that_cannot_be_checked_reads_as_any_command_error(tmp_path):
+    r = user_error("check", "y = ")
+    assert r.stdout == "" and r.stderr.startswith("error: <expr>:1:5: expected an expression")
+    xml = tmp_path / "r.xml"
+    r = user_error("check", "y = ", "--junit-xml", str(xml), "-f", "plain")
+    assert r.stdout.startswith("ERROR <expr>:1:5: syntax error: ")  # plain: a line per result, always
+    assert ET.parse(xml).getroot().find("testcase/error").get("type") == "syntax"
