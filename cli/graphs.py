@@ -53,6 +53,8 @@ def listing(nodes, precision: int, guessed=()) -> str:
         notes = [x for x in (n.get("name"), _where(n) or None,
                              _shape(n), f"vjp of {n['vjp_of']}" if "vjp_of" in n else None) if x]
         lines.append(f"{n['id']} = {_rhs(n, precision)}".ljust(40) + "  # " + ", ".join(notes))
+    if _seed_note(nodes):
+        lines.append("# " + _seed_note(nodes))
     return "\n".join(lines) + "\n"
 
 
@@ -91,6 +93,18 @@ def tables(nodes, output, guessed, precision: int) -> None:
                   f"one VJP rule per forward equation; no Jacobian is ever formed", style="bold")
         out.print(table(backward, "vjp of"))
         out.print("gradients: " + ", ".join(f"{g['name']} = {_gradient_of(g)}" for g in grads))
+        if _seed_note(nodes):
+            out.print(_seed_note(nodes))
+
+
+def _seed_note(nodes) -> str | None:
+    """A note when the backward pass is seeded with ones (a non-scalar output), or None."""
+    for n in nodes:
+        if n.get("role", "").startswith("seed: ones"):
+            seed, _, of = n["role"][len("seed: "):].partition(", the gradient of ")
+            return (f"note: the output is not a scalar: the backward pass is seeded with {seed} and computes "
+                    f"the gradient of {of} (what grad --sum runs; grad refuses a non-scalar output)")
+    return None
 
 
 def _count(nodes, besides) -> int:

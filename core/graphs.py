@@ -11,6 +11,7 @@ the package's attribute ``graph`` to the module, in place of this function.)
 from __future__ import annotations
 
 import bisect
+import math
 
 import numpy as np
 
@@ -191,8 +192,11 @@ class _Nodes:
         out_var = tape.names[output]
         rec_start = len(b.equations)
         log: list = []
-        seed = b.const(np.ones(b.shapes[out_var]))
-        self.add(seed.var, "const", phase="backward", extra={"role": f"seed: d{output}/d{output} = 1"})
+        shape = b.shapes[out_var]
+        seed = b.const(np.ones(shape))
+        role = f"seed: d{output}/d{output} = 1" if math.prod(shape) == 1 else \
+            f"seed: ones{tuple(shape)}, the gradient of sum({output})"
+        self.add(seed.var, "const", phase="backward", extra={"role": role})
         found = backward(b, tape.equations, {out_var: seed}, list(set(tape.inputs.values())), log=log)
         for eq, first, end in log:
             for k in range(first, end):
@@ -227,10 +231,16 @@ def graph(source, at=None, backward_pass: bool = False, *, full: bool = False,
     tr, filled, guessed = _trace_with_stand_ins(parse(source), as_arrays(at), max_elements, max_steps)
     nodes = _Nodes(tr, show_values=bool(at) or not filled)
     nodes.forward(tr.tape, guessed)
+    warnings = [w.message for w in tr.warnings]
     if backward_pass and tr.tape.output is not None:
         nodes.backward(tr.tape)
+        shape = tr.value(tr.tape.output).shape
+        if math.prod(shape) != 1:  # what grad refuses: say what the pass shown computes
+            warnings.append(f"the output '{tr.tape.output}' has shape {shape}: the backward pass shown is "
+                            f"seeded with ones, so it computes the gradient of sum({tr.tape.output}) (as grad "
+                            f"--sum; grad refuses a non-scalar output)")
     return Result({}, command="graph", nodes=nodes.list, output=tr.tape.output, guessed=guessed,
-                  warnings=[w.message for w in tr.warnings], full=full)
+                  warnings=warnings, full=full)
 
 
 #: A phase of the graph (forward or backward) with more equations than SUMMARY_LIMIT is shown

@@ -357,3 +357,16 @@ def test_warnings_name_the_operator_or_builtin_written(args, warning):
     r = ok(*args)
     assert warning in r.stderr, r.stderr
     assert not any(p in r.stderr for p in ("pow_const", "'mul'", "'div'", "'pow'"))
+
+
+def test_graph_backward_of_a_vector_output_says_it_seeds_with_ones():
+    r = ok("graph", "x*2", "--at", "x=[1,2]", "--backward")
+    assert "seed: ones(2,), the gradient of sum(_)" in r.stdout
+    assert ("note: the output is not a scalar: the backward pass is seeded with ones(2,) and computes the "
+            "gradient of sum(_)") in r.stdout
+    plain = ok("graph", "x*2", "--at", "x=[1,2]", "--backward", "-f", "plain").stdout
+    assert "# note: the output is not a scalar:" in plain
+    doc = ok_json("graph", "x*2", "--at", "x=[1,2]", "--backward")
+    assert any("seeded with ones" in w for w in doc["warnings"])
+    scalar = ok("graph", "x*2", "--at", "x=1", "--backward")
+    assert "seed: d_/d_ = 1" in scalar.stdout and "note:" not in scalar.stdout
