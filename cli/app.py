@@ -322,6 +322,14 @@ class Method(str, Enum):
     complex = "complex"
 
 
+class ExecMethod(str, Enum):
+    """grad --exec's methods: a black box cannot take the complex step."""
+
+    central = "central"
+    forward = "forward"
+    richardson = "richardson"
+
+
 class Mode(str, Enum):
     auto = "auto"
     rev = "rev"
@@ -395,7 +403,7 @@ def grad_cmd(
     symbolic: SymbolicOpt = False,
     exec_: ExecOpt = None,
     exec_timeout: ExecTimeoutOpt = 60.0,
-    method: Annotated[Optional[Method], typer.Option(
+    method: Annotated[Optional[ExecMethod], typer.Option(
         "--method", help="with --exec: central, forward or richardson (default)", show_default=False)] = None,
     *, opts: Options,
 ):

@@ -370,3 +370,12 @@ def test_graph_backward_of_a_vector_output_says_it_seeds_with_ones():
     assert any("seeded with ones" in w for w in doc["warnings"])
     scalar = ok("graph", "x*2", "--at", "x=1", "--backward")
     assert "seed: d_/d_ = 1" in scalar.stdout and "note:" not in scalar.stdout
+
+
+def test_grad_help_offers_only_the_methods_grad_takes():
+    from cli_run import runner
+    from gradcalc.cli.app import app
+    text = runner.invoke(app, ["grad", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "[central|forward|richardson]" in text and "complex" not in text
+    r = user_error("grad", "--exec", "true", "--at", "x=1", "--method", "complex")
+    assert "'complex' is not one of 'central', 'forward', 'richardson'" in r.stderr
