@@ -799,7 +799,12 @@ class _Parser:
                                                  if k == "if" else ""))
         if k == "...":
             raise SyntaxError_("'...' is allowed only in an index", self.lcs[pos], hint="e.g. x[..., 0]")
-        self.fail(pos, "expected an expression", "array literals use [ ]" if k == "{" else None)
+        hint = "array literals use [ ]" if k == "{" else None
+        if k == "newline" and (self.kinds[pos - 1] in _INFIX or self.kinds[pos - 1] in _ASSIGNMENTS) and \
+                self.kinds[self.skip_newlines(pos)] != "eof":  # (an operator, then more on the next line)
+            hint = ("a statement ends with its line: to continue it on the next line, wrap the expression "
+                    "in parentheses (a line break inside ( ) or [ ] does not end it)")
+        self.fail(pos, "expected an expression", hint)
 
     def element(self, pos: int, depth: int):
         """An expression inside brackets, one level deeper."""

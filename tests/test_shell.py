@@ -381,3 +381,18 @@ def test_grad_help_offers_only_the_methods_grad_takes():
     assert r.returncode == 2
     assert "error: Invalid value for '--method': 'complex' is not one of 'central', 'forward', 'richardson'" \
         in r.stderr
+
+
+@pytest.mark.parametrize("text", ["a = x +\n  2*x\na", "a =\n  x", "y = -\n  x", "y += x *\n 2"])
+def test_a_statement_continued_on_the_next_line_gets_a_hint_to_use_parentheses(text):
+    r = user_error("eval", text, "--at", "x=1")
+    assert "expected an expression, found end of line" in r.stderr
+    assert "hint: a statement ends with its line: to continue it on the next line, wrap the expression in " \
+           "parentheses" in r.stderr
+
+
+
+def test_parentheses_continue_a_statement_and_no_hint_elsewhere():
+    assert ok("eval", "a = (x +\n  2*x)\na", "--at", "x=1", "-f", "plain").stdout == "3\n"
+    assert "parentheses" not in user_error("eval", "x -", "--at", "x=1").stderr  # (the end of the program)
+    assert "parentheses" not in user_error("eval", "x = 1\ny = \n").stderr
