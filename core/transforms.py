@@ -17,7 +17,7 @@ import numpy as np
 from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import GradcalcError
-from .tape import F64, LARGE_BATCH, Builder, Tracer, all_finite, broadcast_shapes, eval_equations
+from .tape import F64, F64_SCALAR, LARGE_BATCH, Builder, Tracer, all_finite, broadcast_shapes, eval_equations
 
 
 def _fit(c, shape: tuple):
@@ -84,66 +84,162 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
              finite, safe_products: bool) -> dict:
     """The loop of :func:`backward`: runs the VJP rules newest first, summing cotangents
     into ct (consumed as it goes); returns {wanted var: its cotangent} for each wanted
-    var an equation defines."""
+    var an equation defines.
+
+    An eager pass without warnings (the usual first pass) runs the commonest scalar rules
+    inline (see _SCALAR_OPS): on a scalar program the call of a rule, and the dispatch of the
+    primitives it calls, cost ten times their arithmetic."""
     live = depends(equations, wanted)
     found = {}
-    shapes = builder.shapes
     values = builder.values
     traced = not eager or check  # what reads builder.pos: recorded equations, warnings
+    inline = _SCALAR_OPS if eager and not check else {}
+    pop, get = ct.pop, ct.get
     for eq in reversed(equations):
-        out = eq.out
-        g = ct.pop(out, None)
+        out, prim, ea, params, loc = eq
+        g = pop(out, None)
         if out in wanted:
             found[out] = g
         if g is None:
             continue
-        prim = eq.prim
-        if not prim.differentiable:
-            continue
+        op = inline.get(prim) if g.__class__ is F64_SCALAR else None
+        if op is not None:
+            # The registry's rule on NumPy scalars, written out: the same operations in the same
+            # order (safe_mul's "0 where g or d is 0 and g * d is nan" as an if), so the same bits.
+            x = values[ea[0]]
+            if x.__class__ is F64_SCALAR:
+                if op <= _DIV:  # two operands
+                    y = values[ea[1]]
+                    if y.__class__ is F64_SCALAR:
+                        a, b = ea
+                        if a in live:
+                            if op == _ADD:
+                                c = g
+                            elif op == _MUL:
+                                c = g * y
+                                if c != c and (g == 0 or y == 0):
+                                    c = _ZERO
+                            else:  # safe_div(g, y)
+                                c = g / y
+                                if c != c and g == 0:
+                                    c = _ZERO
+                            prev = get(a)
+                            ct[a] = c if prev is None else prev + c
+                        if b in live:
+                            if op == _ADD:
+                                c = g
+                            elif op == _MUL:
+                                c = g * x
+                                if c != c and (g == 0 or x == 0):
+                                    c = _ZERO
+                            else:  # -safe_mul(g, ans / y)
+                                d = values[out] / y
+                                c = g * d
+                                if c != c and (g == 0 or d == 0):
+                                    c = _ZERO
+                                c = -c
+                            prev = get(b)
+                            ct[b] = c if prev is None else prev + c
+                        if finite:
+                            finite.difference_update(ea)
+                        continue
+                elif op <= _COPY or not params or params["p"] == 2.0:  # one operand
+                    a = ea[0]
+                    if a in live:
+                        if op == _NEG:
+                            c = -g
+                        elif op == _COPY:
+                            c = g
+                        else:
+                            d = _scalar_derivative(op, values[out], x, params)
+                            c = g * d
+                            if c != c and (g == 0 or d == 0):
+                                c = _ZERO
+                        prev = get(a)
+                        ct[a] = c if prev is None else prev + c
+                        if finite:
+                            finite.discard(a)
+                    continue
         if traced:
-            builder.pos = eq.loc  # for the equations the rules record, and for warnings
-        # The rules' positional arguments (g, ans, *args) as one tuple, passed on as it is.
-        if eager:  # _operands, inlined, and unrolled for one or two arguments
-            ea = eq.args
-            n = len(ea)
-            if n == 2:
-                head = (g, values[out], values[ea[0]], values[ea[1]])
-            elif n == 1:
-                head = (g, values[out], values[ea[0]])
-            else:
-                head = (g, values[out], *map(values.__getitem__, ea))
-        else:
-            head = (g, *_operands(builder, eq, eager))
-        first = len(builder.equations) if log is not None else 0
-        rules = None if prim.variadic else prim.vjp  # rules[i] is prim.vjp_rule(i), without a call
-        if not safe_products and prim.plain_vjp is not None:
-            rules = prim.plain_vjp
-        params = eq.params
-        for i, a in enumerate(eq.args):
-            if a not in live:
-                continue
-            rule = prim.vjp_rule(i) if rules is None else rules[i]
-            if rule is None:
-                continue
-            try:
-                c = rule(*head, **params) if params else rule(*head)
-                shape = shapes[a]
-                if c.shape != shape:  # _fit returns c as it is otherwise
-                    c = _fit(c, shape)
-            except GradcalcError as err:
-                err.pos = err.pos or eq.pos
-                raise
-            if check and not (type(c) is np.float64 and math.isfinite(c)):  # (a finite scalar: no note)
-                _note_nonfinite(builder, eq, g, c)
-            if finite is not None:
-                if prim is P.matmul and a not in ct and _finite_product(c, g, head[3 - i]):
-                    finite.add(a)
-                elif finite:
-                    finite.discard(a)  # a sum of contributions is not certified
-            ct[a] = ct[a] + c if a in ct else c
-        if log is not None:
-            log.append((eq, first, len(builder.equations)))
+            builder.pos = loc  # for the equations the rules record, and for warnings
+        _vjp_step(builder, eq, g, ct, live, eager, log, check, finite, safe_products)
     return found
+
+
+# The primitives _reverse runs inline on scalars: two operands first (op <= _DIV), then the
+# two whose rule needs no derivative, then those whose rule is safe_mul(g, derivative).
+_ADD, _MUL, _DIV, _NEG, _COPY, _SIN, _COS, _EXP, _LOG, _SQRT, _TANH, _POW2 = range(12)
+_SCALAR_OPS = {P.add: _ADD, P.mul: _MUL, P.div: _DIV, P.neg: _NEG, P.copy: _COPY, P.sin: _SIN,
+               P.cos: _COS, P.exp: _EXP, P.log: _LOG, P.sqrt: _SQRT, P.tanh: _TANH, P.pow_const: _POW2}
+_ZERO = np.float64(0.0)
+
+
+def _scalar_derivative(op: int, ans, x, params):
+    """The derivative a unary primitive's rule multiplies g by, as the registry computes it on
+    a NumPy scalar (cos(x) is np.cos(x) there; x^2's is 2.0 * x)."""
+    if op == _SIN:
+        return np.cos(x)
+    if op == _COS:
+        return -np.sin(x)
+    if op == _EXP:
+        return ans
+    if op == _LOG:
+        return 1 / x
+    if op == _SQRT:
+        return 0.5 / ans
+    if op == _TANH:
+        return 1 - ans * ans
+    return params["p"] * x  # _POW2: x^p with p == 2
+
+
+def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, check: bool,
+              finite, safe_products: bool) -> None:
+    """One equation of :func:`_reverse`, by the registry's rules: adds the cotangents of its
+    live operands into ct."""
+    out, prim, ea, params, _ = eq
+    if not prim.differentiable:
+        return
+    values = builder.values
+    # The rules' positional arguments (g, ans, *args) as one tuple, passed on as it is.
+    if eager:  # _operands, inlined, and unrolled for one or two arguments
+        n = len(ea)
+        if n == 2:
+            head = (g, values[out], values[ea[0]], values[ea[1]])
+        elif n == 1:
+            head = (g, values[out], values[ea[0]])
+        else:
+            head = (g, values[out], *map(values.__getitem__, ea))
+    else:
+        head = (g, *_operands(builder, eq, eager))
+    first = len(builder.equations) if log is not None else 0
+    rules = None if prim.variadic else prim.vjp  # rules[i] is prim.vjp_rule(i), without a call
+    if not safe_products and prim.plain_vjp is not None:
+        rules = prim.plain_vjp
+    shapes = builder.shapes
+    for i, a in enumerate(ea):
+        if a not in live:
+            continue
+        rule = prim.vjp_rule(i) if rules is None else rules[i]
+        if rule is None:
+            continue
+        try:
+            c = rule(*head, **params) if params else rule(*head)
+            shape = shapes[a]
+            if c.shape != shape:  # _fit returns c as it is otherwise
+                c = _fit(c, shape)
+        except GradcalcError as err:
+            err.pos = err.pos or eq.pos
+            raise
+        if check and not (type(c) is np.float64 and math.isfinite(c)):  # (a finite scalar: no note)
+            _note_nonfinite(builder, eq, g, c)
+        if finite is not None:
+            if prim is P.matmul and a not in ct and _finite_product(c, g, head[3 - i]):
+                finite.add(a)
+            elif finite:
+                finite.discard(a)  # a sum of contributions is not certified
+        ct[a] = ct[a] + c if a in ct else c
+    if log is not None:
+        log.append((eq, first, len(builder.equations)))
 
 
 def _finite_product(c, g, other) -> bool:
