@@ -396,3 +396,10 @@ def test_parentheses_continue_a_statement_and_no_hint_elsewhere():
     assert ok("eval", "a = (x +\n  2*x)\na", "--at", "x=1", "-f", "plain").stdout == "3\n"
     assert "parentheses" not in user_error("eval", "x -", "--at", "x=1").stderr  # (the end of the program)
     assert "parentheses" not in user_error("eval", "x = 1\ny = \n").stderr
+
+
+def test_samples_cite_the_readme_not_a_spec_outside_the_repository():
+    root = Path(__file__).parent.parent / "samples"
+    citing = [str(p) for p in root.rglob("*") if p.is_file() and p.suffix in (".md", ".grad", ".py")
+              and "SPEC" in p.read_text(encoding="utf-8")]
+    assert citing == []

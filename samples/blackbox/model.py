@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A sample black box for `gradcalc --exec`: the protocol of SPEC §9, standard library only.
+"""A sample black box for `gradcalc --exec` (README.md, "Black boxes"), standard library only.
 
     f(x, y)  = y * sum(sin(x)) + sum(x^2) + log1p(y^2)      x: any shape, y: a scalar
     df/dx    = y * cos(x) + 2 x
