@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from . import render
+from .errors import flag as _flag  # an option as the command line spells it: --update-expect
 
 
 class Format(str, Enum):
@@ -253,11 +254,6 @@ def _error_cells(x, taylor: bool) -> list:
     message, _ = x.error.worded(_flag)
     return ([Text("!", style="red"), "", "", f"{x.kind} error", "", "", "", ""] + [""] * taylor +
             [f"{error_location(x)}: {message}"])
-
-
-def _flag(option: str) -> str:
-    from .errors import flag
-    return flag(option)
 
 
 def _check_lines(result, precision: int) -> str:
