@@ -353,8 +353,9 @@ def _check_json(result) -> dict:
 
 def _check_also(result, fmt: Format) -> None:
     """What check writes besides its results, in every format: on stderr, each source that
-    could not be checked as every user error reads (message, line, caret, hint) and each
-    source with nothing to check; under GitHub Actions, its annotations and step summary."""
+    could not be checked as every user error reads (message, line, caret, hint), each source
+    with nothing to check and each expectation file written; under GitHub Actions, its
+    annotations and step summary."""
     from .errors import error_text
     for x in result.results:
         if _is_error(x):
@@ -362,6 +363,8 @@ def _check_also(result, fmt: Format) -> None:
     for checked in getattr(result, "sources", ()):
         for note in checked.notes:
             sys.stderr.write(f"warning: {checked.source}: {note}\n")
+        if checked.updated and checked.expect_file:
+            sys.stderr.write(f"wrote {checked.expect_file}\n")
     _github_actions(result, fmt)
 
 

@@ -173,7 +173,7 @@ def test_update_expect_then_an_edit_fails_naming_the_entry(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "x.grad", "# check: --at x=[0.5,1.5]\ny = sum(sin(x) * x^2)\ny\n")
     r = ok("check", "x.grad", "--update-expect", "-f", "plain")
-    assert "[expectation file]" in r.stdout
+    assert "[expectation file]" in r.stdout and r.stderr == "wrote x.expect.json\n"
     assert (tmp_path / "x.expect.json").exists()
     ok("check", "x.grad")  # compared automatically, and equal
     write(tmp_path / "x.grad", "# check: --at x=[0.5,1.5]\ny = sum(sin(x) * x^2.01)\ny\n")
