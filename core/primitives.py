@@ -1626,7 +1626,8 @@ cholesky = _def("cholesky", _cholesky, (_cholesky_vjp,), (_cholesky_jvp,), _squa
 class _Factorisations:
     """The last few factorisations, found by their input's bytes: svd's three results (eigh's
     and qr's two) are one LAPACK call, not one per primitive and per derivative rule.  (By
-    content, not identity: a caller may write into an array between two runs.)"""
+    content, not identity: a caller may write into an array between two runs.  Each call hands
+    out copies, O(n^2) beside LAPACK's O(n^3): a caller may write into a result it was given.)"""
 
     def __init__(self, fn, size=4):
         self.fn, self.size, self.entries = fn, size, []
@@ -1635,10 +1636,11 @@ class _Factorisations:
         key = (a.shape, a.dtype.str, a.tobytes())
         for k, result in self.entries:
             if k == key:
-                return result
-        result = self.fn(a)
-        self.entries = [(key, result)] + self.entries[:self.size - 1]
-        return result
+                break
+        else:
+            result = tuple(self.fn(a))
+            self.entries = [(key, result)] + self.entries[:self.size - 1]
+        return tuple(r.copy() for r in result)
 
 
 _eigh = _Factorisations(np.linalg.eigh)
