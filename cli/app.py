@@ -255,26 +255,8 @@ def _pipe_safe(write: Callable[[], int], code: int) -> int:
 # -- reading what the commands share --------------------------------------------
 
 def _source(arg: str):
-    from gradcalc.api import parse
-    from gradcalc.errors import SyntaxError_
-    from gradcalc.values import read_source
-
-    src = read_source(arg)
-    try:
-        return parse(src.text, src.label)
-    except SyntaxError_:
-        if src.label == "<expr>" and _looks_like_a_path(arg):
-            from gradcalc.errors import FileError
-            raise FileError(f"the file '{arg}' does not exist",
-                            hint="SOURCE is a file, - for stdin, or program text") from None
-        raise
-
-
-def _looks_like_a_path(arg: str) -> bool:
-    """Text that is no program but reads as a path: model.grad, dir/model.x."""
-    import re
-    return re.fullmatch(r"[\w./\\~-]+", arg) is not None and (
-        re.search(r"[/\\]", arg) is not None or re.search(r"\.(grad|txt|json|npy|csv)$", arg) is not None)
+    from gradcalc.values import parse_source, read_source
+    return parse_source(read_source(arg), arg)
 
 
 def _at(items, opts: Options, program=None) -> dict:

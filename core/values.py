@@ -297,6 +297,26 @@ def read_source(arg: str) -> Source:
     return Source(arg, "<expr>")
 
 
+def parse_source(src: Source, given: str | None = None):
+    """The Program of a SOURCE read (see read_source).  Program text that does not parse but
+    reads as a path (model.grad, dir/model.grad) is a file that does not exist: a FileError,
+    not a syntax error about its '.'."""
+    from .errors import SyntaxError_
+    from .syntax import parse
+    try:
+        return parse(src.text, src.label)
+    except SyntaxError_:
+        if src.label == "<expr>" and given is not None and _looks_like_a_path(given):
+            raise FileError(f"the file '{given}' does not exist",
+                            hint="SOURCE is a file, - for stdin, or program text") from None
+        raise
+
+
+def _looks_like_a_path(text: str) -> bool:
+    return re.fullmatch(r"[\w./\\~-]+", text) is not None and (
+        re.search(r"[/\\]", text) is not None or re.search(r"\.(grad|txt|json|npy|csv)$", text) is not None)
+
+
 def _decode(data: bytes, label: str) -> str:
     try:
         text = data.decode("utf-8-sig")  # a byte-order mark, if any, is not part of the program
