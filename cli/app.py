@@ -123,7 +123,7 @@ SaveOpt = Annotated[Optional[str], typer.Option(
     "--save", help="also write every array of the result to a NumPy .npz archive, keyed by its JSON path "
                    "(gradient/x, value)", show_default=False)]
 #: The commands whose results are arrays, which --save writes.
-SAVES = ("eval", "grad", "jacobian", "vjp", "jvp", "hessian")
+SAVES = ("eval", "grad", "jacobian", "vjp", "jvp", "hessian", "plot")
 
 
 def _format_option(name: str):

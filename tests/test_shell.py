@@ -288,6 +288,15 @@ def test_save_writes_every_array_keyed_by_its_json_path(tmp_path, args, expected
         assert {k: z[k].tolist() for k in z.files} == expected
 
 
+def test_save_writes_plot_samples(tmp_path):
+    path = tmp_path / "plot.npz"
+    ok("plot", "x^2", "--over", "x=0:1", "--samples", "3", "--save", path, "-f", "json")
+    with np.load(path) as z:
+        assert z["samples/abscissae"].tolist() == [0.0, 0.5, 1.0]
+        assert z["samples/values"].tolist() == [0.0, 0.25, 1.0]
+        assert z["samples/derivatives"].tolist() == [0.0, 1.0, 2.0]  # 2x
+
+
 def test_save_skips_unconnected_nulls_and_reports_unwritable_files(tmp_path):
     path = tmp_path / "g"  # no .npz added to the name given
     ok("grad", "x + stop_gradient(z)", "--at", "x=1,z=2", "--unconnected", "none", "--save", path)
