@@ -69,6 +69,9 @@ def test_the_unnamed_output_is_underscore_in_json_and_errors():
 def test_a_mistyped_command_is_suggested_once():
     err = user_error("gard", "x").stderr
     assert err.count("Did you mean 'grad'?") == 1
+    r = shell("gard", "x")  # (through main, as a user sees it)
+    assert (r.returncode, r.stderr) == (2, "error: No such command 'gard'. Did you mean 'grad'?\n"
+                                           "hint: see 'gradcalc --help'\n")
 
 
 # -- --version, completion ---------------------------------------------------------
