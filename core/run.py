@@ -306,6 +306,7 @@ _BINARY = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div, "@": P.matmul, "^": P
 _MASK_OPS = frozenset(("<", "<=", ">", ">=", "==", "!=", "and", "or"))
 _MASK_BUILTINS = frozenset(("any", "all"))
 _AUGMENTED = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div}
+_ADD, _NEG = P.add, P.neg
 _PRIMITIVE = P.Primitive  # (sub is a function: add(a, neg(b)))
 
 
@@ -622,7 +623,7 @@ class Interpreter:
                 p = _literal_exponent(op)
                 if p is not None:
                     b.pos = op.loc
-                    acc = P.pow_const(acc, p=p)
+                    acc = bind(P.pow_const, (acc,), {"p": p})  # (what P.pow_const(acc, p=p) does)
                     continue
             r = op.right
             rt = type(r)
@@ -630,6 +631,9 @@ class Interpreter:
             if right is None:
                 right = self.expr(r)
             b.pos = op.loc
+            if op.op == "-":  # a - b is add(a, neg(b)) (P.sub), recorded here directly
+                acc = bind(_ADD, (acc, bind(_NEG, (right,), NO_PARAMS)), NO_PARAMS)
+                continue
             prim = _BINARY.get(op.op) or _operator(op.op)
             acc = bind(prim, (acc, right), NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
             if op.op in _MASK_OPS:
@@ -643,7 +647,7 @@ class Interpreter:
             out = _operator("not") if _primitive("logical_not") is None else P.logical_not(x)
             self.masks.add(int(out.var))
             return out
-        return P.neg(x) if node.op == "-" else x
+        return self.b.bind(_NEG, (x,), NO_PARAMS) if node.op == "-" else x  # (what P.neg(x) does)
 
     def index(self, node: Index) -> Tracer:
         x = self.expr(node.value)

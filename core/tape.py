@@ -167,6 +167,7 @@ class Tape(NamedTuple):
 
 
 _new_equation = tuple.__new__  # Equation(...) without the Python-level __new__
+_new_object = object.__new__
 
 
 class Guard(NamedTuple):
@@ -428,6 +429,42 @@ class Builder:
 
     # -- recording ------------------------------------------------------------
     def bind(self, prim, args: tuple, params: dict) -> Tracer:
+        values = self.values
+        n = len(args)
+        if n == 2 and not params and prim.plain is not None or n == 1 and prim.trivial_params:
+            # Operands that are NumPy scalars (a scalar program): what the general code below does
+            # with them, without its branches, conversions and checks of shape (the value is a
+            # scalar too, or it takes the general code).  Same value, same equation.
+            x = values[args[0].var]
+            if x.__class__ is F64_SCALAR:
+                if n == 1:
+                    ids = (args[0].var,)
+                    try:
+                        value = prim.impl(x)
+                    except Exception:  # noqa: BLE001 - the general code calls it again, and words the error
+                        value = None
+                else:
+                    ids = (args[0].var, args[1].var)
+                    y = values[ids[1]]
+                    value = prim.plain(x, y) if y.__class__ is F64_SCALAR else None
+                if value.__class__ is F64_SCALAR:
+                    var = self._next
+                    self._next = var + 1
+                    values[var] = value
+                    self.shapes[var] = ()
+                    self.equations.append(_new_equation(Equation, (var, prim, ids, NO_PARAMS, self.pos)))
+                    if self.check_finite and not math.isfinite(value):
+                        self._note_nonfinite(prim, args, value)
+                    if self.record:  # Tracer(self, var), without a call of its __init__
+                        t = _new_object(Tracer)
+                        t.builder = self
+                        t.var = var
+                        return t
+                    return self.new_tracer(self, var)
+        return self._bind(prim, args, params)
+
+    def _bind(self, prim, args: tuple, params: dict) -> Tracer:
+        """bind, in general: any operands, any parameters."""
         values = self.values
         # The operands' variables, unpacked by hand for one or two (a comprehension costs more).
         n = len(args)
