@@ -169,9 +169,8 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
             output = st
             continue
         if t is ExprStmt:
-            bare[st.loc] = "_" if not bare else f"_{len(bare) + 1}"
-            assigned.setdefault(bare[st.loc], st.loc)
-            output = (bare[st.loc], st.loc)
+            bare[st.loc] = None  # named below, once every name the program assigns is known
+            output = st
             continue
         if t is Inputs:
             output = (st.decls[-1].name, st.loc)
@@ -186,9 +185,27 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
                 assigned[name] = st.loc
         if t is not For:
             output = (target(st)[-1], st.loc)
+    _name_bare(bare, assigned)
     if type(output) is Assign:
         output = (output.name, output.loc)
+    elif type(output) is ExprStmt:
+        output = (bare[output.loc], output.loc)
     return assigned, bare, output
+
+
+def _name_bare(bare: dict, assigned: dict) -> None:
+    """Name the bare expressions _, _2, _3, ... in order (SPEC §2.2), skipping any name the
+    program assigns itself (`_, V = eigh(S)`), so that the unnamed output's name never
+    collides with one of the program's."""
+    k = 0
+    for loc in bare:
+        k += 1
+        name = "_" if k == 1 else f"_{k}"
+        while name in assigned:
+            k += 1
+            name = f"_{k}"
+        bare[loc] = name
+        assigned[name] = loc
 
 
 def _function_read(n: Name, st) -> None:

@@ -417,7 +417,6 @@ def test_samples_cite_the_readme_not_a_spec_outside_the_repository():
     assert citing == []
 
 
-@pytest.mark.xfail(strict=True, reason="needs /tmp/shell17/run_bare.patch in core/run.py (engine18)")
 def test_bare_expression_names_skip_the_program_s_own():
     assert ok_json("eval", "_ = 3; x + _", "--at", "x=1", "--all")["values"] == {"x": 1.0, "_": 3.0, "_2": 4.0}
     doc = ok_json("grad", "_2 = x; x^2; 2*x", "--at", "x=1")
