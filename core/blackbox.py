@@ -383,7 +383,7 @@ def fd_gradient(box: BlackBox, at: dict, method: str = "richardson", wrt=None, *
     ``wrt`` a name or list of names among them (default: all, in order).  All
     the perturbed points go to the program in one request.  Returns a Result:
     {name: array of the input's shape}, with ``command`` "grad", ``of``
-    "value", ``value`` (the value at ``at``), ``error_estimate`` ({name: array},
+    "value", ``at`` (the point), ``value`` (the value at ``at``), ``error_estimate`` ({name: array},
     per element, see :mod:`.stencil`), ``method``, ``exec`` (``label``, by
     default the command), ``requests`` (the box's count so far), and empty
     ``unconnected`` and ``warnings``.  A value that is not a scalar is a ShapeError.
@@ -401,8 +401,8 @@ def fd_gradient(box: BlackBox, at: dict, method: str = "richardson", wrt=None, *
                          hint="use 'gradcalc check --exec' to check the Jacobian it reports", option="exec")
     _, est, err, _ = estimate.solve(results)
     shape = {w: at[w].shape for w in wrt}
-    return Result({w: est[w].reshape(shape[w]) for w in wrt}, command="grad", of="value", value=value,
-                  error_estimate={w: err[w].reshape(shape[w]) for w in wrt}, method=method,
+    return Result({w: est[w].reshape(shape[w]) for w in wrt}, command="grad", of="value", at=at,
+                  value=value, error_estimate={w: err[w].reshape(shape[w]) for w in wrt}, method=method,
                   exec=box.cmd if label is None else label, requests=box.requests, unconnected=[],
                   warnings=[])
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 #: that a stored output (an expectation file of check) says where it was made.
 PAYLOADS = {
     "eval": "values= warnings",
-    "grad": "of at? value gradient= error_estimate? method? exec? requests? unconnected warnings symbolic?",
+    "grad": "of at value gradient= error_estimate? method? exec? requests? unconnected warnings symbolic?",
     "jacobian": "of at value jacobian= unconnected warnings symbolic?",
     "vjp": "of value cotangent vjp= unconnected warnings",
     "jvp": "of value jvp warnings",

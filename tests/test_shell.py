@@ -422,3 +422,10 @@ def test_bare_expression_names_skip_the_program_s_own():
     doc = ok_json("grad", "_2 = x; x^2; 2*x", "--at", "x=1")
     assert (doc["of"], doc["value"]) == ("_3", 2.0)  # the bares are _ and _3: the program has its own _2
     assert ok_json("eval", "_, b = split(x, 2); b*2", "--at", "x=[1,2]")["values"] == {"_2": [4.0]}
+
+
+def test_grad_exec_json_records_its_point_too():
+    model = Path(__file__).parent.parent / "samples" / "blackbox" / "model.py"
+    doc = ok_json("grad", "--exec", f"{sys.executable} {model}", "--at", "x=[0.5,-1,2],y=1.5")
+    assert doc["at"] == {"x": [0.5, -1.0, 2.0], "y": 1.5}
+    assert list(doc)[:5] == ["schema", "command", "of", "at", "value"]
