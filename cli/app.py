@@ -64,29 +64,30 @@ class _Group(TyperGroup):
 
 
 def programs_last(args: list, cmd) -> list:
-    """args with each word that begins with '-' but is none of the command's options
-    ('-log(p)', '-x^2') moved after '--', where click reads it as an argument, not an option.
-    Values of options that take one (--cotangent -1.5) stay where they are; '--word' stays
-    an option (a misspelt one is reported as such)."""
+    """args with the command's arguments moved after '--', where click reads each as an
+    argument, when one of them begins with '-' but is none of the command's options
+    ('-log(p)', '-x^2'); the arguments keep their order.  Values of options that take one
+    (--cotangent -1.5) stay with them; '--word' stays an option (a misspelt one is reported
+    as such)."""
     import re
     if "--" in args or not any(a.startswith("-") and a != "-" for a in args):
         return args
     takes_value, flags = _option_words(cmd)
-    kept, programs, i = [], [], 0
+    options, arguments, i = [], [], 0
     while i < len(args):
         word = args[i]
         if word.split("=", 1)[0] in takes_value:
-            kept.append(word)
+            options.append(word)
             if "=" not in word and i + 1 < len(args):  # its value, whatever it looks like
                 i += 1
-                kept.append(args[i])
-        elif word in flags or not word.startswith("-") or word == "-" or word[:2] in takes_value or \
-                re.match(r"--[\w-]+(=|$)", word):
-            kept.append(word)  # (-fjson: a short option with its value; --bogus: click says no such option)
+                options.append(args[i])
+        elif word in flags or word[:2] in takes_value or re.match(r"--[\w-]+(=|$)", word):
+            options.append(word)  # (-fjson: a short option with its value; --bogus: click says no such option)
         else:
-            programs.append(word)
+            arguments.append(word)
         i += 1
-    return kept + ["--"] + programs if programs else args
+    dashed = any(a.startswith("-") and a != "-" for a in arguments)
+    return options + ["--"] + arguments if dashed else args
 
 
 def _option_words(cmd) -> tuple[set, set]:

@@ -198,6 +198,8 @@ def test_programs_last_moves_only_what_is_no_option():
     assert programs_last(["-x", "--cotangent", "-1", "-fjson", "--at=x=-2"], cmd) == \
         ["--cotangent", "-1", "-fjson", "--at=x=-2", "--", "-x"]
     assert programs_last(["x", "--at", "x=1"], cmd) == ["x", "--at", "x=1"]
+    check = get_command(build_app(["check"])).commands["check"]
+    assert programs_last(["-y", "x", "-", "--at", "x=1"], check) == ["--at", "x=1", "--", "-y", "x", "-"]
 
 
 # -- values: stdin, pipes, headers, shared parameter files ------------------------------
