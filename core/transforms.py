@@ -35,11 +35,10 @@ def _fit(c, shape: tuple):
 def depends(equations, sources) -> set:
     """Variables with a differentiable path from any of sources (the sources included)."""
     live = set(sources)
-    isdisjoint = live.isdisjoint  # "no argument is live", in C (live grows in place)
-    for eq in equations:
-        prim = eq.prim
-        if prim.differentiable and prim.vjp is not None and not isdisjoint(eq.args):
-            live.add(eq.out)
+    isdisjoint, add = live.isdisjoint, live.add  # "no argument is live", in C (live grows in place)
+    for out, prim, args, _, _ in equations:  # (unpacked: cheaper than the fields' properties)
+        if not isdisjoint(args) and prim.differentiable and prim.vjp is not None:
+            add(out)
     return live
 
 
