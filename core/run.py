@@ -324,6 +324,7 @@ _MASK_OPS = frozenset(("<", "<=", ">", ">=", "==", "!=", "and", "or"))
 _MASK_BUILTINS = frozenset(("any", "all"))
 _AUGMENTED = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div}
 _ADD, _NEG = P.add, P.neg
+_COMPILE_DEPTH = 32  # levels of an expression compiled (see Interpreter.compiled); deeper: expr()
 _PRIMITIVE = P.Primitive  # (sub is a function: add(a, neg(b)))
 
 
@@ -362,6 +363,8 @@ class Interpreter:
         self.masks_bound = _MASKS_BOUND
         self.names: dict[str, int] = {}  # top-level name -> var of its last value
         self.positions: dict[str, int] = {}  # top-level name -> where last assigned
+        self.loops = 0  # loops running (their bodies' assignments run compiled: see compiled())
+        self.compiled_values: dict[int, tuple] = {}  # id of an Assign -> (it, its value compiled)
         self.several: dict[int, tuple] = {}  # bare statements that gave several values: loc -> (call, count)
 
     def number(self, value: float) -> Tracer:
@@ -398,7 +401,14 @@ class Interpreter:
 
     def assign(self, st: Assign) -> None:
         before = self.b._next
-        self.bind(st.name, self.expr(st.value), st.loc, before)
+        if self.loops:  # run again and again: compiled once
+            done = self.compiled_values.get(id(st))
+            if done is None:
+                done = self.compiled_values[id(st)] = (st, self.compiled(st.value, _COMPILE_DEPTH))
+            value = done[1]()
+        else:
+            value = self.expr(st.value)
+        self.bind(st.name, value, st.loc, before)
 
     def aug_assign(self, st: AugAssign) -> None:
         before = self.b._next
@@ -446,10 +456,14 @@ class Interpreter:
             self.block(st.orelse)
 
     def while_(self, st: While) -> None:
-        while True:
-            self.step(st.loc, "loop")
-            if not self.condition(st.cond, st.cond_loc, "while") or not self.iteration(st.body):
-                return
+        self.loops += 1
+        try:
+            while True:
+                self.step(st.loc, "loop")
+                if not self.condition(st.cond, st.cond_loc, "while") or not self.iteration(st.body):
+                    return
+        finally:
+            self.end_loop()
 
     def for_(self, st: For) -> None:
         it = st.iterable
@@ -457,11 +471,22 @@ class Interpreter:
             values = (self.b.const(float(i)) for i in self.range_of(it))
         else:
             values = self.rows(self.expr(it), st.loc)
-        for value in values:
-            self.step(st.loc, "loop")
-            self.bind(st.var, value, st.loc, value.var)
-            if not self.iteration(st.body):
-                return
+        self.loops += 1
+        try:
+            for value in values:
+                self.step(st.loc, "loop")
+                self.bind(st.var, value, st.loc, value.var)
+                if not self.iteration(st.body):
+                    return
+        finally:
+            self.end_loop()
+
+    def end_loop(self) -> None:
+        """After a loop: past the outermost, the compiled assignments go (their functions refer
+        to this interpreter: kept, they would keep it, and every value it holds, in a cycle)."""
+        self.loops -= 1
+        if not self.loops:
+            self.compiled_values.clear()
 
     def iteration(self, body) -> bool:
         """Run a loop's body once; False when it ends the loop (break)."""
@@ -656,6 +681,69 @@ class Interpreter:
             if op.op in _MASK_OPS:
                 self.masks.add(int(acc.var))
         return acc
+
+    def compiled(self, node, depth: int):
+        """node's value as a function of no arguments, for an expression that a loop evaluates
+        again and again: what expr(node) does, with the dispatch on node types, the walk of the
+        operator spine and the lookups of primitives done once.  Names, numbers, arithmetic
+        operators, negation, x^p and one-primitive built-ins of one argument are compiled
+        (depth levels of them); anything else is expr(node) itself.  The same equations, in
+        the same order, at the same positions."""
+        t, b = type(node), self.b
+        if t is Name:
+            nid = node.id
+
+            def name():
+                v = self.env.get(nid)
+                return v if v is not None else self.name(node)
+            return name
+        if t is Num:
+            number, value = self.number, node.value
+            return lambda: number(value)
+        loc = node.loc if depth > 0 else None
+        if t is Binary and loc is not None:
+            left, p = self.compiled(node.left, depth - 1), _literal_exponent(node)
+            if p is not None:  # x^2: the exponent is a parameter (never evaluated as a value)
+                params = {"p": p}
+
+                def power():
+                    x = left()
+                    b.pos = loc
+                    return b.bind(P.pow_const, (x,), params)
+                return power
+            right, op = self.compiled(node.right, depth - 1), node.op
+            if op == "-":
+                def subtract():
+                    x, y = left(), right()
+                    b.pos = loc
+                    return b.bind(_ADD, (x, b.bind(_NEG, (y,), NO_PARAMS)), NO_PARAMS)
+                return subtract
+            prim = _BINARY.get(op)
+            if prim is not None and prim.__class__ is _PRIMITIVE and op not in _MASK_OPS:
+                def apply():
+                    x, y = left(), right()
+                    b.pos = loc
+                    return b.bind(prim, (x, y), NO_PARAMS)
+                return apply
+        elif t is Unary and node.op == "-" and loc is not None:
+            operand = self.compiled(node.operand, depth - 1)
+
+            def negate():
+                x = operand()
+                b.pos = loc
+                return b.bind(_NEG, (x,), NO_PARAMS)
+            return negate
+        elif t is Call and loc is not None and len(node.args) == 1 and not node.kwargs:
+            fn = None if node.func in self.facts.functions else FUNCTIONS.get(node.func)
+            if fn is not None and fn.prim is not None and fn.arity == 1 and node.func not in _MASK_BUILTINS:
+                arg, prim, invoke, bind = self.compiled(node.args[0], depth - 1), fn.prim, self.invoke, b.bind
+
+                def builtin():
+                    x = arg()
+                    b.pos = loc
+                    return invoke(node, bind, (prim, (x,), NO_PARAMS))
+                return builtin
+        return lambda: self.expr(node)
 
     def unary(self, node: Unary) -> Tracer:
         x = self.expr(node.operand)

@@ -162,3 +162,35 @@ def test_a_loop_agrees_with_a_reverse_sweep_by_hand():
     r = gradcalc.grad(src, at={"th0": th0, "om0": om0, "g": g, "c": c})
     np.testing.assert_allclose([r["th0"], r["om0"], r["g"], r["c"]], [dth, dom, dg, dc], rtol=1e-12, atol=1e-15)
     _compare(gradcalc.grad, src, {"th0": th0, "om0": om0, "g": g, "c": c})
+
+
+def _tape_and_values(src, at):
+    """Everything a trace records: each equation with its position, the values, the warnings."""
+    with np.errstate(all="ignore"):
+        try:
+            tr = trace(gradcalc.parse(src), {k: np.asarray(v, dtype=np.float64) for k, v in at.items()})
+        except GradcalcError as err:
+            return str(err)
+    b = tr.builder
+    return (str(tr.tape), [eq.loc for eq in tr.tape.equations], list(b.warnings),
+            {n: b.values[v].tobytes() for n, v in tr.tape.names.items()})
+
+
+@settings(max_examples=120, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scalar_programs())
+def test_compiled_loop_bodies_record_what_the_interpreter_records(case):
+    """A loop's assignments run compiled (Interpreter.compiled): the same equations, in the same
+    order, at the same positions, with the same values and warnings as expr() records."""
+    from gradcalc.run import Interpreter
+
+    src, point = case
+    src += "\nfor k in range(3) { w = -(sin(x) - cos(y)) * sin(z)^2 / (1 + exp(-x)) - tanh(k * y); q = maximum(w, 0.5) + (w > 0) + w^3 }"
+    compiled = _tape_and_values(src, point)
+    plain = Interpreter.compiled
+    try:
+        Interpreter.compiled = lambda self, node, depth: (lambda: self.expr(node))
+        interpreted = _tape_and_values(src, point)
+    finally:
+        Interpreter.compiled = plain
+    assert compiled == interpreted, src
