@@ -264,23 +264,10 @@ def _at(items, opts: Options, program=None) -> dict:
     """The --at values.  Names from an @FILE mapping that the program does not take are
     dropped, with a note on stderr (one parameter file may serve several programs); a name
     typed as NAME=VALUE that is not an input stays an error (the run reports it)."""
-    from gradcalc.values import parse_assignments, unused_names
+    from gradcalc.values import drop_unused, parse_assignments
     point = parse_assignments(items, "--at", opts.max_elements)
-    if program is None or not point.from_files:
-        return point
-    from gradcalc.lower import find_inputs
-    try:
-        inputs = {i.name for i in find_inputs(program)}
-    except GradcalcError:  # (the run reports it, located)
-        return point
-    unused: dict = {}
-    for name, path in unused_names(point, inputs).items():
-        del point[name]
-        unused.setdefault(path, []).append(name)
-    for path, names in unused.items():
-        sys.stderr.write(f"note: --at @{path}: {', '.join(map(repr, names))} "
-                         f"{'is not an input' if len(names) == 1 else 'are not inputs'} of the program; "
-                         "ignored\n")
+    for note in drop_unused(point, program) if program is not None else ():
+        sys.stderr.write(f"note: {note}\n")
     return point
 
 

@@ -353,14 +353,17 @@ def _check_json(result) -> dict:
 
 def _check_also(result, fmt: Format) -> None:
     """What check writes besides its results, in every format: on stderr, each source that
-    could not be checked as every user error reads (message, line, caret, hint), each source
-    with nothing to check and each expectation file written; under GitHub Actions, its
+    could not be checked as every user error reads (message, line, caret, hint), the names of
+    an --at @FILE a source does not take (a note, as every command gives), each source with
+    nothing to check and each expectation file written; under GitHub Actions, its
     annotations and step summary."""
     from .errors import error_text
     for x in result.results:
         if _is_error(x):
             sys.stderr.write(error_text(x.error) + "\n")
     for checked in getattr(result, "sources", ()):
+        for note in checked.ignored:
+            sys.stderr.write(f"note: {checked.source}: {note}\n")
         for note in checked.notes:
             sys.stderr.write(f"warning: {checked.source}: {note}\n")
         if checked.updated and checked.expect_file:

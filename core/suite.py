@@ -79,7 +79,9 @@ class SourceCheck:
     options: dict = field(default_factory=dict)
     expect_file: str | None = None
     updated: bool = False
-    notes: list = field(default_factory=list)  # e.g. nothing to check: no inputs
+    notes: list = field(default_factory=list)  # warnings, e.g. nothing to check: no inputs
+    #: what was left out, worded: "--at @params.json: 'lr' is not an input of the program; ignored"
+    ignored: list = field(default_factory=list)
 
     @property
     def error(self) -> CheckError | None:
@@ -158,34 +160,22 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
     ``no_expect``; ``update_expect`` writes it first from this source's derivatives.
     ``checker(program, options) -> Result`` replaces numerics.check (check SOURCE --exec
     compares a black box with the program), with no expectation."""
-    from .values import read_source
+    from .values import drop_unused, parse_source, read_source
     label = source if isinstance(source, str) and "\n" not in source else "<expr>"
     try:
         src = read_source(source)
         label = src.label
+        program = parse_source(src, source if isinstance(source, str) else None)
         options = merged(file_options(src), overrides or {})
+        ignored = drop_unused(options.get("at", {}), program)  # (as every command does: SPEC §3)
         if checker is not None:
-            return _checked(src.label, checker(_parsed(src, source), options), options)
-        return _check_read(src, _parsed(src, source), options, update_expect, no_expect)
+            checked = _checked(src.label, checker(program, options), options)
+        else:
+            checked = _check_read(src, program, options, update_expect, no_expect)
+        checked.ignored = ignored
+        return checked
     except GradcalcError as err:  # (a missing file: under its own name, not as program text)
         return _failed(source if isinstance(err, FileError) and isinstance(source, str) else label, err)
-
-
-def _parsed(src: Source, given=None):
-    """The program of a source read; text that is no program but reads as a path (model.grad,
-    dir/model) is a file that does not exist (as the command line says of a SOURCE)."""
-    import re
-
-    from .errors import SyntaxError_
-    from .session import parse
-    try:
-        return parse(src.text, src.label)
-    except SyntaxError_:
-        if src.label == "<expr>" and isinstance(given, str) and re.fullmatch(r"[\w./\\~-]+", given) and (
-                re.search(r"[/\\]|\.(grad|txt|json|npy|csv)$", given)):
-            raise FileError(f"the file '{given}' does not exist",
-                            hint="SOURCE is a file, - for stdin, or program text") from None
-        raise
 
 
 def _checked(label: str, checked: Result, options: dict, expect_file=None, updated=False) -> SourceCheck:
@@ -216,12 +206,14 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
 
 def merged(from_file: dict, overrides: dict) -> dict:
     """The file's options with the caller's given ones (not None) on top; ``at`` merges
-    name by name, the caller's values winning."""
+    name by name, the caller's values winning (each name remembering whether its value came
+    from an @FILE mapping: values.Point)."""
+    from .values import Point
     out = dict(from_file)
     for k, v in overrides.items():
         if v is None:
             continue
-        out[k] = {**out.get("at", {}), **v} if k == "at" else v
+        out[k] = Point(out.get("at", {})).merged(v) if k == "at" else v
     return out
 
 
@@ -276,7 +268,8 @@ def _read_line(src: Source, number: int, line: str, found: dict) -> None:
             value, i = words[i + 1], i + 1
         i += 1
         if key == "at":
-            found["at"] = {**found.get("at", {}), **_file_values(src, value, fail)}
+            from .values import Point
+            found["at"] = Point(found.get("at", {})).merged(_file_values(src, value, fail))
         else:
             found[key] = found.get(key, []) + [value] if kind == "list" else _convert(kind, value, fail, word)
 

@@ -17,8 +17,8 @@ import re
 import numpy as np
 
 from .codec import JSONNumberError, array_from_json
-from .errors import FileError, LimitError, Source, UsageError, ValueError_, option
-from .lower import constant_value
+from .errors import FileError, GradcalcError, LimitError, Source, UsageError, ValueError_, option
+from .lower import constant_value, find_inputs
 from .tape import DEFAULT_MAX_ELEMENTS
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*$")
@@ -78,12 +78,46 @@ class Point(dict):
 
     def __init__(self, *args):
         super().__init__(*args)
-        self.from_files: dict[str, str] = {}
+        self.from_files: dict[str, str] = dict(getattr(args[0], "from_files", {})) if args else {}
+
+
+    def merged(self, other: dict) -> "Point":
+        """self with other's values on top (a later --at overrides an earlier one); a name
+        keeps its file only when the value kept came from one (a plain dict is typed values)."""
+        out = Point(self)
+        files = getattr(other, "from_files", {})
+        for k, v in other.items():
+            out[k] = v
+            if k in files:
+                out.from_files[k] = files[k]
+            else:
+                out.from_files.pop(k, None)
+        return out
 
 
 def unused_names(point: Point, inputs) -> dict[str, str]:
     """The names of point that came from a file and are not among inputs (-> the file)."""
     return {k: path for k, path in point.from_files.items() if k in point and k not in inputs}
+
+
+def drop_unused(point: dict, program) -> list[str]:
+    """Remove from point the names of an ``--at @FILE`` mapping that the program does not
+    take (SPEC §3: one parameter file serves several programs); the notes that say so, one
+    per file: "--at @params.json: 'lr' is not an input of the program; ignored".  A name
+    typed as NAME=VALUE stays (the run reports it as an error)."""
+    if not getattr(point, "from_files", None):
+        return []
+    try:
+        inputs = {i.name for i in find_inputs(program)}
+    except GradcalcError:  # (the run reports it, located)
+        return []
+    unused: dict = {}
+    for name, path in unused_names(point, inputs).items():
+        del point[name]
+        unused.setdefault(path, []).append(name)
+    return [f"--at @{path}: {', '.join(map(repr, names))} "
+            f"{'is not an input' if len(names) == 1 else 'are not inputs'} of the program; ignored"
+            for path, names in unused.items()]
 
 
 def parse_value(text: str, label: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> np.ndarray:

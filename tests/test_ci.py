@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import xml.etree.ElementTree as ET
 
@@ -464,3 +465,56 @@ def test_a_lone_source_that_cannot_be_checked_reads_as_any_command_error(tmp_pat
     r = user_error("check", "y = ", "--junit-xml", str(xml), "-f", "plain")
     assert r.stdout.startswith("ERROR <expr>:1:5: syntax error: ")  # plain: a line per result, always
     assert ET.parse(xml).getroot().find("testcase/error").get("type") == "syntax"
+
+
+# -- a shared parameter file (SPEC §3), a missing file, one path rule ------------------
+
+@pytest.fixture
+def params(tmp_path, monkeypatch):
+    """params.json in the cwd (x and two names no program here takes) and sub/params.json."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "params.json", json.dumps({"x": 3.0, "lr": 0.1, "momentum": 0.9}))
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub" / "params.json", json.dumps({"x": [1.0, 2.0], "lr": 0.5}))
+    return tmp_path
+
+
+def test_check_ignores_the_unused_names_of_a_parameter_file_with_a_note(params):
+    r = ok("check", "x^2", "--at", "@params.json", "-f", "plain")
+    assert r.stdout.startswith("ok <expr> point=0 d_/dx")
+    # the note grad gives, naming the source (check has several)
+    assert ok("grad", "x^2", "--at", "@params.json").stderr == \
+        "note: --at @params.json: 'lr', 'momentum' are not inputs of the program; ignored\n"
+    assert r.stderr == "note: <expr>: --at @params.json: 'lr', 'momentum' are not inputs of the program; ignored\n"
+    r = user_error("check", "x^2", "--at", "@params.json", "--at", "lr=1", "-f", "plain")  # typed: an error
+    assert "'lr' is not an input of the program" in r.stdout and "note:" not in r.stderr
+    c = check_source("x^2", overrides={"at": {"x": np.array(3.0), "lr": np.array(1.0)}})  # the API's: typed
+    assert c.error is not None and "'lr' is not an input" in c.error.message
+
+
+def test_a_check_line_s_parameter_file_is_read_beside_the_program(params):
+    p = write(params / "sub" / "f.grad", "# check: --at @params.json\nsum(x^2)\n")
+    c = check_source("sub/f.grad")
+    assert c.ok and c.options["at"]["x"].tolist() == [1.0, 2.0] and "lr" not in c.options["at"]
+    assert c.ignored == [f"--at @{os.path.join('sub', 'params.json')}: 'lr' is not an input of the program; ignored"]
+    r = ok("check", p, "--at", "@params.json", "-f", "plain")  # the command line's file wins over the line's
+    assert "max_abs_err" in r.stdout and "'lr', 'momentum' are not inputs" in r.stderr
+    assert check_sources([p], overrides={"at": gradcalc.values.parse_assignments(["@params.json"])}).ok
+
+
+def test_a_missing_file_is_reported_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for fmt in ("table", "plain", "json"):
+        r = user_error("check", "missing.grad", "-f", fmt)
+        assert r.stderr == ("error: the file 'missing.grad' does not exist\n"
+                            "hint: SOURCE is a file, - for stdin, or program text\n"), fmt
+    r = user_error("check", "missing.grad", "x^2", "--at", "x=1", "-f", "plain")
+    assert r.stderr.count("error:") == 1 and r.stdout.startswith("ERROR missing.grad: file error: ")
+
+
+def test_check_reads_a_missing_file_by_the_command_line_s_rule(monkeypatch):
+    # one rule (values.parse_source) for every command: changing it changes check's reading too
+    assert check_source("dir/model.grad").error.kind == "file"
+    assert check_source("x +* 2").error.kind == "syntax"
+    monkeypatch.setattr(gradcalc.values, "_looks_like_a_path", lambda text: True)
+    assert check_source("x +* 2").error.message == "the file 'x +* 2' does not exist"
