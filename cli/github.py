@@ -9,6 +9,7 @@ to the file named by $GITHUB_STEP_SUMMARY.
 from __future__ import annotations
 
 import os
+import re
 
 _DATA = {"%": "%25", "\r": "%0D", "\n": "%0A"}
 _PROPERTY = {**_DATA, ":": "%3A", ",": "%2C"}
@@ -52,9 +53,15 @@ def annotation(x, flag) -> str:
                    title=f"gradcalc check: {derivative_text(x)} ({comparison_text(x)}) failed")
 
 
+#: What Markdown would read as markup in a table cell: a pipe ends the cell, <expr> would be an
+#: HTML tag GitHub drops, * _ ~ ` [ ] & emphasis, code, links and entities.  A backslash before
+#: ASCII punctuation always stands for the character itself (CommonMark, "Backslash escapes").
+_MARKDOWN = re.compile(r"([\\`*_~<>\[\]|&])")
+
+
 def _cell(text) -> str:
-    """Text for a Markdown table cell: no line breaks, pipes escaped."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    """Text for a Markdown table cell, read as written: one line, markup characters escaped."""
+    return _MARKDOWN.sub(r"\\\1", str(text).replace("\r", " ").replace("\n", " "))
 
 
 #: The most rows a step summary lists (GitHub takes at most 1 MiB of it per step): every failure

@@ -518,3 +518,19 @@ def test_check_reads_a_missing_file_by_the_command_line_s_rule(monkeypatch):
     assert check_source("x +* 2").error.kind == "syntax"
     monkeypatch.setattr(gradcalc.values, "_looks_like_a_path", lambda text: True)
     assert check_source("x +* 2").error.message == "the file 'x +* 2' does not exist"
+
+
+def test_the_step_summary_shows_its_cells_as_written(monkeypatch, tmp_path):
+    # rendered by a CommonMark parser with GFM tables (markdown-it, which rich depends on), every
+    # cell reads as the text it holds: <expr> is no HTML tag, * and _ no emphasis, | no cell end
+    from markdown_it import MarkdownIt
+    p = write(tmp_path / "f.grad", "# check: --at x=2\ny = x^3\n")
+    write(tmp_path / "f.expect.json", json.dumps({"schema": 1, "command": "grad", "of": "y", "gradient": {"x": 1}}))
+    r = check_sources(["y = x +* 2", p, "input x = 1; input x_y_ = 2; x * x_y_ + x_y_", "a|b"])
+    html = MarkdownIt("commonmark").enable("table").render(github.summary_markdown(r, str))
+    cells = [re.sub("<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", html)]
+    assert "&lt;expr&gt;:1:8" in cells and "expected an expression, found '*'" in cells
+    assert "d_/dx_y_" in cells and "unexpected character '|'" in cells and cells.count("&lt;expr&gt;") == 2
+    assert any(c.startswith("entry gradient['x']: stored 1.0, computed 12.0 (|computed - stored| = 11 &gt; ")
+               for c in cells)
+    assert "<em>" not in html and "<code>" not in html and html.count("<tr>") == 1 + len(r.results)
