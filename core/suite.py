@@ -10,6 +10,7 @@ plugin and ``gradcalc.testing`` all run this one function; none of it prints.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -196,12 +197,55 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
                              option="update_expect")
         write_expect(program, options, path)
     stored = read_expect(path) if path and (given or update_expect or os.path.isfile(path)) else None
+    stale: list = []
+    if stored is not None:
+        stored, stale = _current(program, stored, path, src.label)
     if stored is not None and not options.get("points"):
         # the point the expectation was made at gives the values not given (with points, the
         # values not given are drawn; the expectation is compared at its own point anyway)
         options["at"] = {**expect_point(stored), **options.get("at", {})}
     checked = check(program, expect=stored, **options)
+    checked.results.extend(stale)
     return _checked(src.label, checked, options, path if stored is not None else None, update_expect)
+
+
+def _current(program, stored: dict, path: str, label: str) -> tuple[dict, list]:
+    """The expectation without its entries that name what the program no longer has (an
+    output, an input, a name of its recorded point), and a failing result for each such
+    entry: an edit that removed a name is a change to review, as a changed value is (exit 1,
+    naming the entry; --update-expect refreshes the file), not a source that cannot be
+    checked.  A malformed file is left as it is, for check() to report."""
+    from .run import analyse
+    facts = analyse(program)
+    inputs = {i.name for i in facts.inputs}
+    names = inputs | set(facts.assigned) | set(facts.bare.values())
+    at = stored.get("at", {})
+    gone = {k for k in at if k not in inputs} if isinstance(at, dict) else set()
+    kind = "gradient" if "gradient" in stored else "jacobian"
+    table = {stored.get("of"): stored["gradient"]} if kind == "gradient" else stored.get(kind)
+    if not isinstance(table, dict) or not all(isinstance(row, dict) for row in table.values()):
+        return stored, []
+    stale, kept = [], {}
+    for o, row in table.items():
+        for w, value in row.items():
+            lost = o if o is not None and o not in names else w if w in gone or w not in names else None
+            if lost is None:
+                kept.setdefault(o, {})[w] = value
+                continue
+            what = "an input" if lost in gone else "a name"
+            note = (f"{path} records d{o or '_'}/d{w}, and '{lost}' is no longer {what} of the program: "
+                    "review the change, then refresh the expectation")
+            stale.append(CheckResult(label, 0, o, w, math.inf, math.inf, [], "expect", 0.0, False, [note], {},
+                                     "expect"))
+    pruned = dict(stored)
+    if gone:
+        pruned["at"] = {k: v for k, v in at.items() if k not in gone}
+    if stale and kind == "gradient" and stored.get("of") is None:
+        pruned["gradient"] = kept.get(None, {})
+    elif stale:  # (a scalar's gradient is its one-row Jacobian: the same arrays)
+        pruned.pop("gradient", None)
+        pruned["jacobian"] = kept
+    return pruned, stale
 
 
 def merged(from_file: dict, overrides: dict) -> dict:

@@ -534,3 +534,27 @@ def test_the_step_summary_shows_its_cells_as_written(monkeypatch, tmp_path):
     assert any(c.startswith("entry gradient['x']: stored 1.0, computed 12.0 (|computed - stored| = 11 &gt; ")
                for c in cells)
     assert "<em>" not in html and "<code>" not in html and html.count("<tr>") == 1 + len(r.results)
+
+
+def test_an_edit_that_removes_a_recorded_name_fails_the_entry_not_the_source(tmp_path, monkeypatch):
+    # an expectation is a record of the program's derivatives: an input or output that an edit
+    # removed is a mismatch to review (exit 1, naming the entry), and the rest is still compared
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "two.grad", "# check: --at x=[0.5,1.5],y=2\nu = sum(sin(x) * y)\nv = x * y^2\n")
+    ok("check", "two.grad", "--update-expect")  # v's Jacobian in x and y (v is the output)
+    ok("check", "two.grad", "--of", "u", "--expect", "u.json", "--update-expect")
+    write(tmp_path / "two.grad", "# check: --at x=[0.5,1.5]\nu = sum(sin(x) * 2)\nv = x * 4\n")  # y is gone
+    r = run("check", "two.grad", "-f", "plain")
+    assert r.exit_code == 1, (r.stdout, r.stderr)
+    lines = [t for t in r.stdout.splitlines() if "[expectation file]" in t]
+    assert lines[0].startswith("ok two.grad point=0 dv/dx [expectation file]")  # 4I, as x * 2^2 gave
+    assert lines[1].startswith("FAIL two.grad point=0 dv/dy [expectation file]") and lines[1].endswith(
+        "| two.expect.json records dv/dy, and 'y' is no longer an input of the program: review the change, "
+        "then refresh the expectation")
+    write(tmp_path / "two.grad", "# check: --at x=[0.5,1.5],y=2\nw = sum(sin(x) * y)\nv = x * y^2\n")  # u is w
+    r = run("check", "two.grad", "--expect", "u.json", "-f", "plain")
+    assert r.exit_code == 1, (r.stdout, r.stderr)
+    fails = [t for t in r.stdout.splitlines() if t.startswith("FAIL")]
+    assert [t.split(" [")[0] for t in fails] == ["FAIL two.grad point=0 du/dx", "FAIL two.grad point=0 du/dy"]
+    assert all("u.json records du/d" in t and "'u' is no longer a name of the program" in t for t in fails)
+    assert ok("check", "two.grad", "--update-expect").exit_code == 0  # refreshed: all pass again
