@@ -361,7 +361,12 @@ def read_expect(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, ValueError) as err:
+    except FileNotFoundError:  # (a missing file is a file error, worded as values words one)
+        raise FileError(f"expectation file '{path}' cannot be read: the file does not exist",
+                        hint=f"make it with {option('update_expect')}", option="expect") from None
+    except OSError as err:
+        raise FileError(f"expectation file '{path}' cannot be read: {err.strerror or err}", option="expect") from None
+    except ValueError as err:
         raise ValueError_(f"expectation file '{path}' cannot be read: {err}", option="expect") from None
     if not isinstance(data, dict):
         raise ValueError_(f"expectation file '{path}' must hold a JSON object from grad or jacobian -f json",

@@ -558,3 +558,11 @@ def test_an_edit_that_removes_a_recorded_name_fails_the_entry_not_the_source(tmp
     assert [t.split(" [")[0] for t in fails] == ["FAIL two.grad point=0 du/dx", "FAIL two.grad point=0 du/dy"]
     assert all("u.json records du/d" in t and "'u' is no longer a name of the program" in t for t in fails)
     assert ok("check", "two.grad", "--update-expect").exit_code == 0  # refreshed: all pass again
+
+
+def test_a_missing_expectation_file_is_a_file_error(three):
+    r = run("check", "good.grad", "--expect", "nothere.json", "-f", "json")
+    assert r.exit_code == 2
+    assert json.loads(r.stdout)["results"][0]["error"] == {
+        "kind": "file", "message": "expectation file 'nothere.json' cannot be read: the file does not exist",
+        "hint": "make it with --update-expect", "file": "good.grad", "line": None, "column": None}
