@@ -138,7 +138,8 @@ def expand(sources) -> list:
     out = []
     for s in sources:
         if isinstance(s, str) and "\n" not in s and len(s) < 4096 and os.path.isdir(s):
-            found = sorted(os.path.join(d, f) for d, _, fs in os.walk(s) for f in fs if f.endswith(".grad"))
+            found = sorted(os.path.normpath(os.path.join(d, f))  # (check . names good.grad, not ./good.grad)
+                           for d, _, fs in os.walk(s) for f in fs if f.endswith(".grad"))
             out.extend(found or [_failed(s, ValueError_(f"no .grad files in directory '{s}'"))])
         else:
             out.append(s)

@@ -566,3 +566,11 @@ def test_a_missing_expectation_file_is_a_file_error(three):
     assert json.loads(r.stdout)["results"][0]["error"] == {
         "kind": "file", "message": "expectation file 'nothere.json' cannot be read: the file does not exist",
         "hint": "make it with --update-expect", "file": "good.grad", "line": None, "column": None}
+
+
+def test_a_folder_s_files_are_named_without_dot_slash(three):
+    r = run("check", ".", "--junit-xml", "r.xml", "-f", "plain")
+    assert r.exit_code == 2 and r.stdout.splitlines()[0].startswith("ERROR bad.grad:1:8: ")
+    names = [c.get("classname") for c in ET.parse(three / "r.xml").getroot().findall("testcase")]
+    assert names == ["gradcalc.check.bad.grad", "gradcalc.check.good.grad", "gradcalc.check.kink.grad"]
+    assert [c.source for c in check_sources(["./"]).sources] == ["bad.grad", "good.grad", "kink.grad"]
