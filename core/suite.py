@@ -196,8 +196,9 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
             raise UsageError(f"{option('update_expect')} writes NAME.expect.json beside a file NAME.grad, "
                              "and this source is not a file", hint=f"give the file with {option('expect')} FILE",
                              option="update_expect")
-        write_expect(program, options, path)
-    stored = read_expect(path) if path and (given or update_expect or os.path.isfile(path)) else None
+    written = update_expect and write_expect(program, options, path)
+    stored = read_expect(path) if path and (written or given and not update_expect or os.path.isfile(path)) \
+        else None
     stale: list = []
     if stored is not None:
         stored, stale = _current(program, stored, path, src.label)
@@ -207,7 +208,7 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
         options["at"] = {**expect_point(stored), **options.get("at", {})}
     checked = check(program, expect=stored, **options)
     checked.results.extend(stale)
-    return _checked(src.label, checked, options, path if stored is not None else None, update_expect)
+    return _checked(src.label, checked, options, path if stored is not None else None, written)
 
 
 def _current(program, stored: dict, path: str, label: str) -> tuple[dict, list]:
@@ -399,14 +400,18 @@ def expect_document(program, options: dict) -> dict:
 JSON_SCHEMA = 1
 
 
-def write_expect(program, options: dict, path: str) -> None:
-    """Write (or refresh) the expectation file at path."""
+def write_expect(program, options: dict, path: str) -> bool:
+    """Write (or refresh) the expectation file at path; not when it would record no
+    derivative (a program without inputs: nothing to compare, ever).  Whether it wrote."""
     doc = expect_document(program, options)
+    if not any(doc.get("gradient", {})) and not any(any(row) for row in doc.get("jacobian", {}).values()):
+        return False
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(json.dumps(doc, allow_nan=False) + "\n")
     except OSError as err:
         raise ValueError_(f"cannot write expectation file '{path}': {err.strerror}") from None
+    return True
 
 
 # ==========================================================================

@@ -574,3 +574,15 @@ def test_a_folder_s_files_are_named_without_dot_slash(three):
     names = [c.get("classname") for c in ET.parse(three / "r.xml").getroot().findall("testcase")]
     assert names == ["gradcalc.check.bad.grad", "gradcalc.check.good.grad", "gradcalc.check.kink.grad"]
     assert [c.source for c in check_sources(["./"]).sources] == ["bad.grad", "good.grad", "kink.grad"]
+
+
+def test_update_expect_writes_no_file_that_records_no_derivative(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "const.grad", "x = 1\n")  # no inputs: nothing to record, ever
+    write(tmp_path / "cube.grad", "# check: --at x=2\nx^3\n")
+    r = ok("check", ".", "--update-expect", "-f", "plain")
+    assert sorted(p.name for p in tmp_path.glob("*.expect.json")) == ["cube.expect.json"]
+    assert "wrote cube.expect.json\n" in r.stderr and "const.expect.json" not in r.stderr
+    write(tmp_path / "inter.grad", "h = 3\ny = h^2\n")  # no inputs, but a derivative by an intermediate
+    ok("check", "inter.grad", "--wrt", "h", "--update-expect")
+    assert json.loads((tmp_path / "inter.expect.json").read_text())["gradient"] == {"h": 6.0}  # 2h at h = 3
