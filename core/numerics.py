@@ -400,8 +400,8 @@ def _lines(tr: Traced, results: list) -> list:
 
 def _selected(tr: Traced, of, wrt) -> tuple[list, list]:
     """(outs, wrts): the outputs and inputs a check compares."""
-    outs = [select_output(tr, None)] if of is None else select_names(tr, of, option("of"), ())
-    return outs, select_names(tr, wrt, option("wrt"), tr.tape.inputs)
+    outs = [select_output(tr, None)] if of is None else select_names(tr, of, "of", ())
+    return outs, select_names(tr, wrt, "wrt", tr.tape.inputs)
 
 
 def expect_point(expect: dict) -> dict:

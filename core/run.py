@@ -1193,10 +1193,10 @@ def _input_value(info: InputInfo, at, sample, max_elements, known):
         value = np.asarray(at[info.name], dtype=np.float64)
         if value.ndim > MAX_NDIM:
             raise ShapeError(f"the value given for '{info.name}' has {value.ndim} dimensions; "
-                             f"at most {MAX_NDIM} are supported")
+                             f"at most {MAX_NDIM} are supported", name=info.name)
         if info.shape is not None and value.shape != info.shape:
             raise ShapeError(f"the value given for '{info.name}' has shape {value.shape}, but "
-                             f"it is declared as {info.name}{list(info.shape)}")
+                             f"it is declared as {info.name}{list(info.shape)}", name=info.name)
         return value
     if info.default is not None:
         b = Builder(max_elements, check_finite=False)

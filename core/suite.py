@@ -164,11 +164,12 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
     compares a black box with the program), with no expectation."""
     from .values import drop_unused, parse_source, read_source
     label = source if isinstance(source, str) and "\n" not in source else "<expr>"
+    where: dict = {}  # the position of each option of a # check: line
     try:
         src = read_source(source)
         label = src.label
         program = parse_source(src, source if isinstance(source, str) else None)
-        options = merged(file_options(src), overrides or {})
+        options = merged(file_options(src, where), overrides or {})
         ignored = drop_unused(options.get("at", {}), program)  # (as every command does: SPEC §3)
         if checker is not None:
             checked = _checked(src.label, checker(program, options), options)
@@ -177,7 +178,24 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
         checked.ignored = ignored
         return checked
     except GradcalcError as err:  # (a missing file: under its own name, not as program text)
+        if where:
+            _at_check_line(err, src, where, overrides or {})
         return _failed(source if isinstance(err, FileError) and isinstance(source, str) else label, err)
+
+
+def _at_check_line(err: GradcalcError, src: Source, where: dict, overrides: dict) -> None:
+    """Place an error about an option's value at the # check: line that gave it, when the
+    caller did not override it: --of nosuch, --wrt zz, a value of --at that is no input or
+    has the wrong shape.  (An error already placed, in the program, stays there.)"""
+    if err.pos is not None:
+        return
+    key = err.option or "at"  # (an error about a value names the value, not its option)
+    given = overrides.get(key)
+    if given is not None and (key != "at" or err.name in given):
+        return  # the caller's value, not the file's
+    pos = where.get((key, err.name)) or where.get((key, None))
+    if pos is not None:
+        err.pos, err.source = pos, src
 
 
 def _checked(label: str, checked: Result, options: dict, expect_file=None, updated=False) -> SourceCheck:
@@ -267,22 +285,24 @@ def merged(from_file: dict, overrides: dict) -> dict:
 # # check: lines
 # ==========================================================================
 
-def file_options(src: Source) -> dict:
+def file_options(src: Source, where: dict | None = None) -> dict:
     """The options of the ``# check:`` lines of a program's leading comment block (the lines
     before its first statement), as check()'s keyword arguments; ``at`` parsed (an @FILE
-    relative to the program's folder).  A bad line is a UsageError at its line."""
+    relative to the program's folder), ``--wrt a,b`` split as on the command line.  A bad
+    line is a UsageError at its line.  ``where`` gets the position of each option given:
+    (keyword, name) -> Pos, name being the value of of/wrt, each name of at, else None."""
     found: dict = {}
     for number, line in enumerate(src.text.splitlines(), 1):
         text = line.strip()
         if text and not text.startswith("#"):
             break  # the first statement ends the leading comment block
         if text.startswith(CHECK_LINE):
-            _read_line(src, number, line, found)
+            _read_line(src, number, line, found, {} if where is None else where)
     return found
 
 
-def _read_line(src: Source, number: int, line: str, found: dict) -> None:
-    start = line.index(CHECK_LINE) + len(CHECK_LINE)
+def _read_line(src: Source, number: int, line: str, found: dict, where: dict) -> None:
+    start = cursor = line.index(CHECK_LINE) + len(CHECK_LINE)
 
     def fail(message, word=None, hint=None, kind=UsageError):
         col = line.find(word, start) + 1 if word and word in line[start:] else \
@@ -296,6 +316,9 @@ def _read_line(src: Source, number: int, line: str, found: dict) -> None:
     i = 0
     while i < len(words):
         word = words[i]
+        col = line.find(word, cursor)  # (-1 for a word shlex unquoted: then the line's start)
+        cursor = col + len(word) if col >= 0 else cursor
+        here = Pos(number, (col if col >= 0 else len(line) - len(line[start:].lstrip())) + 1)
         name, eq, value = word[2:].partition("=") if word.startswith("--") else (None, "", "")
         key = name.replace("-", "_") if name else None
         if key not in FILE_OPTIONS:
@@ -306,6 +329,7 @@ def _read_line(src: Source, number: int, line: str, found: dict) -> None:
             if eq:
                 raise fail(f"--{name} takes no value", word)
             found[key] = True
+            where[(key, None)] = here
             i += 1
             continue
         if not eq:
@@ -315,9 +339,17 @@ def _read_line(src: Source, number: int, line: str, found: dict) -> None:
         i += 1
         if key == "at":
             from .values import Point
-            found["at"] = Point(found.get("at", {})).merged(_file_values(src, value, fail))
+            point = _file_values(src, value, fail)
+            found["at"] = Point(found.get("at", {})).merged(point)
+            where.update(dict.fromkeys((("at", n) for n in point), here))
+        elif kind == "list":
+            from .values import split_top_level
+            names = [n for n in split_top_level(value) if n] if key == "wrt" else [value]
+            found[key] = found.get(key, []) + names
+            where.update(dict.fromkeys(((key, n) for n in names), here))
         else:
-            found[key] = found.get(key, []) + [value] if kind == "list" else _convert(kind, value, fail, word)
+            found[key] = _convert(kind, value, fail, word)
+            where[(key, None)] = here
 
 
 def _convert(kind: str, value: str, fail, word: str):
@@ -340,7 +372,8 @@ def _file_values(src: Source, item: str, fail) -> dict:
     try:
         return parse_assignments([given], "--at")
     except GradcalcError as err:
-        raise fail(f"--at: {err.message}", item, hint=err.hint, kind=type(err)) from None
+        words = err.message if err.message.startswith("--at") else f"--at: {err.message}"
+        raise fail(words, item, hint=err.hint, kind=type(err)) from None
 
 
 # ==========================================================================

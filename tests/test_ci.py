@@ -586,3 +586,35 @@ def test_update_expect_writes_no_file_that_records_no_derivative(tmp_path, monke
     write(tmp_path / "inter.grad", "h = 3\ny = h^2\n")  # no inputs, but a derivative by an intermediate
     ok("check", "inter.grad", "--wrt", "h", "--update-expect")
     assert json.loads((tmp_path / "inter.expect.json").read_text())["gradient"] == {"h": 6.0}  # 2h at h = 3
+
+
+def test_check_line_wrt_a_comma_b_is_two_wrt_options_as_on_the_command_line(tmp_path):
+    c = check_source(write(tmp_path / "w.grad", "# check: --at x=1,y=2 --wrt y,x\nx * y\n"))
+    assert c.ok and [(r.wrt, r.ok) for r in c.results] == [("y", True), ("x", True)]
+    assert file_options(gradcalc.values.read_source(str(tmp_path / "w.grad")))["wrt"] == ["y", "x"]
+
+
+@pytest.mark.parametrize("lines, at, words", [
+    ("# check: --at x=[1,2,3]\n# check: --rtol 1e-5 --of nosuch\n", (2, 22), "'nosuch' is not a name in the program"),
+    ("# check: --at x=[1,2,3] --wrt x,zz\n", (1, 25), "'zz' is not a name in the program"),
+    ("# check: --rtol 1e-6 --at x=[1,2,3],zz=2\n", (1, 22), "'zz' is not an input of the program"),
+    ("# check: --at x=[1,2,3]\n# check: --at x=[1,2]\n", (2, 10), "has shape (2,), but it is declared as x[3]"),
+])
+def test_an_option_value_the_program_refuses_is_an_error_at_its_check_line(tmp_path, lines, at, words):
+    p = write(tmp_path / "f.grad", lines + "input x[3]\nsum(x^2)\n")
+    err = check_source(p).error
+    assert err is not None and words in err.message and (err.file, err.line, err.column) == (p, *at)
+    r = user_error("check", p)  # with its caret under the option, as any user error
+    line = lines.splitlines()[at[0] - 1]
+    assert f"error: {p}:{at[0]}:{at[1]}: " in r.stderr and f"  {line}\n  {' ' * (at[1] - 1)}^\n" in r.stderr
+
+
+def test_a_value_the_caller_gave_is_not_placed_at_a_check_line(tmp_path):
+    p = write(tmp_path / "f.grad", "# check: --at x=[1,2,3] --of y\ninput x[3]\ny = sum(x^2)\n")
+    err = check_source(p, overrides={"at": {"x": np.ones(2)}}).error
+    assert "has shape (2,)" in err.message and err.line is None
+    err = check_source(p, overrides={"of": ["nosuch"]}).error
+    assert "'nosuch' is not a name" in err.message and err.line is None
+    err = check_source(write(tmp_path / "g.grad", "# check: --at @nothere.json\nx\n")).error
+    assert err.message == "# check: --at: cannot read '" + str(tmp_path / "nothere.json") + \
+        "': the file does not exist" and err.kind == "file"
