@@ -433,7 +433,7 @@ class Builder:
     def bind(self, prim, args: tuple, params: dict) -> Tracer:
         values = self.values
         n = len(args)
-        if n == 2 and not params and prim.plain is not None or n == 1 and prim.trivial_params:
+        if not params and (n == 2 and prim.plain is not None or n == 1 and prim.trivial_params):
             # Operands that are NumPy scalars (a scalar program): what the general code below does
             # with them, without its branches, conversions and checks of shape (the value is a
             # scalar too, or it takes the general code).  Same value, same equation.
