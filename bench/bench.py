@@ -325,6 +325,16 @@ def w6_hessian(repeats: int):
 # Loops: W7 (a scalar ODE, 10,000 steps) and W8 (an RNN, 200 steps)
 # ==========================================================================
 
+def beside_torch(workload: str, what: str, ours, torch_fn, repeats: int, limit: float) -> Row:
+    """The row of a loop workload against PyTorch eager on the same Python loop (torch_fn, or
+    None where PyTorch is absent)."""
+    target = f"≤ {limit}×"
+    if not torch_fn:
+        return Row(workload, what, median_time(ours, repeats), "torch (absent)", None, target, limit)
+    t_ours, t_torch = paired(ours, torch_fn, repeats)
+    return Row(workload, what, t_ours, "torch eager (the same Python loop)", t_torch, target, limit)
+
+
 PENDULUM = """input th0, om0, g, c
 th = th0
 om = om0
@@ -379,10 +389,7 @@ def w7_pendulum(repeats: int):
             E.backward()
             return [t.grad.item() for t in leaves]
         verify("W7 torch", torch_grad(), want, 1e-9, 1e-12)
-        t_ours, t_torch = paired(ours, torch_grad, repeats)
-        rows.append(Row("W7", what, t_ours, "torch eager (the same Python loop)", t_torch, "≤ 0.2×", 0.2))
-    else:
-        rows.append(Row("W7", what, median_time(ours, repeats), "torch (absent)", None, "≤ 0.2×", 0.2))
+    rows.append(beside_torch("W7", what, ours, torch and torch_grad, repeats, 0.2))
     ag = optional("autograd")
     if ag:
         import autograd.numpy as anp
@@ -479,10 +486,7 @@ def w8_rnn(repeats: int):
             return [W.grad.numpy(), U.grad.numpy(), b.grad.numpy()]
         for got, w in zip(torch_grad(), want):
             verify("W8 torch", got, w, 1e-9, 1e-9)
-        t_ours, t_torch = paired(ours, torch_grad, repeats)
-        rows.append(Row("W8", what, t_ours, "torch eager (the same Python loop)", t_torch, "≤ 0.7×", 0.7))
-    else:
-        rows.append(Row("W8", what, median_time(ours, repeats), "torch (absent)", None, "≤ 0.7×", 0.7))
+    rows.append(beside_torch("W8", what, ours, torch and torch_grad, repeats, 0.7))
     ag = optional("autograd")
     if ag:
         import autograd.numpy as anp
