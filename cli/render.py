@@ -130,8 +130,9 @@ def console(stderr: bool = False):
     # Piped output (CI logs, files) has no terminal width to fit: allow wide tables.
     width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
     colours = colour_system(stream)
-    # markup off: values are printed as text, and "[nan  1]" would read as a style tag
-    return _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, markup=False,
+    # markup and emoji off: values and names are printed as text ("[nan  1]" would read as a
+    # style tag, and a file named "a:x:.grad" as "a❌.grad"); nor is rich's emoji table loaded
+    return _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, markup=False, emoji=False,
                     color_system=colours, force_terminal=colours is not None, no_color=colours is None)
 
 
