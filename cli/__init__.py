@@ -31,7 +31,7 @@ def _exit(stop: SystemExit) -> None:
     import atexit
     import os
     code = 0 if stop.code is None else stop.code
-    if not isinstance(code, int) or sys.flags.interactive or sys.gettrace() or sys.getprofile():
+    if not isinstance(code, int) or sys.flags.inspect or sys.gettrace() or sys.getprofile():
         raise stop
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
