@@ -563,6 +563,9 @@ def _flatten(x):
 def _concat(*xs, axis=0):
     if not xs:
         raise UsageError("concat needs at least one array")
+    if axis is None:  # NumPy's: the arrays flattened, then joined
+        xs = tuple(P.reshape(x, shape=(-1,)) for x in xs)
+        axis = 0
     return P.concat(*xs, axis=axis)
 
 

@@ -267,12 +267,18 @@ def find_inputs(program: Program) -> list[InputInfo]:
 _SEQUENCE_BUILTINS = frozenset(FUNCTIONS[n].fn for n in ("concat", "stack", "vstack", "hstack", "column_stack"))
 
 
-def _sequence(fn, args: tuple) -> tuple:
-    """A built-in's variable arguments: one tuple or list literal given to a built-in that
-    takes a sequence of arrays stands for its items."""
-    if fn.fn in _SEQUENCE_BUILTINS and len(args) == 1 and type(args[0]) in (TupleLit, ArrayLit):
-        return args[0].items
-    return args
+def _sequence(fn, args: tuple, kwargs: dict) -> tuple:
+    """A call's arguments as the built-in takes them: for one that takes a sequence of arrays,
+    a tuple or list literal first stands for its items, and a positional argument after it is
+    the axis, as in NumPy's concatenate((a, b), 0)."""
+    if fn.fn not in _SEQUENCE_BUILTINS or not args or type(args[0]) not in (TupleLit, ArrayLit):
+        return args, kwargs
+    if len(args) == 2 and "axis" in fn.signature.parameters and "axis" not in kwargs:
+        kwargs = {**kwargs, "axis": args[1]}
+    elif len(args) > 1:
+        raise UsageError(f"{fn.name}() takes its arrays as one tuple or as separate arguments, not both",
+                         args[1].pos, hint=f"usage: {fn.name}((a, b), axis=0)")
+    return args[0].items, kwargs
 
 
 class Traced:
@@ -876,11 +882,12 @@ class Interpreter:
                 return self.invoke(node, b.bind, (fn.prim, tuple(args), NO_PARAMS))
             return self.invoke(node, fn.fn, args)
         constructor = is_constructor(node.func)
+        args, kwargs = _sequence(fn, node.args, {k.name: k.value for k in node.kwargs})
         try:
             if constructor:
-                bound = fn.signature.bind(None, *node.args, **{k.name: k.value for k in node.kwargs})
+                bound = fn.signature.bind(None, *args, **kwargs)
             else:
-                bound = fn.signature.bind(*node.args, **{k.name: k.value for k in node.kwargs})
+                bound = fn.signature.bind(*args, **kwargs)
         except TypeError as err:
             raise UsageError(f"{node.func}(): {err}", node.pos,
                              hint=f"usage: {node.func}{usage(fn)}") from None
@@ -895,7 +902,7 @@ class Interpreter:
             elif pname in fn.numbers:
                 bound.arguments[pname] = self.number_arg(node.func, pname, arg)
             elif fn.signature.parameters[pname].kind is inspect.Parameter.VAR_POSITIONAL:
-                bound.arguments[pname] = tuple(self.expr(a) for a in _sequence(fn, arg))
+                bound.arguments[pname] = tuple(self.expr(a) for a in arg)
             else:
                 bound.arguments[pname] = self.expr(arg)
         self.b.pos = node.loc

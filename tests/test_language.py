@@ -1897,3 +1897,30 @@ def test_several_values_as_the_output_says_so():
 def test_several_values_in_a_bare_statement_are_fine_when_another_output_is_named():
     got = ok_json("eval", "w, V = eigh(S)\neigh(S)", "--at", "S=[[2,1],[1,3]]", "--of", "w")
     assert np.allclose(got["values"]["w"], np.linalg.eigvalsh([[2, 1], [1, 3]]))
+
+
+@pytest.mark.parametrize("src, numpy_fn", [
+    ("concatenate((a, b), 0)", lambda a, b, c: np.concatenate((a, b), 0)),
+    ("stack((a, b), 1)", lambda a, b, c: np.stack((a, b), 1)),
+    ("concatenate([a, b], axis=None)", lambda a, b, c: np.concatenate([a, b], axis=None)),
+    ("concatenate((a, c), None)", lambda a, b, c: np.concatenate((a, c), None)),
+    ("concatenate(a, c, axis=None)", lambda a, b, c: np.concatenate((a, c), axis=None)),
+])
+def test_the_tuple_form_takes_numpys_positional_axis_and_axis_none(src, numpy_fn):
+    a, b, c = np.array([1.0, 2.0]), np.array([3.0, 4.0]), np.array([[5.0, 6.0], [7.0, 8.0]])
+    at = {k: v for k, v in {"a": a, "b": b, "c": c}.items() if re.search(rf"\b{k}\b", src)}
+    (value,) = gradcalc.evaluate(src, at=at).values()
+    assert np.array_equal(value, numpy_fn(a, b, c))
+
+
+def test_concatenate_axis_none_differentiates_through_the_flattening():
+    # d/dc sum(concatenate((a, c), None)^2) = 2 c, in c's own shape
+    c = np.array([[5.0, 6.0], [7.0, 8.0]])
+    g = gradcalc.grad("sum(concatenate((a, c), None)^2)", at={"a": np.ones(2), "c": c})
+    assert np.array_equal(g["c"], 2 * c)
+
+
+def test_a_tuple_of_arrays_and_more_arrays_is_an_error():
+    r = user_error("eval", "vstack((a, b), 0)", "--at", "a=[1,2],b=[3,4]")
+    assert "vstack() takes its arrays as one tuple or as separate arguments, not both" in r.stderr
+    assert "1:16" in r.stderr
