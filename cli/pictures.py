@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -104,10 +105,26 @@ def _drawing_width(total: int, x_label: str) -> int:
     return 10 * ((total - _Y_AXIS - len(x_label) - 6) // 10)
 
 
+#: One escape sequence (CSI: colour, reset), which takes no column on a terminal.
+_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
 def _fitted(picture: str, total: int) -> str:
-    """The picture's lines without trailing blanks, each cut at total columns (the last tick
-    label may reach past the arrow)."""
-    return "".join(line.rstrip()[:total] + "\n" for line in picture.split("\n"))
+    """The picture's lines without trailing blanks, each cut at total visible columns (the
+    last tick label may reach past the arrow).  Columns are counted on what a terminal
+    shows: escape sequences take none, and every one is kept whole (cutting the text, not
+    the codes, so a colour started is still reset)."""
+    return "".join(_cut(line.rstrip(), total) + "\n" for line in picture.split("\n"))
+
+
+def _cut(line: str, total: int) -> str:
+    kept, shown, at = [], 0, 0
+    for code in _ESCAPE.finditer(line):
+        text = line[at:code.start()][:max(total - shown, 0)]
+        kept += [text, code.group()]
+        shown, at = shown + len(text), code.end()
+    kept.append(line[at:][:max(total - shown, 0)])
+    return "".join(kept)
 
 
 def sweep_picture(sweep: dict, *, width: int | None = None, with_colour: bool | None = None) -> str:

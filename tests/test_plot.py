@@ -172,3 +172,28 @@ def test_a_terminal_gets_colour_unless_no_color():
     assert "-> (x)" in plain
     _axes_and_size(plain.replace("\r\n", "\n"), 100)  # the terminal's width
     assert not ESCAPE.search(in_terminal(*args, env={"TERM": "dumb"}))
+
+
+#: One complete escape sequence (CSI ... final byte), as a terminal reads it.
+COMPLETE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+@pytest.mark.parametrize("args", [["plot", "x^3 - 2*x", "--over", "x=-2:2"],
+                                  ["check", "sin(x)*exp(x)", "--at", "x=0.7", "--sweep"]])
+@pytest.mark.parametrize("columns", [None, "40", "160"])
+def test_on_a_terminal_colour_codes_take_no_columns_and_are_never_cut(args, columns):
+    # review HIGH 1: rows were cut counting colour codes as columns (30-73 visible columns
+    # instead of 73, some ending in half an escape code)
+    env = {} if columns is None else {"COLUMNS": columns}
+    coloured = in_terminal(*args, env=env).replace("\r\n", "\n")
+    assert ESCAPE.search(coloured)
+    shown = COMPLETE.sub("", coloured)
+    assert "\x1b" not in shown  # no partial sequence left
+    plain = in_terminal(*args, env={**env, "NO_COLOR": "1"}).replace("\r\n", "\n")
+    assert not ESCAPE.search(plain)
+    assert shown == plain  # the same picture, column for column
+    width = int(columns or 100)
+    rows = [line for line in shown.split("\n") if re.match(r" *-?\d[\d.e+-]* \| ", line)]  # labelled rows
+    assert len(rows) >= 12 and max(len(line) for line in shown.split("\n")) <= width
+    assert len({len(line) for line in rows}) == 1  # every row of the drawing full width
