@@ -260,6 +260,34 @@ def test_sinc_at_zero():
     assert _grad("sinc(x)", x=0.0) == 0.0
 
 
+def _sinc_derivatives_by_series(x):
+    # sinc(x) = 1 - (pi x)^2/6 + (pi x)^4/120 - ...: f' = -pi^2 x/3 + pi^4 x^3/30 and
+    # f'' = -pi^2/3 + pi^4 x^2/10, with the next terms below 1e-24 relative for |x| <= 1e-6
+    p2 = math.pi ** 2
+    return -p2 * x / 3 + p2 * p2 * x ** 3 / 30, -p2 / 3 + p2 * p2 * x * x / 10
+
+
+def _sinc_derivatives_by_formula(x):
+    # (pi x cos(pi x) - sin(pi x)) / (pi x^2) and its derivative: no cancellation to fear for
+    # |pi x| >= 1/4 (relative error about eps / (pi x)^2)
+    y = math.pi * x
+    d1 = (y * math.cos(y) - math.sin(y)) / (math.pi * x * x)
+    d2 = math.pi * ((2 - y * y) * math.sin(y) - 2 * y * math.cos(y)) / (y ** 3) * math.pi
+    return d1, d2
+
+
+@pytest.mark.parametrize("x", [0.0, 1e-9, -1e-9, 1e-6, -1e-6, 0.25, -0.3, 1 / math.pi, 0.3184, 1.7])
+def test_sinc_first_and_second_derivatives_near_zero(x):
+    small = abs(x) <= 1e-6
+    d1, d2 = _sinc_derivatives_by_series(x) if small else _sinc_derivatives_by_formula(x)
+    rev = float(_grad("sinc(x)", x=x))
+    fwd = float(gradcalc.jacobian("sinc(x)", at={"x": x}, mode="fwd")["_"]["x"])
+    assert rev == fwd  # one rule serves both modes
+    assert rev == pytest.approx(d1, rel=1e-14, abs=1e-300)
+    hess = float(gradcalc.hessian("sinc(x)", at={"x": x})["x"]["x"])
+    assert hess == pytest.approx(d2, rel=1e-13)
+
+
 def test_nan_to_num_replaces_and_cuts():
     x = np.array([np.nan, np.inf, -np.inf, 1.5])
     assert _value("nan_to_num(x)", x=x).tolist() == np.nan_to_num(x).tolist()

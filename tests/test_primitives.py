@@ -262,6 +262,10 @@ def _add_elementwise_cases(add):
     for name, (ref, dom) in UNARY.items():
         for shape in [(), (3,), (2, 3)]:
             add(name, E(f"{name}(x)", lambda x, ref=ref: ref(x), x=(shape, dom)))
+    # sinc at and near 0, where its slope (cos(pi x) - sinc(x)) / x cancels: the series branch
+    # (|pi x| < 1), both sides of its edge 1/pi, and the closed-form branch
+    add("sinc", E("sinc(x)", np.sinc, x=[0.0, 1e-9, -1e-6, 0.05, -0.3, 0.3183, 0.3184, 1.2]),
+        E("sinc(x)", np.sinc, x=0.0))
     add("neg", E("-x", lambda x: -x, x=((), "real")), E("-x", lambda x: -x, x=((2, 3), "real")),
         E("-x^2", lambda x: -x ** 2, x=((3,), "real")))
 
