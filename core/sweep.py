@@ -23,7 +23,7 @@ import numpy as np
 
 from . import stencil
 from .lower import DEFAULT_MAX_STEPS, Traced
-from .numerics import evaluate_batch, kinks_near, path_notes
+from .numerics import evaluate_batch, kinks_near, on_tape, path_notes
 from .session import jacobian_blocks
 
 #: The sweep's steps, relative to max(1, |x|): 1e-1 down to 1e-13 in half decades.
@@ -62,6 +62,7 @@ class Sweep(NamedTuple):
     verdict: str
     side: str | None  # where the check's own step sits: "truncation", "rounding", None
     notes: list
+    usable: np.ndarray  # per step: False where left out (see _usable), True elsewhere
 
     def as_dict(self) -> dict:
         return self._asdict()
@@ -86,7 +87,7 @@ def sweep(tr: Traced, of: str, wrt: str, method: str = "central", *, element=Non
     scale_x = max(1.0, abs(float(x.ravel()[j].real))) if x.size else 1.0
     default = float(stencil.default_step(x.ravel()[j:j + 1], method)[0]) if x.size else 0.0
     steps = np.append(STEPS, default / scale_x)  # the check's own step rides in the same batch
-    estimates, flipped = _differences(tr, of, wrt, j, method, steps * scale_x, max_steps)
+    estimates, flipped, changed = _differences(tr, of, wrt, j, method, steps * scale_x, max_steps)
     with np.errstate(invalid="ignore"):
         errors = np.max(np.abs(estimates - column), axis=1, initial=0.0)
     at_default = errors[-1]
@@ -98,10 +99,12 @@ def sweep(tr: Traced, of: str, wrt: str, method: str = "central", *, element=Non
     # the rounding error of each step's difference quotient, about eps |f| / h
     noise = stencil.ROUNDING.get(method, 0.0) * stencil.EPS * float(np.max(np.abs(y), initial=0.0)) / (
         STEPS * scale_x)
-    found = _judged(STEPS, errors, scale, default / scale_x, at_default, tol, passed)
+    usable, left_out = _usable(STEPS, errors, changed[:-1])
+    found = _judged(STEPS, errors, usable, scale, default / scale_x, at_default, tol, passed)
     return found._replace(element=[int(i) for i in np.unravel_index(j, x.shape)] if x.ndim else [],
-                          slope=_truncation_slope(STEPS, errors, np.maximum(noise, stencil.EPS * scale)),
-                          expected_slope=ORDER[method], notes=notes)
+                          slope=_truncation_slope(STEPS, errors, usable, scale,
+                                                  np.maximum(noise, stencil.EPS * scale)),
+                          expected_slope=ORDER[method], notes=notes + left_out)
 
 
 def _flat_element(element, shape) -> int:
@@ -115,10 +118,10 @@ def _nearest(steps: np.ndarray, step: float) -> int:
 
 
 def _differences(tr: Traced, of: str, wrt: str, j: int, method: str, hs: np.ndarray,
-                 max_steps: int) -> tuple[np.ndarray, tuple]:
-    """(estimates, flipped): method's estimate of d of / d x_j at each step of hs, shape
-    (len(hs), of.size), all steps' points in one batch (see evaluate_batch); and the
-    guards some step changed."""
+                 max_steps: int) -> tuple[np.ndarray, tuple, np.ndarray]:
+    """(estimates, flipped, changed): method's estimate of d of / d x_j at each step of hs,
+    shape (len(hs), of.size), all steps' points in one batch (see evaluate_batch); the
+    guards some step changed; and per step whether one of its points takes another path."""
     x = tr.value(wrt)
     scales = stencil.offsets(method)
     centre = stencil.needs_centre(method)
@@ -132,25 +135,54 @@ def _differences(tr: Traced, of: str, wrt: str, j: int, method: str, hs: np.ndar
         taken.append(block[:, j] - base.ravel()[j])  # x + h may round: divide by the step taken
     tr.builder.check_size((len(flat), x.size), what=f"a sweep of {len(flat)} perturbed copies of a "
                                                     f"{x.size}-element input")
-    (ys,), (flipped,) = evaluate_batch(tr, wrt, flat.reshape((len(flat),) + x.shape), [of],
-                                       max_steps=max_steps)
+    batch = flat.reshape((len(flat),) + x.shape)
+    (ys,), (flipped,) = evaluate_batch(tr, wrt, batch, [of], max_steps=max_steps)
+    changed = np.zeros(len(hs), dtype=bool)
+    if flipped:  # (which steps: one more pass over the tape, only when some step changes the path)
+        first = on_tape(tr, wrt, batch, [of])[1][:len(scales) * len(hs)]
+        changed = (first.reshape(len(scales), len(hs)) >= 0).any(axis=0)
     ys = ys.reshape(len(flat), -1)
     blocks = [ys[k * len(hs):(k + 1) * len(hs)] for k in range(len(scales))]
     estimates = stencil.combine(method, blocks, taken, ys[-1:] if centre else None)
-    return np.real(estimates), flipped
+    return np.real(estimates), flipped, changed
 
 
-def _judged(steps, errors, scale, default, at_default, tol, passed) -> Sweep:
+def _usable(steps, errors, changed) -> tuple[np.ndarray, list]:
+    """(usable, notes): the steps the best step and the slope are taken from, and a note
+    for the steps left out.  Left out: a step whose difference is not finite, and every
+    larger one (a larger stencil spans the point where the program is not finite or not
+    defined: 1/x at x = 1e-3 is infinite at the step 1e-3, and the larger steps jump over
+    the pole, their differences finite but meaningless); and a step whose points take
+    another path than the point's (its difference mixes two formulas), unless every
+    usable step does (at the decision itself: then nothing else is there to measure)."""
+    finite = np.isfinite(errors)
+    spans = np.zeros(len(steps), dtype=bool)
+    if not finite.all():
+        spans[:int(np.flatnonzero(~finite).max()) + 1] = True  # (steps run from the largest down)
+    usable, notes = ~spans, []
+    if spans.any() and finite.any():
+        notes.append(f"steps {_range(steps[spans])} left out: a difference there is not finite, or its "
+                     "stencil spans one that is (a pole or the edge of the domain within the step)")
+    if (usable & changed).any() and (usable & ~changed).any():
+        usable = usable & ~changed
+        notes.append(f"steps {_range(steps[changed & ~spans])} left out: their points take another path "
+                     "than the point's (see the note on the change of path)")
+    return usable, notes
+
+
+def _range(steps) -> str:
+    return f"{steps.max():.2g}" if len(steps) == 1 else f"{steps.max():.2g} to {steps.min():.2g}"
+
+
+def _judged(steps, errors, usable, scale, default, at_default, tol, passed) -> Sweep:
     """The sweep's best step and verdict (see the module's docstring); its element, slope
     and notes are the caller's to fill in."""
     element, notes = [], []
     rtol, atol = tol
-    finite = np.isfinite(errors)
-    if not finite.any():
+    if not usable.any():
         return Sweep(element, steps, errors, scale, default, math.nan, math.nan, None, 0, NOT_FINITE,
-                     None, notes)
-    best = int(np.argmin(np.where(finite, errors, np.inf)))
-    floor = float(errors[best])
+                     None, notes, usable)
+    best, floor = _bottom(errors, usable)
     if floor > atol + WRONG_FRACTION * scale:
         verdict = WRONG
     elif passed if passed is not None else at_default <= atol + rtol * scale:
@@ -160,21 +192,46 @@ def _judged(steps, errors, scale, default, at_default, tol, passed) -> Sweep:
     side = None
     if verdict != WRONG and not at_default <= TRUNCATION_MARGIN * max(floor, stencil.EPS * scale):
         side = "truncation" if default > steps[best] else "rounding"
-    return Sweep(element, steps, errors, scale, default, float(steps[best]), floor, None, 0, verdict, side,
-                 notes)
+    return Sweep(element, steps, errors, scale, default, float(steps[best]), float(errors[best]), None, 0,
+                 verdict, side, notes, usable)
 
 
-def _truncation_slope(steps, errors, noise) -> float | None:
+def _bottom(errors, usable) -> tuple[int, float]:
+    """(best, floor): the bottom of the V among the usable steps, and its level.
+
+    Not the single smallest error: in the rounding region a difference quotient is noise,
+    and noise can land on the derivative by chance (x^2 + 1e-4 stop_gradient(x) at x = 100:
+    error 0 at the step 1e-13, 0.025 at 3.2e-13, 1e-4 at every larger step).  So each step
+    counts by the largest error among it and its usable neighbours, a half decade either
+    side (a smoothing by a running maximum), and the best step is the one where that is
+    smallest.  A lucky dip is outvoted by its neighbours; at the true bottom the neighbours
+    differ from it by a small factor (10^(order/2) on the truncation side), so the bottom
+    moves by at most one step.  The floor (what the verdict compares) is that smoothed
+    level, so a wrong derivative cannot pass for a right one by one lucky step either."""
+    e = np.where(usable, errors, -np.inf)
+    padded = np.concatenate(([-np.inf], e, [-np.inf]))
+    smoothed = np.maximum.reduce([padded[:-2], padded[1:-1], padded[2:]])
+    smoothed = np.where(usable, smoothed, np.inf)
+    best = int(np.lexsort((errors, smoothed))[0])  # (ties: the smaller error of its own)
+    return best, float(smoothed[best])
+
+def _truncation_slope(steps, errors, usable, scale, noise) -> float | None:
     """The slope of log(error) against log(step) on the truncation side: the run of steps,
-    from the largest down, whose error stands clear (TRUNCATION_MARGIN times) of the floor
-    and of the rounding error at that step (noise).  None when fewer than two do: where the
-    method is exact (central differences of a quadratic), the error is rounding alone."""
-    floor = np.min(np.where(np.isfinite(errors), errors, np.inf))
-    clear = np.isfinite(errors) & (errors >= TRUNCATION_MARGIN * np.maximum(floor, noise))
-    run = int(np.argmin(clear)) if not clear.all() else len(clear)
-    if run < 2:
+    from the largest usable one whose difference is still near the derivative (error below
+    its scale: a larger step reaches past where the function is smooth) down, whose error
+    stands clear (TRUNCATION_MARGIN times) of the floor and of the rounding error at that
+    step (noise).  None when fewer than two do: where the method is exact (central
+    differences of a quadratic), the error is rounding alone."""
+    if not usable.any():
         return None
-    return float(np.polyfit(np.log10(steps[:run]), np.log10(errors[:run]), 1)[0])
+    floor = np.min(np.where(usable, errors, np.inf))
+    clear = usable & (errors >= TRUNCATION_MARGIN * np.maximum(floor, noise))
+    near = usable & (errors < scale)
+    start = int(np.argmax(near)) if near.any() else len(steps)
+    run = start + (int(np.argmin(clear[start:])) if not clear[start:].all() else len(steps) - start)
+    if run - start < 2:
+        return None
+    return float(np.polyfit(np.log10(steps[start:run]), np.log10(errors[start:run]), 1)[0])
 
 
 def attach(tr: Traced, result, method: str, tol: tuple, max_steps: int = DEFAULT_MAX_STEPS) -> None:

@@ -35,7 +35,10 @@ def test_the_v_of_central_differences_has_its_floor_inside_and_high_ends():
     s = _sin_exp()
     best = int(np.argmin(s.errors))
     assert 1e-9 <= STEPS[best] <= 1e-2
-    assert s.best_step == STEPS[best] and s.best_error == s.errors[best]
+    # the best step is the bottom of the smoothed V: the smallest error or a neighbour of it
+    chosen = int(np.flatnonzero(STEPS == s.best_step)[0])
+    assert abs(chosen - best) <= 1 and s.best_error == s.errors[chosen]
+    assert s.best_error <= 10 * s.errors[best]
     assert s.errors[0] >= 100 * s.best_error and s.errors[-1] >= 100 * s.best_error
     assert s.verdict == OK
 
@@ -112,3 +115,39 @@ def test_check_sweep_is_refused_with_directions():
     # the sweep follows one element of the full Jacobian, which --directions does not form
     r = run("check", "sum(x^3)", "--at", "x=[1,2]", "--directions", "2", "--sweep")
     assert r.exit_code == 2 and "--sweep follows one input element" in r.stderr
+
+
+def test_a_lucky_zero_in_the_rounding_region_is_not_the_best_step():
+    # review 16: x^2 + 1e-4 stop_gradient(x) at x = 100: every difference quotient is 2x + 1e-4
+    # (truncation-free: central differences of a quadratic), the derivative 2x, so the error
+    # is 1e-4 at every step, but for rounding noise at the smallest steps, which hit exactly 0
+    # at h = 1e-13 (and 0.025 at 3.2e-13)
+    tr = _traced("x^2 + stop_gradient(x)*1e-4", x=100)
+    s = sweep(tr, tr.tape.output, "x", tol=(1e-6, 1e-8))
+    assert s.errors.min() < 1e-5  # the lucky step is there (so that the next lines can fail)
+    assert s.best_step >= 1e-9
+    assert s.best_error == pytest.approx(1e-4, rel=0.05)
+
+
+@pytest.mark.parametrize("text, x, left_out", [
+    ("1/x", 1e-3, STEPS >= 0.999e-3),      # x - h reaches the pole at 0 for h >= x
+    ("sqrt(x)", 1e-6, STEPS > 1.001e-6),    # x - h leaves the domain for h > x
+    ("x^2 if x > 0 else 0", 1e-3, STEPS >= 0.999e-3),  # x - h <= 0 takes the other branch
+])
+def test_steps_across_a_pole_the_domain_or_a_branch_are_left_out_and_said(text, x, left_out):
+    # review 15: the sweep of 1/x at 1e-3 fitted a slope of -0.03 over steps that cross the pole
+    tr = _traced(text, x=x)
+    s = sweep(tr, tr.tape.output, "x", tol=(1e-6, 1e-8))
+    assert list(s.usable) == list(~left_out)
+    assert any("left out" in n and f"{STEPS[0]:.2g} to {STEPS[left_out][-1]:.2g}" in n for n in s.notes)
+    assert s.best_step < x
+    if text != "x^2 if x > 0 else 0":  # (exact for central differences: no truncation side)
+        assert abs(s.slope - 2) <= 0.3
+    right = {"1/x": -1 / x ** 2, "sqrt(x)": 0.5 / math.sqrt(x)}.get(text, 2 * x)
+    assert s.best_error <= 1e-6 * abs(right)
+
+
+def test_check_sweep_prints_the_steps_left_out():
+    out = run("check", "1/x", "--at", "x=1e-3", "--sweep").stdout
+    assert "note: steps 0.1 to 0.001 left out" in out
+    assert re.search(r"2\.\d\d \(expected 2\)", out)
