@@ -348,7 +348,8 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
           method: str = "central", rtol: float | None = None, atol: float | None = None,
           directions: int = 0, taylor: bool = False, expect: dict | None = None,
           symbolic: bool = False, max_elements: int = DEFAULT_MAX_ELEMENTS,
-          max_steps: int = DEFAULT_MAX_STEPS, label: str | None = None, sweep: bool = False):
+          max_steps: int = DEFAULT_MAX_STEPS, label: str | None = None, sweep: bool = False,
+          expect_name: str | None = None):
     """Compare reverse mode with finite differences and with forward mode.
 
     Returns a Result (``command`` "check") whose ``results`` is a list of
@@ -359,7 +360,11 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
     evaluated at the point, as a third oracle.  Each point runs the program
     (so each takes its own path); a finite-difference step that changes the
     path runs it again there (see evaluate_batch), and the result says so.
-    ``expect`` is compared at the point it records ("at"), where it records one.
+    ``expect`` is compared at the point it records ("at"), where it records one (its
+    derivatives hold there only): a value given in ``at`` moves the finite-difference
+    comparisons, not that one, and the result says so.  A stored null (grad
+    --unconnected none) is a derivative with no path to the output: zero.  An
+    expectation that compares nothing is an error; ``expect_name`` (its file) names it.
     ``sweep`` adds to each full-Jacobian result the finite-difference error over
     steps (:func:`gradcalc.sweep.attach`, in ``extra["sweep"]``).
     """
@@ -383,8 +388,12 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
             except GradcalcError as err:  # (a batch over max_elements, say): name the program
                 raise err.located(program.source)
         if expect is not None:
-            tr = trace(program, {**values, **expect_point(expect)}, **limits)
-            results += _lines(tr, _check_expect(tr, name, *_selected(tr, of, wrt), expect, tol))
+            recorded = expect_point(expect, expect_name)
+            tr = trace(program, {**values, **recorded}, **limits)
+            compared = _check_expect(tr, name, *_selected(tr, of, wrt), expect, tol, expect_name)
+            for r in compared:
+                r.notes += _moved_note(values, recorded)
+            results += _lines(tr, compared)
         return check_result(results, tol)
 
     return run()
@@ -404,16 +413,32 @@ def _selected(tr: Traced, of, wrt) -> tuple[list, list]:
     return outs, select_names(tr, wrt, "wrt", tr.tape.inputs)
 
 
-def expect_point(expect: dict) -> dict:
+def expect_words(expect_name: str | None = None) -> str:
+    """How a message names an expectation: its file, else the option that gave it."""
+    return f"expectation file '{expect_name}'" if expect_name else option("expect")
+
+
+def _moved_note(values: dict, recorded: dict) -> list[str]:
+    """A note for the expectation's results when the caller gave a value the expectation
+    does not record: its derivatives hold at its own point, which is where they are compared."""
+    moved = [k for k, v in values.items() if k in recorded and
+             (np.shape(v) != np.shape(recorded[k]) or not np.array_equal(v, recorded[k], equal_nan=True))]
+    if not moved:
+        return []
+    return [f"compared at the point the expectation records ({', '.join(moved)} as recorded, not as given); "
+            "--update-expect records a new point"]
+
+
+def expect_point(expect: dict, expect_name: str | None = None) -> dict:
     """The point a stored result was made at ("at", recorded by grad/jacobian JSON), if any."""
     at = expect.get("at", {})
     if not isinstance(at, dict):
-        raise ValueError_(f"{option('expect')}: \"at\" must map names to values, as gradcalc grad -f json "
+        raise ValueError_(f"{expect_words(expect_name)}: \"at\" must map names to values, as gradcalc grad -f json "
                           "writes it", option="expect")
     try:
         return {k: array_from_json(v) for k, v in at.items()}
     except JSONNumberError:
-        raise ValueError_(f"{option('expect')}: \"at\" holds something that is not a number or a nested "
+        raise ValueError_(f"{expect_words(expect_name)}: \"at\" holds something that is not a number or a nested "
                           "list of numbers", option="expect") from None
 
 
@@ -809,53 +834,62 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6, *,
     return TaylorOrder(float(np.median(orders)) if orders.size else math.nan, flipped)
 
 
-def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol):
+def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol, expect_name=None):
     """Compare reverse mode with a stored `grad` or `jacobian` JSON object."""
     results = []
+    what = expect_words(expect_name)
     if "gradient" in expect:
         of = expect.get("of") or outs[0]
         stored = {of: expect["gradient"]}
     elif "jacobian" in expect:
         stored = expect["jacobian"]
     else:
-        raise UsageError(f"{option('expect')}: the file holds neither a 'gradient' nor a 'jacobian'",
+        raise UsageError(f"{what}: the file holds neither a 'gradient' nor a 'jacobian'",
                          hint="store the output of gradcalc grad or jacobian with -f json", option="expect")
     kind = "gradient" if "gradient" in expect else "jacobian"
     if not isinstance(stored, dict) or not all(isinstance(row, dict) for row in stored.values()):
         command = "grad" if kind == "gradient" else "jacobian"
-        raise UsageError(f"{option('expect')}: '{kind}' must map names to values, as gradcalc {command} "
+        raise UsageError(f"{what}: '{kind}' must map names to values, as gradcalc {command} "
                          "-f json writes it", hint="store the output of gradcalc grad or jacobian with -f json",
                          option="expect")
     for o, row in stored.items():
         if o not in tr.tape.names:
-            raise UsageError(f"{option('expect')}: '{o}' is not a name in the program", name=o, option="expect")
+            raise UsageError(f"{what}: '{o}' is not a name in the program", name=o, option="expect")
         ws = [w for w in row if w in tr.tape.names]
         blocks = jacobian_blocks(tr, [o], ws, "rev")[o]
         for w in ws:
-            try:  # (a stored null, an unconnected input of grad --unconnected none, compares as nan)
-                want = np.asarray(math.nan) if row[w] is None else array_from_json(row[w])
-            except JSONNumberError:
-                raise ValueError_(f"{option('expect')}: the stored {kind} of '{w}' is not a number or a "
-                                  "nested list of numbers", name=w, option="expect") from None
-            got = blocks[w]
             shape = tr.value(o).shape + tr.value(w).shape
-            got = np.zeros(shape) if got is None else got
-            if want.shape != got.shape:
-                results.append(CheckResult(name, 0, o, w, math.inf, math.inf, [], "expect", 0.0, False,
-                                           [f"stored shape {want.shape} != {got.shape}"], {}, "expect"))
-                continue
-            ok, mabs, mrel, worst = compare(got, want, *tol)
-            notes, facts = [], {}
-            if not ok:
-                idx = "".join(f"[{i}]" for i in worst)
-                facts = breach(got, want, worst, *tol, ref_name="stored")
-                notes.append(f"entry {'jacobian' if 'jacobian' in expect else 'gradient'}"
-                             f"['{w}']{idx}: stored {_g(want[tuple(worst)])}, computed {_g(got[tuple(worst)])} "
-                             f"(|computed - stored| = {abs(facts['ad'] - facts['stored']):.3g} > {facts['allowed']:.3g} allowed: "
-                             f"{facts['bound']} bound)")
-            results.append(CheckResult(name, 0, o, w, mabs, mrel, worst, "expect", 0.0, ok, notes, facts,
-                                       "expect"))
+            got = np.zeros(shape) if blocks[w] is None else blocks[w]
+            results.append(_expected_entry(name, o, w, got, row[w], kind, tol, what))
+    if not results:  # ("gradient": {}, or only names the program does not have: it would pass unseen)
+        raise UsageError(f"{what} records no derivative of the program: it compares nothing",
+                         hint=f"refresh it with {option('update_expect')} (it records the derivative of every "
+                              "input), or store the output of gradcalc grad or jacobian with -f json",
+                         option="expect")
     return results
+
+
+def _expected_entry(name, o, w, got: np.ndarray, entry, kind: str, tol, what: str) -> CheckResult:
+    """One stored derivative compared with reverse mode's.  A null is a derivative with no
+    path to the output (grad --unconnected none writes it): zero, in the computed shape."""
+    try:
+        want = np.zeros(got.shape) if entry is None else array_from_json(entry)
+    except JSONNumberError:
+        raise ValueError_(f"{what}: the stored {kind} of '{w}' is not a number or a "
+                          "nested list of numbers", name=w, option="expect") from None
+    if want.shape != got.shape:
+        return CheckResult(name, 0, o, w, math.inf, math.inf, [], "expect", 0.0, False,
+                           [f"stored shape {want.shape} != {got.shape}"], {}, "expect")
+    ok, mabs, mrel, worst = compare(got, want, *tol)
+    notes, facts = [], {}
+    if not ok:
+        idx = "".join(f"[{i}]" for i in worst)
+        facts = breach(got, want, worst, *tol, ref_name="stored")
+        stored = "null (no path to the output: 0)" if entry is None else _g(want[tuple(worst)])
+        notes.append(f"entry {kind}['{w}']{idx}: stored {stored}, computed {_g(got[tuple(worst)])} "
+                     f"(|computed - stored| = {abs(facts['ad'] - facts['stored']):.3g} > {facts['allowed']:.3g} "
+                     f"allowed: {facts['bound']} bound)")
+    return CheckResult(name, 0, o, w, mabs, mrel, worst, "expect", 0.0, ok, notes, facts, "expect")
 
 
 def _g(x) -> str:

@@ -223,8 +223,10 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
     if stored is not None and not options.get("points"):
         # the point the expectation was made at gives the values not given (with points, the
         # values not given are drawn; the expectation is compared at its own point anyway)
-        options["at"] = {**expect_point(stored), **options.get("at", {})}
-    checked = check(program, expect=stored, **options)
+        options["at"] = {**expect_point(stored, path), **options.get("at", {})}
+    # (an expectation whose every entry is stale has failed already: nothing is left to compare)
+    compared = None if stale and not records_derivatives(stored) else stored
+    checked = check(program, expect=compared, expect_name=path, **options)
     checked.results.extend(stale)
     return _checked(src.label, checked, options, path if stored is not None else None, written)
 
@@ -254,7 +256,7 @@ def _current(program, stored: dict, path: str, label: str) -> tuple[dict, list]:
                 continue
             what = "an input" if lost in gone else "a name"
             note = (f"{path} records d{o or '_'}/d{w}, and '{lost}' is no longer {what} of the program: "
-                    "review the change, then refresh the expectation")
+                    "review the change, then refresh the file with --update-expect")
             stale.append(CheckResult(label, 0, o, w, math.inf, math.inf, [], "expect", 0.0, False, [note], {},
                                      "expect"))
     pruned = dict(stored)
@@ -433,11 +435,17 @@ def expect_document(program, options: dict) -> dict:
 JSON_SCHEMA = 1
 
 
+def records_derivatives(doc: dict) -> bool:
+    """Whether a grad/jacobian document records any derivative (an expectation that records
+    none compares nothing)."""
+    return bool(doc.get("gradient")) or any(doc.get("jacobian", {}).values())
+
+
 def write_expect(program, options: dict, path: str) -> bool:
     """Write (or refresh) the expectation file at path; not when it would record no
     derivative (a program without inputs: nothing to compare, ever).  Whether it wrote."""
     doc = expect_document(program, options)
-    if not any(doc.get("gradient", {})) and not any(any(row) for row in doc.get("jacobian", {}).values()):
+    if not records_derivatives(doc):
         return False
     try:
         with open(path, "w", encoding="utf-8") as f:

@@ -550,7 +550,7 @@ def test_an_edit_that_removes_a_recorded_name_fails_the_entry_not_the_source(tmp
     assert lines[0].startswith("ok two.grad point=0 dv/dx [expectation file]")  # 4I, as x * 2^2 gave
     assert lines[1].startswith("FAIL two.grad point=0 dv/dy [expectation file]") and lines[1].endswith(
         "| two.expect.json records dv/dy, and 'y' is no longer an input of the program: review the change, "
-        "then refresh the expectation")
+        "then refresh the file with --update-expect")
     write(tmp_path / "two.grad", "# check: --at x=[0.5,1.5],y=2\nw = sum(sin(x) * y)\nv = x * y^2\n")  # u is w
     r = run("check", "two.grad", "--expect", "u.json", "-f", "plain")
     assert r.exit_code == 1, (r.stdout, r.stderr)
@@ -618,3 +618,60 @@ def test_a_value_the_caller_gave_is_not_placed_at_a_check_line(tmp_path):
     err = check_source(write(tmp_path / "g.grad", "# check: --at @nothere.json\nx\n")).error
     assert err.message == "# check: --at: cannot read '" + str(tmp_path / "nothere.json") + \
         "': the file does not exist" and err.kind == "file"
+
+
+# -- an expectation compares something, nulls and the point it records -----------
+
+@pytest.mark.parametrize("stored", [{"gradient": {}}, {"jacobian": {"_": {}}}, {"jacobian": {}},
+                                    {"gradient": {"q": 1.0}, "of": "_"}])
+def test_an_expectation_that_compares_nothing_does_not_pass(tmp_path, stored):
+    # review HIGH 3: an empty table (or only a name the program lacks) passed with the FD rows alone
+    p = write(tmp_path / "a.grad", "# check: --at x=2,y=1\nx^2 + 3*y\n")
+    e = write(tmp_path / "e.json", json.dumps({"schema": 1, **stored}))
+    r = run("check", p, "--expect", e, "-f", "plain")
+    if "q" in json.dumps(stored):  # a name the program does not have: that entry fails (exit 1), named
+        assert r.exit_code == 1 and f"FAIL {p} point=0 d_/dq [expectation file]" in r.stdout
+        assert f"{e} records d_/dq, and 'q' is no longer a name of the program" in r.stdout
+    else:  # nothing at all to compare: the file is no expectation, an error naming it (exit 2)
+        assert r.exit_code == 2 and r.stdout.startswith(
+            f"ERROR {p}: usage error: expectation file '{e}' records no derivative of the program: "
+            "it compares nothing")
+        assert "hint: refresh it with --update-expect" in r.stderr
+    with pytest.raises(gradcalc.GradcalcError, match="expect records no derivative"):  # the library too
+        gradcalc.check("x^2 + 3*y", at={"x": 2.0, "y": 1.0}, expect=stored)
+
+
+@pytest.mark.parametrize("command,program", [("grad", "t = y\nx^2\n"), ("jacobian", "t = y\n[x, 2*x]\n")])
+def test_a_null_of_unconnected_none_compares_as_no_path(tmp_path, command, program):
+    # review HIGH 5: grad --unconnected none stores null for y; it was compared as nan and always failed
+    p = write(tmp_path / "u.grad", program)
+    e = tmp_path / "u.json"
+    e.write_text(run(command, p, "--at", "x=2", "--at", "y=1", "--unconnected", "none", "-f", "json").stdout)
+    assert "null" in e.read_text()
+    doc = ok_json("check", p, "--expect", str(e))
+    assert [x["wrt"] for x in doc["results"] if x["comparison"] == "expect" and x["ok"]] == ["y", "x"]
+    write(tmp_path / "u.grad", program.replace("x^2", "x^2 + y").replace("2*x]", "2*x + y]"))  # now a path
+    r = run("check", p, "--expect", str(e), "-f", "plain")
+    assert r.exit_code == 1 and "stored null (no path to the output: 0), computed 1.0" in r.stdout
+
+
+def test_a_value_given_beside_an_expectation_moves_the_fd_rows_not_the_stored_comparison(tmp_path):
+    # review MEDIUM 14 (SPEC §5: an expectation is self-contained): its derivatives hold at the point it
+    # records, so --at x=3 moves the finite-difference rows, and the stored comparison says where it ran
+    cube = write(tmp_path / "cube.grad", "x^3\n")
+    stored = tmp_path / "cube.json"
+    stored.write_text(run("grad", cube, "--at", "x=2", "-f", "json").stdout)
+    doc = ok_json("check", cube, "--expect", str(stored), "--at", "x=3")
+    fd, = [x for x in doc["results"] if x["comparison"] == "jacobian"]
+    alone, = ok_json("check", cube, "--at", "x=3")["results"]  # the finite differences ran at x = 3
+    assert fd == alone
+    kept, = [x for x in doc["results"] if x["comparison"] == "expect"]
+    assert kept["ok"] and kept["notes"] == ["compared at the point the expectation records (x as recorded, "
+                                            "not as given); --update-expect records a new point"]
+    doc = ok_json("check", cube, "--expect", str(stored), "--at", "x=2")  # the same value: no note
+    assert all(not x["notes"] for x in doc["results"])
+    wrong = json.loads(stored.read_text())
+    wrong["gradient"]["x"] = 27.0  # 3 x^2 at x = 3: right at the given point, wrong at the recorded one
+    stored.write_text(json.dumps(wrong))
+    r = run("check", cube, "--expect", str(stored), "--at", "x=3", "-f", "plain")
+    assert r.exit_code == 1 and "stored 27.0, computed 12.0" in r.stdout
