@@ -65,9 +65,11 @@ class CheckError:
         return self.error.pos.col if self.error.pos else None
 
     def as_dict(self) -> dict:
+        """The result in JSON: its source, and the error as every user error's JSON has it
+        (README, JSON: kind, message, line, column, source: the file the error is in, hint)."""
         return {"source": self.source, "ok": False,
-                "error": {"kind": self.kind, "message": self.message, "hint": self.error.hint,
-                          "file": self.file, "line": self.line, "column": self.column}}
+                "error": {"kind": self.kind, "message": self.message, "line": self.line,
+                          "column": self.column, "source": self.file, "hint": self.error.hint}}
 
 
 @dataclass

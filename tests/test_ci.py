@@ -61,12 +61,13 @@ def test_json_carries_the_error_result_with_its_position(three):
     assert doc["ok"] is False
     err = [x for x in doc["results"] if "error" in x]
     assert err == [{"source": "bad.grad", "ok": False,
-                    "error": {"kind": "syntax", "message": "expected an expression, found '*'", "hint": None,
-                              "file": "bad.grad", "line": 1, "column": 8}}]
+                    "error": {"kind": "syntax", "message": "expected an expression, found '*'", "line": 1,
+                              "column": 8, "source": "bad.grad", "hint": None}}]
     assert [x["source"] for x in doc["results"] if "error" not in x] == ["good.grad"]
-    # as every user error's JSON (SPEC §7), the document carries the (first) error too
-    assert doc["error"] == {"kind": "syntax", "message": "expected an expression, found '*'", "line": 1,
-                            "column": 8, "source": "bad.grad", "hint": None}
+    # as every user error's JSON (SPEC §7), the document carries the (first) error too, in the same
+    # keys (README, JSON: "source" is the file the error is in; it said "file" in a result)
+    assert doc["error"] == err[0]["error"]
+    assert list(doc["error"]) == ["kind", "message", "line", "column", "source", "hint"]
     assert "error" not in json.loads(run("check", "good.grad", "-f", "json").stdout)
 
 
@@ -565,7 +566,7 @@ def test_a_missing_expectation_file_is_a_file_error(three):
     assert r.exit_code == 2
     assert json.loads(r.stdout)["results"][0]["error"] == {
         "kind": "file", "message": "expectation file 'nothere.json' cannot be read: the file does not exist",
-        "hint": "make it with --update-expect", "file": "good.grad", "line": None, "column": None}
+        "hint": "make it with --update-expect", "source": "good.grad", "line": None, "column": None}
 
 
 def test_a_folder_s_files_are_named_without_dot_slash(three):
