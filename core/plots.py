@@ -31,8 +31,12 @@ from .tape import DEFAULT_MAX_ELEMENTS, eval_equations
 from .transforms import forward, largest_batched, seeded
 
 DEFAULT_SAMPLES = 200
-#: A change of path between two samples is placed to this fraction of their spacing.
+#: A mark between two samples is located by rounds of one batched pass each over this many
+#: points between the two that bracket it (each round narrows the bracket 32 times), until
+#: the bracket is a few units in the last place wide: the mark is placed where the kink or
+#: the change of path is, not where the samples happen to fall.
 BISECTIONS = 32
+ROUNDS = 12
 
 
 class Line(NamedTuple):
@@ -197,42 +201,87 @@ def _kink_marks(groups: list, line: Line) -> list:
     distance changes sign (or is zero), or where an unsigned one (a gap: max's tie) dips
     to a V whose bottom is within a typical change between samples of zero."""
     t, marks = line.t, []
-    for _, rows, kinks in groups:
+    for traced, rows, kinks in groups:
         for eq, d in kinks:
             typical = np.median(np.abs(np.diff(d, axis=0)), axis=0) if len(d) > 1 else np.zeros(d.shape[1])
             gap = (d >= 0).all(axis=0)  # the elements whose distance never goes negative
+            distance = _distance_along(traced, line, eq)
             for i in range(len(rows) - 1):
                 if rows[i + 1] != rows[i] + 1:
                     continue
-                x = _crossing(t[rows[i]], t[rows[i + 1]], d[i], d[i + 1], typical, ~gap)
-                if x is None and 0 < i and rows[i - 1] == rows[i] - 1:
-                    x = _vertex(t[rows[i]], t[rows[i + 1]] - t[rows[i]], d[i - 1:i + 2], typical, gap)
-                if x is not None:
+                e = _crossing(d[i], d[i + 1], typical, ~gap)
+                if e is not None:
+                    x = _refined(t[rows[i]], t[rows[i + 1]], lambda ts: _past(distance(ts)[:, e], d[i, e]))
+                elif 0 < i and rows[i - 1] == rows[i] - 1:
+                    e = _vertex(d[i - 1:i + 2], typical, gap)
+                    x = None if e is None else _bottom(t[rows[i - 1]], t[rows[i + 1]],
+                                                       lambda ts: distance(ts)[:, e])
+                if e is not None:
                     _add_mark(marks, x, "kink", _kink_text(eq), t[1] - t[0])
     return marks
 
 
-def _crossing(x0: float, x1: float, a, c, typical, signed):
-    """Where a signed distance crosses zero between two samples (a at x0, c at x1), if it
-    does so for some element, changing there by at most twice its typical change between
-    samples (x - round(x), floor's distance, jumps at half-integers: no kink there)."""
+def _crossing(a, c, typical, signed) -> int | None:
+    """The element of a signed distance that crosses zero between two samples (a, then c),
+    if one does, changing there by at most twice its typical change between samples
+    (x - round(x), floor's distance, jumps at half-integers: no kink there)."""
     cross = signed & ((a == 0) | (c == 0) | (np.sign(a) * np.sign(c) < 0)) & (abs(a - c) <= 2 * typical)
-    if not cross.any():
-        return None
-    e = int(np.argmax(cross))
-    return x0 + (abs(a[e]) / (abs(a[e]) + abs(c[e])) if a[e] != 0 else 0.0) * (x1 - x0)
+    return int(np.argmax(cross)) if cross.any() else None
 
 
-def _vertex(x: float, spacing: float, d, typical, gap):
-    """Where an unsigned distance (three samples d around x) has the bottom of a V near
-    zero: falling then rising, the middle within a typical change of zero; placed as for
-    |a (x - x0)| through the two outer samples."""
+def _past(d: np.ndarray, start: float) -> np.ndarray:
+    """Whether a signed distance has reached zero, or the other side, from its value start."""
+    return (d == 0) | (np.sign(d) != np.sign(start)) if start != 0 else np.ones(d.shape, dtype=bool)
+
+
+def _vertex(d, typical, gap) -> int | None:
+    """The element of an unsigned distance (three samples d) that has the bottom of a V near
+    zero: falling then rising, the middle within a typical change of zero."""
     before, here, after = d
     v = gap & (before > here) & (after > here) & (here <= typical)
-    if not v.any():
-        return None
-    e = int(np.argmax(v))
-    return x + spacing * (before[e] - after[e]) / (before[e] + after[e])
+    return int(np.argmax(v)) if v.any() else None
+
+
+def _distance_along(tr: Traced, line: Line, eq):
+    """ts -> the signed distance from eq's kink at the points of the line at ts, shape
+    (len(ts), elements): one batched pass over tr's tape (no tangents) per call."""
+    b, over = tr.builder, tr.tape.names[line.over]
+    equations = seeded(tr.tape.equations, [over])
+
+    def distance(ts: np.ndarray) -> np.ndarray:
+        env = dict(b.values)
+        env[over] = line._replace(t=ts).points()
+        eval_equations(equations, env, keep={eq.out, *eq.args})
+        return _kink_distances(eq, env, b.shapes, len(ts))
+    return distance
+
+
+def _refined(lo: float, hi: float, past) -> float:
+    """Where past (ts -> bools, False at lo, True at hi) turns True: rounds of BISECTIONS
+    points between the bracket's ends, each keeping the two around the first True, until the
+    bracket stops narrowing; then the simplest number in it (0.125 rather than 0.12500000000000003)."""
+    for _ in range(ROUNDS):
+        ts = np.linspace(lo, hi, BISECTIONS + 1)
+        reached = past(ts)
+        if reached[0]:
+            return lo
+        k = int(np.argmax(reached)) if reached.any() else BISECTIONS
+        lo, hi, before = ts[k - 1], ts[k], (lo, hi)
+        if (lo, hi) == before:
+            break
+    return _simplest(lo, hi)
+
+
+def _bottom(lo: float, hi: float, gap) -> float:
+    """Where a V (gap: ts -> its values) has its bottom between lo and hi: rounds of
+    BISECTIONS points, each keeping the two spacings around the smallest value."""
+    for _ in range(ROUNDS):
+        ts = np.linspace(lo, hi, BISECTIONS + 1)
+        k = int(np.argmin(gap(ts)))
+        lo, hi, before = ts[max(k - 1, 0)], ts[min(k + 1, BISECTIONS)], (lo, hi)
+        if (lo, hi) == before:
+            break
+    return _simplest(lo, hi)
 
 
 def _kink_text(eq) -> str:
@@ -243,8 +292,8 @@ def _kink_text(eq) -> str:
 
 def _path_marks(groups: list, line: Line, out: str, max_steps: int) -> list:
     """A mark between two consecutive samples on different paths, naming the decision that
-    changes (check's path notes), placed to a 32nd of the spacing by one more batched pass
-    over points between them."""
+    changes (check's path notes), placed where the path changes (_refined: batched passes
+    over points between them)."""
     owner = {}
     for k, (traced, rows, _) in enumerate(groups):
         owner.update(dict.fromkeys(rows.tolist(), k))
@@ -252,12 +301,12 @@ def _path_marks(groups: list, line: Line, out: str, max_steps: int) -> list:
     for i in range(len(t) - 1):
         if i in owner and i + 1 in owner and owner[i] != owner[i + 1]:
             traced = groups[owner[i]][0]
-            between = np.linspace(t[i], t[i + 1], BISECTIONS + 1)
-            _, first, guards = on_tape(traced, line.over, line._replace(t=between).points(), [out])
-            k = int(np.argmax(first >= 0)) if (first >= 0).any() else len(between) - 1
-            notes = path_notes(traced, [guards[first[k]]], "sample") if first[k] >= 0 else []
+            _, first, guards = on_tape(traced, line.over, line._replace(t=t[i + 1:i + 2]).points(), [out])
+            notes = path_notes(traced, [guards[first[0]]], "sample") if first[0] >= 0 else []
             text = notes[0].split("; ")[0].removeprefix("near a ") if notes else "change of path"
-            _add_mark(marks, _simplest(between[max(k - 1, 0)], between[k]), "path", text, t[1] - t[0])
+            x = _refined(t[i], t[i + 1], lambda ts: on_tape(traced, line.over, line._replace(t=ts).points(),
+                                                            [out])[1] >= 0)
+            _add_mark(marks, x, "path", text, t[1] - t[0])
     return marks
 
 

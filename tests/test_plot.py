@@ -197,3 +197,16 @@ def test_on_a_terminal_colour_codes_take_no_columns_and_are_never_cut(args, colu
     rows = [line for line in shown.split("\n") if re.match(r" *-?\d[\d.e+-]* \| ", line)]  # labelled rows
     assert len(rows) >= 12 and max(len(line) for line in shown.split("\n")) <= width
     assert len({len(line) for line in rows}) == 1  # every row of the drawing full width
+
+
+@pytest.mark.parametrize("text, kind, where", [
+    ("x if x > 0.125 else 0", "path", 0.125),              # (a sample bisection gave 0.123, 0.13)
+    ("x if x^3 > 0.1 else 0", "path", 0.1 ** (1 / 3)),
+    ("abs(x^3 - 0.1)", "kink", 0.1 ** (1 / 3)),             # (linear interpolation: 0.443)
+    ("max([x^3, 0.1])", "kink", 0.1 ** (1 / 3)),            # (a tie; the V through samples: 0.354)
+])
+def test_marks_sit_where_the_kink_or_the_change_of_path_is_not_near_a_sample(text, kind, where):
+    # 9 samples over -1:1 are 0.25 apart: the mark is located between them, to rounding
+    (m,) = plot(text, "x", -1, 1, samples=9).marks
+    assert m["kind"] == kind
+    assert m["x"] == pytest.approx(where, rel=1e-12)
