@@ -511,7 +511,7 @@ def _diag(x, k=0):
         return P.diag_embed(x, k=k, shape=(n, n))
     if x.ndim != 2:
         raise ShapeError(f"diag needs a vector or a matrix, got shape {x.shape}")
-    return P.diag(x, k=k)
+    return P.diag(x, k=_offset(k, x.shape))
 
 
 @_builtin("transpose", static=("axes",))
@@ -659,7 +659,8 @@ def _roll(x, shift, axis=None):
     if len(shifts) != len(axes):
         raise ShapeError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
     for a, n in zip(axes, shifts):  # (as NumPy: a shift along a repeated axis adds up)
-        x = _gather_axis(x, (np.arange(x.shape[a]) - _int(n, "shift")) % max(x.shape[a], 1), a)
+        length = max(x.shape[a], 1)  # (the shift reduced first: 10^30 fits no index array)
+        x = _gather_axis(x, (np.arange(x.shape[a]) - _int(n, "shift") % length) % length, a)
     return x
 
 
@@ -678,15 +679,19 @@ def _repeat(x, repeats, axis=None):
         raise ShapeError(f"repeats must be a non-negative integer or a tuple of them, got {repeats!r}")
     if counts.ndim == 1 and len(counts) != x.shape[a]:
         raise ShapeError(f"repeat: {len(counts)} repeats for an axis of length {x.shape[a]}")
+    # the new length in Python integers (int64 sums overflow), checked before np.repeat allocates
+    length = sum(counts.tolist()) if counts.ndim else int(counts) * x.shape[a]
+    x.builder.check_size(x.shape[:a] + (length,) + x.shape[a + 1:], "repeat()'s result")
     return _gather_axis(x, np.repeat(np.arange(x.shape[a]), counts), a)
 
 
 @_builtin("tile", static=("reps",))
 def _tile(x, reps):
-    reps = tuple(_int(r, "reps") for r in (reps if isinstance(reps, tuple) else (reps,)))
+    reps = tuple(_int_arg("reps", r) for r in (reps if isinstance(reps, tuple) else (reps,)))
     nd = max(x.ndim, len(reps))
     x = P.reshape(x, shape=(1,) * (nd - x.ndim) + x.shape)
     reps = (1,) * (nd - len(reps)) + reps
+    x.builder.check_size(tuple(d * r for d, r in zip(x.shape, reps)), "tile()'s result")
     for a, r in enumerate(reps):
         if r != 1:
             x = _gather_axis(x, np.tile(np.arange(x.shape[a]), r), a)
@@ -709,6 +714,7 @@ def _pad(x, pad_width, mode="constant", constant_values=0.0):
         raise ShapeError(f"pad: pad_width holds non-negative integers, got {pad_width!r}")
     if mode == "constant":
         return _pad_constant(x, widths, constant_values)
+    x.builder.check_size(tuple(d + b + a for d, (b, a) in zip(x.shape, widths.tolist())), "pad()'s result")
     for a, (before, after) in enumerate(widths.tolist()):
         if x.shape[a] == 0 and before + after:
             raise ShapeError(f"pad: mode {mode!r} cannot pad the empty axis {a}")
@@ -877,7 +883,7 @@ def _diagonal(x, offset=0, axis1=0, axis2=1):
     a, b = _one_axis(axis1, x.ndim), _one_axis(axis2, x.ndim)
     if a == b:
         raise ShapeError("axis1 and axis2 cannot be the same")
-    k = _int(offset, "offset")
+    k = _offset(_int(offset, "offset"), (x.shape[a], x.shape[b]))
     if (a, b) == (x.ndim - 2, x.ndim - 1) and x.ndim == 2:
         return P.diag(x, k=k)
     rest = [d for d in range(x.ndim) if d not in (a, b)]
@@ -897,7 +903,7 @@ def _triangle(name, keep):
     def fn(x, k=0):
         if x.ndim < 2:
             raise ShapeError(f"{name} needs an array of at least two dimensions, got shape {x.shape}")
-        mask = keep(np.ones(x.shape[-2:]), _int(k, "k"))
+        mask = keep(np.ones(x.shape[-2:]), _offset(_int(k, "k"), x.shape[-2:]))
         return P.where(mask, x, 0.0)  # (where, not a product: an inf above the diagonal gives 0)
 
 
@@ -923,6 +929,13 @@ def _size(x, axis=None):
 @_builtin("ndim")
 def _ndim(x):
     return x.builder.const(np.float64(x.ndim))
+
+
+def _offset(k: int, shape) -> int:
+    """A diagonal offset k of an (n, m) matrix, clamped to [-n, m]: every k beyond selects
+    no entry (or all of a triangle) as those edges do, and fits in NumPy's C long."""
+    n, m = shape
+    return max(-n, min(m, k))
 
 
 def _int(v, what) -> int:
@@ -967,7 +980,10 @@ def _diff(x, n=1, axis=-1):
     n = _int_arg("n", n)
     if x.ndim == 0:
         raise ShapeError("diff needs an array of at least one dimension")
-    for _ in range(n):  # (as numpy.diff: the difference of two slices, n times)
+    # as numpy.diff: the difference of two slices, n times; after `length` of them the axis
+    # is empty and stays so (a user's n = 10^6 must not run 10^6 Python steps)
+    length = x.shape[P.normalize_axes(axis, x.ndim)[0]]
+    for _ in range(min(n, length)):
         x = P.index(x, idx=_axis_slice(x.ndim, axis, slice(1, None))) - \
             P.index(x, idx=_axis_slice(x.ndim, axis, slice(None, -1)))
     return x

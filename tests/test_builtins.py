@@ -387,3 +387,86 @@ def test_every_builtin_is_named_in_the_readme_reference():
     reference = text[text.index("Built-in functions (each with"):text.index("Choices where the contract is silent")]
     named = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", reference))
     assert sorted(n for n in FUNCTIONS if n not in named) == []
+
+
+# ==========================================================================
+# Counts, repeats, widths and offsets a user writes: any integer is a result or a user error
+# ==========================================================================
+
+def test_tile_with_negative_reps_is_a_user_error_on_the_command_line():
+    from cli_run import user_error
+    for reps in ("-1", "(2, -1)"):
+        r = user_error("eval", f"tile(x, {reps})", "--at", "x=[1,2]")
+        assert "tile(): reps must be a non-negative integer, got -1" in r.stderr.splitlines()[0]
+
+
+_COUNTS = ["-1", "-10**30", "0", "10**12", "2**62", "10**30", "(2**62, 2**62)", "(1, -1)"]
+_TAKING_COUNTS = ["tile(x, {})", "repeat(x, {})", "repeat(M, {}, axis=0)", "pad(x, {})",
+                  "pad(x, {}, mode='edge')", "pad(x, {}, mode='wrap')", "reshape(x, {})",
+                  "broadcast_to(x, {})", "a, b = split(x, {}); a", "a, b = array_split(x, {}); a",
+                  "linspace(0, x[0], {})", "diff(x, n={})", "roll(x, {})", "roll(M, {}, axis=0)",
+                  "diag(x, k={})", "diag(M, k={})", "diagonal(M, offset={})", "trace(M, offset={})",
+                  "tril(M, {})", "triu(M, {})", "rot90(M, {})", "one_hot([0, 1], {})",
+                  "expand_dims(x, {})", "take(x, {})", "matrix_power(M, {})", "eye(2, {})",
+                  "zeros({}) + x[0]", "segment_sum(x, [0, 0, 1], {})"]
+
+
+@pytest.mark.parametrize("template", _TAKING_COUNTS)
+def test_any_count_gives_a_result_or_a_user_error_at_once(template):
+    import time
+    at = {"x": np.array([1.0, -2.0, 0.5]), "M": np.array([[1.0, 2.0], [3.0, 4.0]])}
+    escaped = []
+    for count in _COUNTS:
+        src = template.format(count)
+        point = {k: v for k, v in at.items() if re.search(rf"\b{k}\b", src)}
+        start = time.perf_counter()
+        try:
+            gradcalc.grad(src, at=point, sum=True)
+        except gradcalc.GradcalcError:
+            pass
+        except Exception as err:  # noqa: BLE001 - any other exception is the failure
+            escaped.append(f"{src}: {type(err).__name__}: {err}")
+        if time.perf_counter() - start > 2.0:
+            escaped.append(f"{src}: took {time.perf_counter() - start:.1f} s")
+    assert not escaped, escaped
+
+
+@pytest.mark.parametrize("src", ["tile(x, 10**12)", "tile(x, (2**62, 2**62))", "repeat(x, 2**62)",
+                                 "repeat(x, (2**62, 2**62))", "pad(x, 10**12, mode='edge')"])
+def test_huge_repeats_are_refused_by_size_before_allocating(src):
+    # (before: "out of memory" from NumPy's allocation, or an int64 overflow as an internal error)
+    with pytest.raises(gradcalc.GradcalcError) as err:
+        gradcalc.evaluate(src, at={"x": np.array([1.0, 2.0])})
+    assert re.search(r"result would have \S+ elements, more than \S*max_elements", err.value.message)
+
+
+def test_diff_with_n_beyond_the_length_is_empty_at_once():
+    import time
+    x = np.array([1.0, 4.0, 9.0])
+    start = time.perf_counter()
+    for n in (3, 4, 10**6, 10**30):
+        assert _value(f"diff(x, n={n})", x=x).shape == np.diff(x, n=min(n, 10)).shape == (0,)
+        assert _grad(f"sum(diff(x, n={n}))", x=x).tolist() == [0.0, 0.0, 0.0]
+    m = np.arange(6.0).reshape(2, 3)
+    assert _value("diff(x, n=10**6, axis=0)", x=m).shape == np.diff(m, n=5, axis=0).shape == (0, 3)
+    assert time.perf_counter() - start < 2.0
+    assert _value("diff(x, n=2)", x=x).tolist() == np.diff(x, n=2).tolist() == [2.0]
+
+
+@pytest.mark.parametrize("k", [10**18, -10**18, 10**30, -10**30])
+def test_diagonal_offsets_beyond_the_matrix(k):
+    m = np.array([[1.0, 2.0], [3.0, 4.0]])
+    # beyond the matrix a diagonal is empty, and a triangle is all of it or nothing
+    assert _value(f"diag(x, k={k})", x=m).shape == (0,)
+    assert _value(f"diagonal(x, offset={k})", x=m).shape == (0,)
+    assert _value(f"trace(x, offset={k})", x=m) == 0.0
+    assert _value(f"tril(x, {k})", x=m).tolist() == (m if k > 0 else 0 * m).tolist()
+    assert _value(f"triu(x, {k})", x=m).tolist() == (0 * m if k > 0 else m).tolist()
+    assert _grad(f"trace(x, offset={k})", x=m).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
+@pytest.mark.parametrize("shift", [10**18 + 1, -(10**18) - 1, 7, -7])
+def test_roll_by_a_huge_shift_is_roll_by_its_remainder(shift):
+    x = np.arange(5.0)
+    assert _value(f"roll(x, {shift})", x=x).tolist() == np.roll(x, shift % 5).tolist()
+    assert _value(f"roll(x, {shift}, axis=0)", x=x).tolist() == np.roll(x, shift % 5).tolist()
