@@ -290,8 +290,8 @@ def write_junit(path: str, results) -> None:
     suite = ET.Element("testsuite", name="gradcalc.check", tests=str(len(results)),
                        failures=str(failures), errors=str(errors))
     for x in results:
-        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gradcalc.check.{x.source}"),
-                             name=_xml_text(_junit_name(x)))
+        case = ET.SubElement(suite, "testcase", classname=_xml_text(_junit_class(x.source)),
+                             name=_xml_text(_junit_name(x)), file=_xml_text(x.source))
         if _is_error(x):
             _junit_error(case, x)
         else:
@@ -301,6 +301,18 @@ def write_junit(path: str, results) -> None:
     except OSError as err:
         from gradcalc.errors import ValueError_
         raise ValueError_(f"--junit-xml: cannot write '{path}': {err.strerror}") from None
+
+
+def _junit_class(source: str) -> str:
+    """A testcase's classname, as pytest makes one from a test file's path: gradcalc.check,
+    then the folders and the name without .grad, joined by dots (examples/ci/cube.grad ->
+    gradcalc.check.examples.ci.cube).  Jenkins splits a classname at its last dot into package
+    and class, and GitLab shows it as the suite, so a dot inside a name becomes '_' (my.model.grad
+    -> my_model, not package my, class model).  The path as written is the testcase's file."""
+    import re
+    stem = source[:-len(".grad")] if source.endswith(".grad") else source
+    parts = [p.replace(".", "_") for p in re.split(r"[\\/]", stem) if p not in ("", ".")]
+    return ".".join(["gradcalc.check", *parts])
 
 
 def _junit_name(x) -> str:

@@ -761,7 +761,7 @@ def test_junit_report_of_a_file_name_with_a_control_character_parses(tmp_path):
     r = run("check", str(tmp_path), "--at", "x=1", "--junit-xml", str(xml))
     assert r.exit_code == 0, r.output
     (case,) = ET.parse(xml).getroot()  # raw \x01 made it "not well-formed"
-    assert case.get("classname").endswith("a\\x01b.grad")
+    assert case.get("file").endswith("a\\x01b.grad") and case.get("classname").endswith(".a\\x01b")
 
 
 def test_dot_gives_each_gradient_its_own_node():
