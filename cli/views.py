@@ -258,10 +258,24 @@ def _error_cells(x, taylor: bool) -> list:
 
 def _check_lines(result, precision: int) -> str:
     """One line per check result (plain text: check's results are verdicts, not arrays):
-    what was compared, the errors, a failure's numbers and the notes; then the summary."""
+    what was compared, the errors, a failure's numbers and the notes; with --sweep a line
+    after it with the sweep's findings; then the summary."""
     from gradcalc.suite import row_text, summary_line
-    return "".join(row_text(x, lambda err: err.worded(_flag)[0]) + "\n" for x in result.results) + \
-        summary_line(result) + "\n"
+    return "".join(row_text(x, lambda err: err.worded(_flag)[0]) + "\n" + _sweep_line(x)
+                   for x in result.results) + summary_line(result) + "\n"
+
+
+def _sweep_line(x) -> str:
+    """check --sweep in plain text: the best step, its error, the fitted slope, the check's
+    step and the verdict (last: it has spaces), then the notes; "" for a result without one."""
+    w = getattr(x, "extra", {}).get("sweep")
+    if w is None:
+        return ""
+    slope = "-" if w["slope"] is None else f"{w['slope']:.3g}"
+    return (f"sweep {x.source} point={x.point} {_swept_label(x)} best_step={w['best_step']:.2g} "
+            f"best_error={w['best_error']:.3g} slope={slope} expected_slope={w['expected_slope']} "
+            f"check_step={w['default_step']:.2g} verdict={w['verdict']}"
+            + "".join(f" | {note}" for note in w["notes"]) + "\n")
 
 
 def result_label(x) -> str:
@@ -478,9 +492,15 @@ def _one_sweep(x, precision: int) -> None:
     out = render.console()
     out.print(f"\n{x.source}: {_swept_label(x)} at point {x.point} ({x.method} differences)", style="bold")
     rows = [(render.fmt(float(h), 2), render.fmt(float(e), precision)) for h, e in zip(w["steps"], w["errors"])]
-    half = (len(rows) + 1) // 2  # two columns of (step, error) pairs: the table half as long
-    for left, right in zip([("step", "error")] + rows[:half], [("step", "error")] + rows[half:] + [("", "")]):
-        out.print(f"  {left[0]:>8}  {left[1]:>10}      {right[0]:>8}  {right[1]:>10}".rstrip(), markup=False)
+    pair = "  {:>8}  {:>10}"
+    if out.width >= 2 * len(pair.format("", "")) + 4:  # two columns of pairs: the table half as long
+        half = (len(rows) + 1) // 2
+        lines = zip([("step", "error")] + rows[:half], [("step", "error")] + rows[half:] + [("", "")])
+        text = [(pair + "    " + pair).format(*left, *right) for left, right in lines]
+    else:  # (a narrow terminal: one pair a line, not pairs wrapped onto lines of their own)
+        text = [pair.format(*row) for row in [("step", "error")] + rows]
+    for line in text:
+        out.print(line.rstrip(), markup=False)
     sys.stdout.flush()
     sys.stdout.write(pictures.sweep_picture(w))
     out.print(_sweep_verdict(w), markup=False)

@@ -151,3 +151,42 @@ def test_check_sweep_prints_the_steps_left_out():
     out = run("check", "1/x", "--at", "x=1e-3", "--sweep").stdout
     assert "note: steps 0.1 to 0.001 left out" in out
     assert re.search(r"2\.\d\d \(expected 2\)", out)
+
+
+def test_a_narrow_terminal_gets_the_step_table_one_pair_a_line():
+    # review (LOW): at COLUMNS=40 the two columns of (step, error) pairs, 48 wide, wrapped each
+    # right-hand error onto a line of its own
+    from cli_run import runner
+    from gradcalc.cli.app import app
+    r = runner.invoke(app, ["check", "sin(x)*exp(x)", "--at", "x=0.7", "--sweep"], env={"COLUMNS": "40"})
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.split() == ["step", "error"])
+    end = next(i for i, line in enumerate(lines) if "(error)" in line)
+    table = [line.split() for line in lines[start + 1:end]]
+    assert all(len(row) == 2 for row in table)  # a step and its error on every line
+    np.testing.assert_allclose([float(step) for step, _ in table], STEPS, rtol=0.02)
+    assert all(len(line) <= 40 for line in lines[start:end])
+
+
+def _plain_sweep(*args) -> dict:
+    lines = run("check", *args, "--sweep", "-f", "plain").stdout.splitlines()
+    (line,) = [x for x in lines if x.startswith("sweep ")]
+    head, _, verdict = line.partition(" verdict=")
+    fields = dict(f.split("=", 1) for f in head.split() if "=" in f)
+    fields["verdict"], *fields["notes"] = verdict.split(" | ")
+    return fields
+
+
+def test_plain_output_has_a_sweep_line_per_result():
+    # review (LOW): --sweep showed nothing in -f plain
+    w = _plain_sweep("sin(x)*exp(x)", "--at", "x=0.7")
+    assert w["verdict"] == OK and w["point"] == "0"
+    assert 1e-9 <= float(w["best_step"]) <= 1e-2 and abs(float(w["slope"]) - 2) <= 0.3
+    assert float(w["best_error"]) < 1e-8 and w["expected_slope"] == "2"
+    wrong = _plain_sweep("x^3 + 1e7", "--at", "x=0.7")
+    assert wrong["verdict"] == BAD_STEP
+    pole = _plain_sweep("1/x", "--at", "x=1e-3")
+    assert any(n.startswith("steps 0.1 to 0.001 left out") for n in pole["notes"])
+    lines = run("check", "sum(sin(x))", "--at", "x=[1,2]", "-f", "plain").stdout
+    assert "sweep " not in lines  # (only with --sweep)
