@@ -549,6 +549,8 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     if not ok:
         extra.update(breach(ad, fd, worst, *tol))
         notes += _rounding_note(tr.value(o), h, method, mabs)
+        if not notes:  # (a kink, a changed path or rounding explains it better)
+            notes += _coarse_step_note(tr.value(w), h, worst, method)
     if probes is not None and not _agrees_with_forward(ad, probes, o, tr.value(w).ndim, extra):
         ok = False
         notes.append("reverse and forward mode disagree")
@@ -601,6 +603,26 @@ def _rounding_note(y, h, method: str, mismatch: float) -> list:
     return [f"finite differences are at their rounding limit here: |f| up to {size:.3g} over a step of "
             f"{step:.3g} leaves about {noise:.2g} of rounding error in each difference quotient, as much "
             "as the mismatch (try --method complex for analytic programs)"]
+
+
+#: A step larger than this fraction of |x| is coarse for a function that changes on the scale
+#: of x (1/x, log x, sqrt x near 0): central differences err by about (h/x)^2, 1e-6 at 1e-3.
+COARSE_STEP = 1e-3
+
+
+def _coarse_step_note(x: np.ndarray, h: np.ndarray, worst: list, method: str) -> list:
+    """A note for a failure where the step is not small beside |x| at the worst element: the
+    default step follows max(1, |x|), so below |x| = 1 it stays put while x shrinks, and a
+    correct derivative of 1/x at 1e-3 fails by 6e-5.  Says what tells the two apart."""
+    if method == "complex" or not h.size:
+        return []
+    at = tuple(worst[len(worst) - x.ndim:]) if x.ndim else ()
+    xi, hi = abs(float(x[at])), float(h[at])
+    if hi <= COARSE_STEP * xi:
+        return []
+    return [f"the step {hi:.3g} is not small beside |x| = {xi:.3g} (the default step follows max(1, |x|)): "
+            "near 0, a function like 1/x or log(x) leaves a truncation error that large; --sweep shows the "
+            "error at smaller steps, --method complex (analytic programs) takes no difference"]
 
 
 #: Random directions along which forward mode is compared with the reverse-mode Jacobian.

@@ -691,3 +691,20 @@ def test_junit_classnames_keep_a_file_name_in_one_part(tmp_path, monkeypatch):
     assert [(c.get("classname"), c.get("file")) for c in cases] == [
         ("gradcalc.check.sub.my_model", os.path.join("sub", "my.model.grad")), ("gradcalc.check.top", "top.grad"),
         ("gradcalc.check.<expr>", "<expr>")]
+
+
+@pytest.mark.parametrize("program,x", [("1/x", 1e-3), ("log(x)", 1e-4), ("sqrt(x)", 1e-6)])
+def test_a_failure_with_a_step_not_small_beside_x_says_so(program, x):
+    # review MEDIUM 15: correct derivatives fail at small |x| (the step follows max(1, |x|)); the row
+    # points to what tells a wrong rule from a coarse step, and the complex step does pass them
+    r, = gradcalc.check(program, at={"x": x}).results
+    assert not r.ok
+    assert any(n.startswith(f"the step {r.step:.3g} is not small beside |x| = {x:.3g}") and "--sweep" in n
+               and "--method complex" in n for n in r.notes), r.notes
+    assert gradcalc.check(program, at={"x": x}, method="complex").ok
+
+
+def test_a_wrong_rule_at_a_large_x_gets_no_step_note(monkeypatch):
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
+    r, = gradcalc.check("sin(x)", at={"x": 0.3}).results
+    assert not r.ok and not any("not small beside" in n for n in r.notes)
