@@ -69,8 +69,19 @@ def formats(command: str) -> list[Format]:
 
 def _numbers(result, precision: int) -> str:
     """The numbers alone: one line per array of the result (blocks of a Jacobian or a
-    Hessian in order), values in C order; an unconnected derivative reads null."""
+    Hessian in order), values in C order; an unconnected derivative reads null.  A closed
+    form with no point (--symbolic without --at) has no numbers: its text, a line each."""
+    if getattr(result, "value", 0) is None and getattr(result, "symbolic", None):
+        return "".join(f"{text}\n" for text in _closed_texts(result.symbolic))
     return "".join(render.plain_line(a) + "\n" for a in _leaves(result))
+
+
+def _closed_texts(entries: dict):
+    for v in entries.values():
+        if "text" in v:
+            yield v["text"] if v["text"] is not None else "(too large to print)"
+        else:
+            yield from _closed_texts(v)
 
 
 def _leaves(blocks: dict):
@@ -95,6 +106,9 @@ def _grad_table(s: Shown, precision: int) -> None:
         _grad_exec_table(s, precision)
         return
     f = f"sum({r.of})" if s.sum else r.of
+    if r.value is None:  # --symbolic without a point: the closed form alone (SPEC §5)
+        _print_symbolic({f"d{f}/d{k}": v for k, v in r.symbolic.items()})
+        return
     title = f"gradient of {f} = {render.value_text(r.value.sum() if s.sum else r.value, precision)}"
     rows = [(f"d{f}/d{k}" + (" (unconnected)" if k in r.unconnected else ""), v) for k, v in r.items()]
     render.print_table(title, rows, precision=precision, caption=_point_caption(s.at, precision))

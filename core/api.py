@@ -78,8 +78,14 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
     """The gradient of a scalar output (of its sum with sum=True) with respect to wrt.
 
     With symbolic=True, ``Result.symbolic`` also holds sympy's closed forms
-    {wrt: {"text", "latex", "value", "note"}}.
+    {wrt: {"text", "latex", "value", "note"}}.  Without a value for some input, symbolic=True
+    gives the closed forms alone (no value, no gradient; SPEC §5).
     """
+    if symbolic and not sum:
+        from .symbolic import closed_form_alone, lacks_a_point
+        if lacks_a_point(source, at):
+            return closed_form_alone("grad", source, at, of, wrt, max_elements=max_elements,
+                                     max_steps=max_steps)
     tr = trace_source(source, at, max_elements, max_steps=max_steps)
     out = select_output(tr, of)
     wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
@@ -216,8 +222,14 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
 
     Reverse mode runs one batched backward pass per output (a row per output
     element); forward mode one batched tangent pass (a column per input
-    element).  ``mode="auto"`` picks the one with fewer rows.
+    element).  ``mode="auto"`` picks the one with fewer rows.  With symbolic=True and no value
+    for some input: the closed forms alone, as grad.
     """
+    if symbolic:
+        from .symbolic import closed_form_alone, lacks_a_point
+        if lacks_a_point(source, at):
+            return closed_form_alone("jacobian", source, at, of, wrt, max_elements=max_elements,
+                                     max_steps=max_steps)
     tr = trace_source(source, at, max_elements, max_steps=max_steps)
     outs = [select_output(tr, None)] if of is None else select_names(tr, of, "of", ())
     wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)

@@ -82,6 +82,22 @@ PRINT_LIMIT = 5000
 PATH_NOTE = ("the closed form of the path taken (this program branches or loops; another point may take "
              "another path)")
 
+#: The decisions (tape.Guard.what) of control flow; the others are values a built-in or an index
+#: took from the point (a sort order, an index array, a mask), with no branch in the program.
+_BRANCHING = frozenset({"if", "while", "conditional", "range"})
+
+
+def _path_note(guards) -> str:
+    """What a closed form traced under these decisions holds for: the path taken, or (with no
+    branch or loop) the sort order, indices or masks the point gave."""
+    kinds = {g.what for g in guards}
+    if kinds & _BRANCHING:
+        return PATH_NOTE
+    shown = " and ".join(sorted(kinds))
+    return (f"the closed form for the {shown} found at this point (the program does not branch, but "
+            f"another point may give another {shown})")
+
+
 __all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "SIMPLIFY_LIMIT",
            "SIMPLIFY_SECONDS", "SIMPLIFY_EACH_SECONDS", "PRINT_LIMIT", "check_size", "to_sympy",
            "symbolic_gradient", "symbolic_jacobian", "NO_CLOSED_FORM", "converts"]
@@ -842,7 +858,8 @@ def _derivatives(tr, outs: list, wrt: list, simplify: bool, drop: int = 0) -> di
                 value[idx] = _number(block[idx], point, sp)
             result[o][w] = _entry(block, value, simplify, reasons, sp)
             if tr.tape.guards:  # (SPEC §5: with control flow, the closed form of the path taken)
-                result[o][w]["note"] = "; ".join(n for n in (PATH_NOTE, result[o][w]["note"]) if n)
+                result[o][w]["note"] = "; ".join(n for n in (_path_note(tr.tape.guards),
+                                                              result[o][w]["note"]) if n)
     return result
 
 
@@ -883,3 +900,52 @@ def symbolic_jacobian(tr, of: list, wrt: list, *, simplify: bool = True) -> dict
         return _derivatives(tr, outs, wrt, simplify)
     except RecursionError:
         raise _too_deep(tr) from None
+
+
+# ==========================================================================
+# Without a point: the closed form alone (SPEC §5)
+# ==========================================================================
+
+def lacks_a_point(source, at) -> bool:
+    """True when some input has neither a value in at nor a default: --symbolic then gives
+    the closed form alone, as SPEC §5 has it for a command without --at."""
+    from .run import find_inputs
+    from .session import parse
+    given = at or {}
+    return any(i.name not in given and i.default is None for i in find_inputs(parse(source)))
+
+
+def closed_form_alone(command: str, source, at, of, wrt, *, max_elements, max_steps):
+    """grad's or jacobian's Result of the closed forms only (no values: no gradient, no
+    value, an empty at).  The program is traced at stand-in values (0.5, shapes guessed as
+    graph does) for its structure; a program whose path depends on them is refused."""
+    from .graphs import _trace_with_stand_ins
+    from .results import Result
+    from .session import as_arrays, parse, select_names, select_output
+    tr, filled, guessed = _trace_with_stand_ins(parse(source), as_arrays(at), max_elements, max_steps)
+    if tr.tape.guards:
+        what = sorted({g.what for g in tr.tape.guards})
+        raise UsageError(f"{_SYMBOLIC} without a value for {', '.join(repr(n) for n in filled)}: the path "
+                         f"the program takes ({', '.join(what)}) depends on the values, and the closed "
+                         "form with it",
+                         hint=f"give the point with {option('at')}", option="at")
+    wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
+    shapes = [f"'{n}' taken as shape {tr.value(n).shape}" for n in guessed if tr.value(n).ndim]
+    note = "; ".join(shapes) + " (give its value for another shape)" if shapes else None
+    parts = ("text", "latex", "note")
+    if command == "grad":
+        out = select_output(tr, of)
+        closed = {w: _with_note(e, note, parts) for w, e in symbolic_gradient(tr, out, wrt).items()}
+        return Result({}, command="grad", of=out, at={}, value=None, unconnected=[], warnings=[],
+                      symbolic=closed)
+    outs = [select_output(tr, None)] if of is None else select_names(tr, of, "of", ())
+    closed = {o: {w: _with_note(e, note, parts) for w, e in row.items()}
+              for o, row in symbolic_jacobian(tr, outs, wrt).items()}
+    return Result({}, command="jacobian", of=outs, at={}, value=None, mode=None, unconnected=[],
+                  warnings=[], symbolic=closed)
+
+
+def _with_note(entry: dict, note: str | None, parts) -> dict:
+    out = {p: entry[p] for p in parts}
+    out["note"] = "; ".join(n for n in (note, entry["note"]) if n) or None
+    return out

@@ -367,3 +367,45 @@ def test_cli_check_symbolic_is_a_third_oracle(monkeypatch):
     res = runner.invoke(app, ["check", "sin(x)", "--at", "x=1", "--symbolic", "-f", "json"])
     assert res.exit_code == 1
     assert "automatic and symbolic derivatives disagree" in res.stdout
+
+
+# ==========================================================================
+# Without --at: the closed form alone (SPEC §5)
+# ==========================================================================
+
+def test_grad_symbolic_without_a_point_gives_the_closed_form_alone():
+    r = gradcalc.grad("x^2 * y", symbolic=True)
+    assert dict(r) == {} and r.value is None and r.at == {}
+    assert {w: e["text"] for w, e in r.symbolic.items()} == {"x": "2*x*y", "y": "x**2"}
+    assert r.to_json()["symbolic"]["x"] == {"text": "2*x*y", "latex": "2 x y", "note": None}
+    j = gradcalc.jacobian("sin(x) * y", symbolic=True)
+    assert dict(j) == {} and j.symbolic["_"]["x"]["text"] == "y*cos(x)"
+    # an input given a value, another not: still the closed form alone, in both
+    r = gradcalc.grad("x^2 * y", at={"y": 3.0}, symbolic=True)
+    assert r.value is None and r.symbolic["y"]["text"] == "x**2"
+
+
+def test_symbolic_without_a_point_on_the_command_line():
+    from cli_run import ok, user_error
+    out = ok("grad", "x^2", "--symbolic").stdout
+    assert "d_/dx = 2*x" in out and "gradient of" not in out and "value" not in out
+    assert ok("grad", "x^2", "--symbolic", "-f", "plain").stdout == "2*x\n"
+    assert ok("jacobian", "sin(x) * y", "--symbolic", "-f", "plain").stdout == "y*cos(x)\nsin(x)\n"
+    # a path decided by values needs them
+    r = user_error("grad", "if x > 0 { y = x } else { y = -x }\ny", "--symbolic")
+    assert "--symbolic without a value for 'x'" in r.stderr and "hint: give the point with --at" in r.stderr
+
+
+def test_a_guessed_shape_is_named_in_the_note():
+    r = gradcalc.grad("x[2] * y", symbolic=True)
+    assert r.symbolic["y"]["text"] == "x[2]"
+    assert r.symbolic["y"]["note"] == "'x' taken as shape (4,) (give its value for another shape)"
+
+
+def test_a_sort_order_is_not_called_a_branch():
+    r = gradcalc.grad("sum(sort(x) * [1, 2])", at={"x": [3.0, 1.0]}, symbolic=True)
+    assert r.symbolic["x"]["text"] == "[2, 1]"
+    note = r.symbolic["x"]["note"]
+    assert "sort order" in note and "branches" not in note and "does not branch" in note
+    r = gradcalc.grad("if x > 0 { y = x^3 } else { y = -x }\ny", at={"x": 2.0}, symbolic=True)
+    assert "this program branches or loops" in r.symbolic["x"]["note"]
