@@ -269,9 +269,13 @@ _SEQUENCE_BUILTINS = frozenset(FUNCTIONS[n].fn for n in ("concat", "stack", "vst
 
 def _sequence(fn, args: tuple, kwargs: dict) -> tuple:
     """A call's arguments as the built-in takes them: for one that takes a sequence of arrays,
-    a tuple or list literal first stands for its items, and a positional argument after it is
-    the axis, as in NumPy's concatenate((a, b), 0)."""
-    if fn.fn not in _SEQUENCE_BUILTINS or not args or type(args[0]) not in (TupleLit, ArrayLit):
+    a tuple literal first, or a list literal alone, stands for its items, and a positional
+    argument after the tuple is the axis, as in NumPy's concatenate((a, b), 0).  (A list
+    literal followed by more arrays is an array of its own: concat([0], x, [1]).)"""
+    if fn.fn not in _SEQUENCE_BUILTINS or not args:
+        return args, kwargs
+    first = type(args[0])
+    if not (first is TupleLit or first is ArrayLit and len(args) == 1):
         return args, kwargs
     if len(args) == 2 and "axis" in fn.signature.parameters and "axis" not in kwargs:
         kwargs = {**kwargs, "axis": args[1]}

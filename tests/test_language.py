@@ -1920,6 +1920,12 @@ def test_concatenate_axis_none_differentiates_through_the_flattening():
     assert np.array_equal(g["c"], 2 * c)
 
 
+def test_a_list_literal_followed_by_arrays_is_an_array_of_its_own():
+    # concat([0], x, [6]): separate arguments, the first a literal array (samples/spring_chain)
+    (value,) = gradcalc.evaluate("concat([0.0], x, [6.0])", at={"x": np.array([1.0, 2.0])}).values()
+    assert np.array_equal(value, [0.0, 1.0, 2.0, 6.0])
+
+
 def test_a_tuple_of_arrays_and_more_arrays_is_an_error():
     r = user_error("eval", "vstack((a, b), 0)", "--at", "a=[1,2],b=[3,4]")
     assert "vstack() takes its arrays as one tuple or as separate arguments, not both" in r.stderr
