@@ -194,3 +194,18 @@ def test_compiled_loop_bodies_record_what_the_interpreter_records(case):
     finally:
         Interpreter.compiled = plain
     assert compiled == interpreted, src
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 4), (5, 1)])
+def test_mT_of_an_eager_array_is_the_view_transpose_returns(shape):
+    # matmul's VJPs call mT on arrays in an eager pass; it skips the transpose primitive there,
+    # and must hand back exactly what the primitive would (same shape, strides and memory).
+    from gradcalc import primitives as P
+    x = np.arange(math.prod(shape), dtype=float).reshape(shape)
+    for a in (x, x[..., ::-1, :]):
+        nd = a.ndim
+        want = P.transpose(a, axes=tuple(range(nd - 2)) + (nd - 1, nd - 2))
+        got = P.mT(a)
+        assert got.shape == want.shape and got.strides == want.strides
+        assert got.__array_interface__["data"] == want.__array_interface__["data"]
+        assert np.array_equal(got, np.swapaxes(a, -1, -2))
