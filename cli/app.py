@@ -664,6 +664,8 @@ def main() -> None:
 
     args = sys.argv[1:]
     name = args[0] if args else None
+    if not args or "--help" in args or "-h" in args:
+        _help_colours()
     command_app = build_app([name] if name in COMMANDS else None)
     if not args:
         command_app()  # help
@@ -685,6 +687,17 @@ def main() -> None:
     except BrokenPipeError:
         _reader_gone(0)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _help_colours() -> None:
+    """Help follows the colour rule of every other output (NO_COLOR: no escape code at all,
+    bold included; FORCE_COLOR; TERM=dumb): Typer draws it with a console of its own."""
+    import typer.rich_utils as help_console
+
+    from .render import colour_system
+    system = colour_system(sys.stdout)
+    help_console.COLOR_SYSTEM = system
+    help_console.FORCE_TERMINAL = True if system is not None else None
 
 
 def _usage_error(err, name: str, args: list) -> int:

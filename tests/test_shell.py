@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +148,20 @@ GRAD = ("grad", "x^2*y", "--at", "x=1,y=2")
 def test_escape_codes_on_a_terminal(env, escapes):
     out = in_terminal(*GRAD, env=env)
     assert "gradient of _ = 2" in out
+    assert ("\x1b[" in out) is escapes, out
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+@pytest.mark.parametrize("env, escapes", [
+    ({}, True),
+    ({"NO_COLOR": "1"}, False),
+    ({"TERM": "dumb"}, False),
+    ({"FORCE_COLOR": "1", "TERM": "dumb"}, True),
+])
+def test_help_follows_the_colour_rule_on_a_terminal(env, escapes):
+    # Typer draws help with a console of its own: NO_COLOR must turn its bold and dim off too
+    out = in_terminal("grad", "--help", env=env)
+    assert "Usage: gradcalc grad" in re.sub(r"\x1b\[[0-9;]*m", "", out)
     assert ("\x1b[" in out) is escapes, out
 
 
