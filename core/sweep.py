@@ -37,6 +37,11 @@ WRONG_FRACTION = 1e-5
 #: The truncation side of the V, for the fitted slope: the steps above the best one
 #: whose error is at least this many times the smallest.
 TRUNCATION_MARGIN = 10.0
+#: ... and whose error is below this fraction of the derivative's scale: where a difference
+#: is off by more, the step reaches past where the function is smooth (1/x at 1.5e-3 for
+#: steps above it, log(x) at 1e-4: errors of 11% to 99%), and the error no longer follows
+#: the method's order.
+NEAR_FRACTION = 0.1
 
 #: The order of each method's truncation error: the slope its V should have on that side.
 ORDER = {"central": 2, "forward": 1, "richardson": 4, "complex": 2}
@@ -217,8 +222,8 @@ def _bottom(errors, usable) -> tuple[int, float]:
 
 def _truncation_slope(steps, errors, usable, scale, noise) -> float | None:
     """The slope of log(error) against log(step) on the truncation side: the run of steps,
-    from the largest usable one whose difference is still near the derivative (error below
-    its scale: a larger step reaches past where the function is smooth) down, whose error
+    from the largest usable one whose difference is near the derivative (error below
+    NEAR_FRACTION of its scale) down, whose error
     stands clear (TRUNCATION_MARGIN times) of the floor and of the rounding error at that
     step (noise).  None when fewer than two do: where the method is exact (central
     differences of a quadratic), the error is rounding alone."""
@@ -226,7 +231,7 @@ def _truncation_slope(steps, errors, usable, scale, noise) -> float | None:
         return None
     floor = np.min(np.where(usable, errors, np.inf))
     clear = usable & (errors >= TRUNCATION_MARGIN * np.maximum(floor, noise))
-    near = usable & (errors < scale)
+    near = usable & (errors < NEAR_FRACTION * scale)
     start = int(np.argmax(near)) if near.any() else len(steps)
     run = start + (int(np.argmin(clear[start:])) if not clear[start:].all() else len(steps) - start)
     if run - start < 2:
