@@ -128,11 +128,13 @@ def _rad2deg(x):
 
 @_builtin("nan_to_num", numbers=("nan", "posinf", "neginf"))
 def _nan_to_num(x, nan=0.0, posinf=None, neginf=None):
-    # numpy.nan_to_num: derivative 1 where x is finite, 0 where it was replaced
+    # numpy.nan_to_num: derivative 1 where x is finite, 0 where it was replaced.  x * 0 is 0
+    # where x is finite, nan elsewhere: a test with no kink at a finite x (x != x, nan's own
+    # test, compares x with itself: check saw a kink of '!=' at every point)
     big = float(np.finfo(np.float64).max)
-    x = P.where(P.eq(x, math.inf), big if posinf is None else posinf, x)
-    x = P.where(P.eq(x, -math.inf), -big if neginf is None else neginf, x)
-    return P.where(P.ne(x, x), nan, x)
+    fill = P.where(P.eq(x, -math.inf), -big if neginf is None else neginf, nan)
+    fill = P.where(P.eq(x, math.inf), big if posinf is None else posinf, fill)
+    return P.where(P.switch_lt(x * 0.0, 1.0), x, fill)
 
 
 _SQRT_HALF = math.sqrt(0.5)

@@ -35,6 +35,15 @@ SYMBOLIC_TOLERANCE = (1e-9, 1e-12)
 EXEC_TOLERANCE = (1e-8, 1e-10)
 
 
+def kink_text(builder, eq) -> str:
+    """A kink as notes name it: "kink of 'clip' (line 1, column 1)", the operation the program
+    wrote there (clip, //, >, a built-in's name), not the primitive recorded (maximum,
+    floor_divide, gt): see tape.Builder.op_name."""
+    pos = eq.pos
+    where = f" (line {pos.line}, column {pos.col})" if pos else ""
+    return f"kink of '{builder.op_name(eq.prim, eq.loc)}'{where}"
+
+
 def tolerance(default: tuple, rtol: float | None, atol: float | None) -> tuple[float, float]:
     """(rtol, atol): each the one given, or default's."""
     return (default[0] if rtol is None else float(rtol), default[1] if atol is None else float(atol))

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import stencil
 from .checks import (AD_TOLERANCE, SYMBOLIC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result,
-                     compare, tolerance)
+                     compare, kink_text, tolerance)
 from .codec import JSONNumberError, array_from_json
 from .errors import GradcalcError, Pos, UsageError, ValueError_, option, to_pos
 from .lexer import tokenize
@@ -287,9 +287,6 @@ def _upstream(tr: Traced, var: int) -> tuple[set, set]:
     return needed, smooth
 
 
-_SPELLED = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
-
-
 def kinked_equations(tr: Traced, wrt_var: int, out_var: int | None = None) -> list:
     """The equations with a kink on the way from wrt to the output (every output's, when
     out_var is None) where the output's value follows the kink: a kink of a differentiable
@@ -321,8 +318,7 @@ def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = No
         with np.errstate(all="ignore"):
             d = np.abs(np.asarray(eq.prim.kink(values[eq.out], *[values[a] for a in eq.args], **eq.params)))
         if d.size and float(np.min(d)) <= scale:
-            where = f" (line {eq.pos.line}, column {eq.pos.col})" if eq.pos else ""
-            note = f"near the kink of '{_SPELLED.get(eq.prim.name, eq.prim.name)}'{where}"
+            note = f"near the {kink_text(tr.builder, eq)}"
             if note not in notes:
                 notes.append(note)
     return notes

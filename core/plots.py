@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import ShapeError, UsageError, did_you_mean, option, to_pos
+from .checks import kink_text
+from .errors import ShapeError, UsageError, did_you_mean, option
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .numerics import kinked_equations, on_tape, path_notes, run_at
 from .results import Result
@@ -217,7 +218,7 @@ def _kink_marks(groups: list, line: Line) -> list:
                     x = None if e is None else _bottom(t[rows[i - 1]], t[rows[i + 1]],
                                                        lambda ts: distance(ts)[:, e])
                 if e is not None:
-                    _add_mark(marks, x, "kink", _kink_text(eq), t[1] - t[0])
+                    _add_mark(marks, x, "kink", kink_text(traced.builder, eq), t[1] - t[0])
     return marks
 
 
@@ -284,10 +285,6 @@ def _bottom(lo: float, hi: float, gap) -> float:
     return _simplest(lo, hi)
 
 
-def _kink_text(eq) -> str:
-    pos = to_pos(eq.pos) if eq.pos else None
-    where = f" (line {pos.line}, column {pos.col})" if pos else ""
-    return f"kink of '{eq.prim.name}'{where}"
 
 
 def _path_marks(groups: list, line: Line, out: str, max_steps: int) -> list:

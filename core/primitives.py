@@ -346,7 +346,7 @@ def _sinc_slope(ans, x):
     differentiated again into the second derivative's series (-pi^2/3 at 0).  Each branch
     sees a harmless argument where it is not chosen (the series would overflow far out)."""
     y = math.pi * x
-    near = lt(abs_(y), 1.0)
+    near = switch_lt(abs_(y), 1.0)
     ys = where(near, y, 0.0)
     t = ys * ys
     poly = _SINC_SERIES[0]
@@ -540,6 +540,11 @@ gt = _comparison("gt", np.greater)
 ge = _comparison("ge", np.greater_equal)
 eq = _comparison("eq", np.equal)
 ne = _comparison("ne", np.not_equal)
+# (internal) x < y for a switch that is no kink of the value, so check flags none: between
+# two formulas of one smooth function (sinc's slope: a series near 0, the closed form
+# beyond), or at a boundary no finite value reaches (nan_to_num's test for finite values)
+switch_lt = _def("switch_lt", _elementwise(_mask(np.less)), None, None, _broadcast_params,
+                 differentiable=False, analytic=True)
 
 def _logical(name, fn):
     # Masks of masks: nonzero is true, as in where and in conditions; no derivative and, on

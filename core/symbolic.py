@@ -453,6 +453,7 @@ def _rules():
         "hypot": _elementwise(lambda a, b: sp.sqrt(a ** 2 + b ** 2), 2),
         "where": _elementwise(lambda c, a, b: sp.Piecewise((a, _truth(c)), (b, True)), 3),
         "lt": _elementwise(_mask(lambda a, b: a < b), 2),
+        "switch_lt": _elementwise(_mask(lambda a, b: a < b), 2),
         "le": _elementwise(_mask(lambda a, b: a <= b), 2),
         "gt": _elementwise(_mask(lambda a, b: a > b), 2),
         "ge": _elementwise(_mask(lambda a, b: a >= b), 2),

@@ -470,3 +470,37 @@ def test_roll_by_a_huge_shift_is_roll_by_its_remainder(shift):
     x = np.arange(5.0)
     assert _value(f"roll(x, {shift})", x=x).tolist() == np.roll(x, shift % 5).tolist()
     assert _value(f"roll(x, {shift}, axis=0)", x=x).tolist() == np.roll(x, shift % 5).tolist()
+
+
+# ==========================================================================
+# Kink notes name what the program wrote, and only kinks the value has
+# ==========================================================================
+
+def _kink_notes(src, **at):
+    return [n for r in gradcalc.check(src, at=at).results for n in r.notes if "kink" in n]
+
+
+@pytest.mark.parametrize("src, x, named, col", [
+    ("clip(x, 0, 1)", 1e-9, "clip", 1), ("clip(x, 0, 1)", 1 - 1e-9, "clip", 1),
+    ("x // 1", 1e-9, "//", 3), ("x % 1 + x", 1e-9, "%", 3), ("abs(x)", 1e-9, "abs", 1),
+    ("(x > 0) * x", 1e-9, ">", 4), ("maximum(x, 0)", 1e-9, "maximum", 1), ("relu(x)", -1e-9, "relu", 1),
+])
+def test_kink_notes_name_the_operation_as_written(src, x, named, col):
+    assert _kink_notes(src, x=x) == [f"near the kink of '{named}' (line 1, column {col})"]
+
+
+@pytest.mark.parametrize("src, x", [
+    ("nan_to_num(x)", 0.0), ("nan_to_num(x, nan=1, posinf=2, neginf=-3) * x", 1e-9),
+    ("sinc(x)", 0.0), ("def f(t) = sinc(t); grad(f)(x)", 0.0), ("def f(t) = sinc(t); grad(f)(x)", 1e-9),
+    ("def f(t) = sinc(t); grad(f)(x)", 1 / math.pi), ("def f(t) = sinc(t); grad(f)(x)", -1 / math.pi),
+])
+def test_no_kink_is_invented(src, x):
+    # nan_to_num jumps only at inf and nan; sinc and its slope are smooth everywhere
+    assert _kink_notes(src, x=x) == []
+
+
+def test_plot_marks_name_the_operation_as_written():
+    from gradcalc.plots import plot
+    r = plot("clip(x, 0, 1)", "x", -1.0, 2.0)
+    assert [(m["x"], m["note"]) for m in r.marks] == [(0.0, "kink of 'clip' (line 1, column 1)"),
+                                                       (1.0, "kink of 'clip' (line 1, column 1)")]

@@ -322,6 +322,8 @@ def _add_cut_cases(add):
                     x=((2, 3), "real"), y=((3,), "real")))
     add("eq", E("(x == x) * y", lambda x, y: y + 0 * x, unconnected=("x",),
                 x=((3,), "real"), y=((3,), "real")))
+    add("switch_lt", D("switch_lt(a, b) * b", lambda a, b: P.switch_lt(a, b) * b,
+                       ((2, 3), "real"), ((3,), "real"), const=(0,), ref=lambda a, b: np.less(a, b) * b))
     add("stop_gradient",
         E("stop_gradient(x) * y", lambda x, y: x * y, zero=("x",), unconnected=("x",),
           x=((3,), "real"), y=((2, 3), "real")))
