@@ -563,17 +563,20 @@ fmax = _extremum("fmax", np.fmax, lambda x, y: logical_or(gt(x, y), ne(y, y)))
 fmin = _extremum("fmin", np.fmin, lambda x, y: logical_or(lt(x, y), ne(y, y)))
 
 
-def _share_of(x, ans, base_exp):
-    # d/dx log(b^x + b^y) = b^(x - ans): at most 1, stable at +-1000 (never b^1000)
-    return base_exp(x - ans)
+def _share_of(x, y, scale=1.0):
+    """d/dx log_b(b^x + b^y) = b^x / (b^x + b^y) = sigmoid((x - y) ln b): at most 1, stable at
+    +-1000, and exactly 0.5 for equal terms (b^(x - ans) lost the last bits of ans, whose ulp
+    at 1000 is 1e-13: 0.5000000000000275)."""
+    d = x - y
+    return sigmoid(d if scale == 1.0 else d * scale)
 
 
 logaddexp = _binary("logaddexp", np.logaddexp,
-                    (lambda g, ans, x, y, **_: safe_mul(g, _share_of(x, ans, exp)),
-                     lambda g, ans, x, y, **_: safe_mul(g, _share_of(y, ans, exp))), analytic=False)
+                    (lambda g, ans, x, y, **_: safe_mul(g, _share_of(x, y)),
+                     lambda g, ans, x, y, **_: safe_mul(g, _share_of(y, x))), analytic=False)
 logaddexp2 = _binary("logaddexp2", np.logaddexp2,
-                     (lambda g, ans, x, y, **_: safe_mul(g, _share_of(x, ans, exp2)),
-                      lambda g, ans, x, y, **_: safe_mul(g, _share_of(y, ans, exp2))), analytic=False)
+                     (lambda g, ans, x, y, **_: safe_mul(g, _share_of(x, y, _LN2)),
+                      lambda g, ans, x, y, **_: safe_mul(g, _share_of(y, x, _LN2))), analytic=False)
 # |x| with the sign of y: d/dx is sign(x) times y's sign (0 at x = 0, as abs), d/dy is 0
 copysign = _binary("copysign", np.copysign,
                    (lambda g, ans, x, y, **_: safe_mul(g, sign(x) * copysign(1.0, y)), _zero_rule),
@@ -744,7 +747,11 @@ def _logsumexp(x, axis, keepdims):
 
 
 def _lse_weights(ans, x, axes, keepdims, xshape):
-    return exp(x - _unreduce(ans, xshape, axes, keepdims))
+    """softmax over the reduced axes, e / sum(e) with e = exp(x - max x): exact for equal
+    terms (exp(x - ans) lost the last bits of ans, as logaddexp's share did).  The shift
+    changes no value, so it carries no derivative (stop_gradient)."""
+    e = exp(x - stop_gradient(reduce_max(x, axis=axes, keepdims=True)))
+    return e / reduce_sum(e, axis=axes, keepdims=True)
 
 
 logsumexp = _reduction(

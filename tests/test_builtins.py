@@ -301,9 +301,20 @@ def test_logaddexp_is_stable_at_1000(fn, base):
     log2 = math.log(2.0, base)  # log_b(2): the sum of two equal terms
     assert _value(f"{fn}(x, y)", x=x, y=y).tolist() == [1000.0 + log2, -1000.0 + log2, 1000.0]
     g = gradcalc.grad(f"sum({fn}(x, y))", at={"x": x, "y": y})
-    # (b^(x - ans): ans = 1000 + log_b 2 is rounded to an ulp of 1000, 1e-13)
-    assert g["x"] == pytest.approx([0.5, 0.5, 1.0], rel=1e-12, abs=0)
-    assert g["y"] == pytest.approx([0.5, 0.5, 0.0], rel=1e-12, abs=0)
+    # exactly b^x / (b^x + b^y): the share of two equal terms is 0.5, not 0.5000000000000275
+    # (b^(x - ans), with ans = 1000 + log_b 2 rounded to an ulp of 1000, 1e-13)
+    assert g["x"].tolist() == [0.5, 0.5, 1.0] and g["y"].tolist() == [0.5, 0.5, 0.0]
+    fwd = gradcalc.jacobian(f"{fn}(x, y)", at={"x": -1000.0, "y": -1000.0}, mode="fwd")["_"]
+    assert float(fwd["x"]) == float(fwd["y"]) == 0.5
+
+
+@pytest.mark.parametrize("x", [[1000.0, 1000.0], [-1000.0, -1000.0], [1e300, 1e300, 1e300, 1e300]])
+def test_logsumexp_of_equal_terms_shares_its_gradient_exactly(x):
+    assert gradcalc.grad("logsumexp(x)", at={"x": x})["x"].tolist() == [1 / len(x)] * len(x)
+    m = np.array([[1000.0, 1000.0], [3.0, 5.0]])  # along an axis: softmax of each row
+    g = gradcalc.grad("sum(logsumexp(x, axis=1))", at={"x": m})["x"]
+    assert g[0].tolist() == [0.5, 0.5]
+    assert g[1] == pytest.approx([1 / (1 + math.exp(2)), 1 / (1 + math.exp(-2))], rel=1e-15)
 
 
 @pytest.mark.parametrize("fn", ["fmax", "fmin", "maximum"])
