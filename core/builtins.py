@@ -259,6 +259,9 @@ def _tensordot(a, b, axes=2):
 def _inner(a, b):
     if a.ndim == 0 or b.ndim == 0:
         return a * b
+    if a.shape[-1] != b.shape[-1]:
+        raise ShapeError(f"inner sums over the last axes, which must have one length: shapes "
+                         f"{a.shape} and {b.shape} end in {a.shape[-1]} and {b.shape[-1]}")
     sa = _LETTERS[:a.ndim - 1] + "z"
     sb = _LETTERS[a.ndim - 1:a.ndim + b.ndim - 2] + "z"
     return P.einsum(a, b, subscripts=f"{sa},{sb}->{sa[:-1]}{sb[:-1]}")
