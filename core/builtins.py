@@ -850,6 +850,9 @@ def _index_values(t, what="an index array", guard="index", below=None) -> np.nda
         bad = value.min() if value.min() < 0 else value.max()  # (as a float: 1e300 is no intp)
         shown = int(bad) if abs(bad) < 2 ** 53 else float(bad)
         raise ShapeError(f"{what} holds {shown}, out of range for n={below} (ids go from 0 to n - 1)")
+    if value.size and float(np.max(np.abs(value))) >= 2.0 ** 62:  # (an intp would wrap it)
+        raise ShapeError(f"{what} holds {float(value.flat[np.argmax(np.abs(value))]):g}, out of range "
+                         "for any axis")
     return _decided(t, guard)
 
 

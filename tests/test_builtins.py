@@ -368,6 +368,7 @@ def test_argmax_values_are_numpys():
     ("repeat(x, (1, 2), axis=1)", "repeat: 2 repeats for an axis of length 3"),
     ("len(x[0, 0])", "len() of a scalar"),
     ("fliplr(x[0])", "fliplr needs an array of at least two dimensions, got shape (3,)"),
+    ("take(x, 10**30)", "take(): an index array holds 1e+30, out of range for any axis"),  # (not -2^63)
     # (not einsum's "'z' has length 3 and 2 in 'az,z->a'": the user wrote no subscripts)
     ("inner(x, [1, 2])", "inner sums over the last axes, which must have one length: shapes (2, 3) "
      "and (2,) end in 3 and 2"),
