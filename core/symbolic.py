@@ -82,6 +82,9 @@ PRINT_LIMIT = 5000
 PATH_NOTE = ("the closed form of the path taken (this program branches or loops; another point may take "
              "another path)")
 
+#: Digits of the point at which closed forms are evaluated (see _derivatives).
+POINT_DIGITS = 50
+
 #: The decisions (tape.Guard.what) of control flow; the others are values a built-in or an index
 #: took from the point (a sort order, an index array, a mask), with no branch in the program.
 _BRANCHING = frozenset({"if", "while", "conditional", "range"})
@@ -821,10 +824,14 @@ def _derivatives(tr, outs: list, wrt: list, simplify: bool, drop: int = 0) -> di
     names = tr.tape.names
     input_vars = set(tr.tape.inputs.values())
     full = _convert(tr)
+    # The point's values exactly (a float's binary value) to POINT_DIGITS digits: sympy
+    # evaluates each part at its operands' precision, and at 15 a difference of close parts
+    # loses them all (sinc's cos(pi x)/x - sin(pi x)/(pi x^2) at x = 1e-9 gave -5.7e-8,
+    # not -3.3e-9)
     point = {}
     for var in input_vars:
         for sym, val in zip(full[var].flat, np.asarray(tr.builder.values[var], dtype=np.float64).flat):
-            point[sym] = sp.Float(float(val))
+            point[sym] = sp.Float(float(val), POINT_DIGITS)
     simplifier = _Simplifier(sp) if simplify else (lambda e: (e, None))
     result: dict = {o: {} for o in outs}
     for w in wrt:
