@@ -3,46 +3,15 @@ from __future__ import annotations
 
 import sys
 
-from gradcalc.errors import GradcalcError
+from gradcalc.errors import GradcalcError, flag, located_text
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 REPORT_URL = "https://github.com/gradcalc/gradcalc/issues"
 
 
-def flag(option: str) -> str:
-    """The command-line flag of a library option: exec_timeout -> --exec-timeout."""
-    return "--" + option.replace("_", "-")
-
-
 def error_text(err: GradcalcError) -> str:
     """error: SOURCE:LINE:COL: message, then the source line, a caret and a hint."""
-    message, hint = err.worded(flag)
-    where = ""
-    if err.source is not None:
-        where = f"{err.source.label}:"
-    if err.pos is not None:
-        where += f"{err.pos.line}:{err.pos.col}:"
-    lines = [f"error: {where} {message}" if where else f"error: {message}"]
-    if err.source is not None and err.pos is not None:
-        line = err.source.line(err.pos.line)
-        if line:
-            shown, col = _window(line.expandtabs(1), err.pos.col)
-            lines.append(f"  {shown}")
-            lines.append("  " + " " * (col - 1) + "^")
-    if hint:
-        lines.append(f"hint: {hint}")
-    return "\n".join(lines)
-
-
-def _window(line: str, col: int, width: int = 100):
-    """At most width characters of a long line around the column, and the column in them."""
-    if len(line) <= width:
-        return line, col
-    start = max(0, min(col - 1 - width // 2, len(line) - width))
-    shown = line[start:start + width]
-    prefix = "…" if start > 0 else ""
-    suffix = "…" if start + width < len(line) else ""
-    return prefix + shown + suffix, col - start + len(prefix)
+    return "error: " + located_text(err, flag)
 
 
 def error_json(err: GradcalcError) -> dict:

@@ -169,3 +169,36 @@ def did_you_mean(name: str, candidates) -> str | None:
 
     match = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
     return f"did you mean '{match[0]}'?" if match else None
+
+
+def flag(option_name: str) -> str:
+    """The command-line flag of a library option: exec_timeout -> --exec-timeout."""
+    return "--" + option_name.replace("_", "-")
+
+
+def located_text(err: GradcalcError, word=flag) -> str:
+    """SOURCE:LINE:COL: message, the source line with a caret under the column (a window of a
+    long line), and the hint: an error as the command line and test reports show it, its
+    options worded by ``word`` (as flags by default)."""
+    message, hint = err.worded(word)
+    where = (f"{err.source.label}:" if err.source is not None else "") + \
+        (f"{err.pos.line}:{err.pos.col}:" if err.pos is not None else "")
+    lines = [f"{where} {message}" if where else message]
+    line = err.source.line(err.pos.line) if err.source is not None and err.pos is not None else ""
+    if line:
+        shown, col = _window(line.expandtabs(1), err.pos.col)
+        lines += [f"  {shown}", "  " + " " * (col - 1) + "^"]
+    if hint:
+        lines.append(f"hint: {hint}")
+    return "\n".join(lines)
+
+
+def _window(line: str, col: int, width: int = 100):
+    """At most width characters of a long line around the column, and the column in them."""
+    if len(line) <= width:
+        return line, col
+    start = max(0, min(col - 1 - width // 2, len(line) - width))
+    shown = line[start:start + width]
+    prefix = "…" if start > 0 else ""
+    suffix = "…" if start + width < len(line) else ""
+    return prefix + shown + suffix, col - start + len(prefix)

@@ -85,14 +85,6 @@ def results_table(results) -> str:
 
 
 def error_text(err) -> str:
-    """A GradcalcError as the command line words it: SOURCE:LINE:COL: message, the source
-    line with a caret under the column, and the hint (options named as flags, --at)."""
-    message, hint = err.worded(lambda name: "--" + name.replace("_", "-"))
-    where = (f"{err.source.label}:" if err.source is not None else "") + (f"{err.pos}:" if err.pos else "")
-    lines = [f"{where} {message}" if where else message]
-    line = err.source.line(err.pos.line) if err.source is not None and err.pos else ""
-    if line:
-        lines += [f"  {line}", "  " + " " * (err.pos.col - 1) + "^"]
-    if hint:
-        lines.append(f"hint: {hint}")
-    return "\n".join(lines)
+    """A GradcalcError as the command line words it (without its 'error: ' prefix)."""
+    from .errors import located_text
+    return located_text(err)
