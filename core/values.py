@@ -186,7 +186,7 @@ def load_mapping(path: str, label: str = "--at") -> dict[str, np.ndarray]:
         if kind == "npz":
             try:
                 with np.load(source, allow_pickle=False) as z:
-                    return {k: _as_float(z[k], path, label) for k in z.files}
+                    return _saved_point({k: _as_float(z[k], path, label) for k in z.files}, path, label)
             except ValueError as err:  # (NumPy calls any file it cannot read "pickled data")
                 if "pickle" in str(err):
                     raise ValueError("not a .npz file of numbers") from None
@@ -263,6 +263,20 @@ def _numbers(line: str, delimiter) -> bool:
         return True
     except ValueError:
         return False
+
+
+def _saved_point(arrays: dict, path: str, label: str) -> dict:
+    """An .npz values file's mapping; gradcalc's own --save archive (keys are JSON paths,
+    values/y, at/x) gives what its JSON output would: eval's values, grad's point (at)."""
+    if not any("/" in k for k in arrays):
+        return arrays
+    for prefix in ("values/", "at/"):
+        found = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+        if found:
+            return found
+    raise ValueError_(f"{label}: '{path}' is an archive gradcalc's --save wrote without a point or values",
+                      hint="an .npz values file holds one array per name; --save of eval gives values, "
+                           "of grad and jacobian their point (at)")
 
 
 def _mapping_of(data, path: str, label: str) -> dict:

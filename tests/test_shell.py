@@ -285,6 +285,21 @@ def test_gradcalc_s_own_json_output_as_a_values_file(tmp_path):
     assert "a values file holds a JSON object {name: value}" in r.stderr
 
 
+def test_gradcalc_s_own_save_archive_as_a_values_file(tmp_path):
+    # --save writes JSON paths as keys (at/x, values/y): read back as its JSON would be
+    g = tmp_path / "g.npz"
+    ok("grad", "x^2*y", "--at", "x=3,y=2", "--save", str(g), "-f", "json")
+    r = ok("grad", "x^2*y", "--at", f"@{g}", "-f", "plain")
+    assert r.stdout == "12\n9\n" and "not inputs" not in r.stderr  # d/dx = 2xy, d/dy = x^2
+    e = tmp_path / "e.npz"
+    ok("eval", "y = x*2", "--at", "x=3", "--save", str(e), "-f", "json")
+    assert ok("eval", "z = y + 1", "--at", f"@{e}", "-f", "plain").stdout == "7\n"
+    bare = tmp_path / "bare.npz"
+    np.savez(bare, **{"gradient/x": np.ones(2)})
+    r = user_error("eval", "x", "--at", f"@{bare}")
+    assert "an archive gradcalc's --save wrote without a point or values" in r.stderr
+
+
 # -- --save FILE.npz -------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, expected", [
