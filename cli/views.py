@@ -53,9 +53,18 @@ def show(item, fmt: Format, precision: int) -> None:
         view.table(shown, precision)
     if view.warns:
         render.print_warnings(getattr(result, "warnings", None))
+    if _nothing_differentiated(result):  # (as check says "nothing to check")
+        sys.stderr.write("note: the program has no inputs: there is nothing to differentiate\n")
     if view.also is not None:
         view.also(result, fmt)
     sys.stdout.flush()  # (a reader that went away is noticed here, where the exit code is known)
+
+
+def _nothing_differentiated(result) -> bool:
+    """A derivative with respect to nothing: an empty gradient, VJP, Hessian or Jacobian."""
+    if result.command in ("grad", "vjp", "hessian"):
+        return not result
+    return result.command == "jacobian" and all(not d for d in result.values())
 
 
 def formats(command: str) -> list[Format]:

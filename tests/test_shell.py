@@ -461,3 +461,15 @@ def test_grad_exec_json_records_its_point_too():
     doc = ok_json("grad", "--exec", f"{sys.executable} {model}", "--at", "x=[0.5,-1,2],y=1.5")
     assert doc["at"] == {"x": [0.5, -1.0, 2.0], "y": 1.5}
     assert list(doc)[:5] == ["schema", "command", "of", "at", "value"]
+
+
+@pytest.mark.parametrize("args", [("grad", "3"), ("jacobian", "f = 2"), ("hessian", "2 + 3"),
+                                  ("vjp", "2", "--cotangent", "1")])
+def test_a_program_without_inputs_says_there_is_nothing_to_differentiate(args):
+    # (an empty table or an empty line exits 0, as an empty gradient is one; the note says why)
+    r = ok(*args, "-f", "plain")
+    assert "note: the program has no inputs: there is nothing to differentiate" in r.stderr
+
+
+def test_a_program_with_inputs_has_no_such_note():
+    assert "nothing to differentiate" not in ok("grad", "x^2", "--at", "x=1").stderr
