@@ -90,7 +90,7 @@ def function_picture(samples: dict, marks: list, labels: list[str], x_label: str
         ok = np.isfinite(y)
         fig.plot(t[ok], y[ok], lc=lc, marker=marker, interp="linear" if marker is None else None)
         legend.append(_legend(symbol, label, lc, with_colour))
-    rows = ylo + (np.arange(PLOT_HEIGHT) + 0.5) * (yhi - ylo) / PLOT_HEIGHT
+    rows = ylo + (np.arange(PLOT_HEIGHT) + 0.5) * (yhi / PLOT_HEIGHT - ylo / PLOT_HEIGHT)  # (no overflow)
     for k, m in enumerate(marks[:MARKS_DRAWN], 1):
         fig.text([m["x"]] * PLOT_HEIGHT, rows, [_MARK] * (PLOT_HEIGHT - 1) + [str(k % 10)], lc="yellow")
         legend.append(_legend(f"{_MARK}{k}", f"{x_label} = {m['x']:.4g}: {m['note']}", "yellow", with_colour))

@@ -61,7 +61,10 @@ def show(item, fmt: Format, precision: int) -> None:
 
 
 def _nothing_differentiated(result) -> bool:
-    """A derivative with respect to nothing: an empty gradient, VJP, Hessian or Jacobian."""
+    """A derivative with respect to nothing: an empty gradient, VJP, Hessian or Jacobian
+    (--symbolic without --at computes closed forms only: its numbers are empty by design)."""
+    if getattr(result, "symbolic", None):
+        return False
     if result.command in ("grad", "vjp", "hessian"):
         return not result
     return result.command == "jacobian" and all(not d for d in result.values())

@@ -85,6 +85,9 @@ def plot(source, over: str, lo: float, hi: float, *, samples: int = DEFAULT_SAMP
         raise UsageError(f"{option('samples')} must be at least 2, not {samples}", option="samples")
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise UsageError(f"{option('over')} needs finite LO < HI, got {lo:g}:{hi:g}", option="over")
+    if not math.isfinite(hi - lo):  # (the samples' spacing would overflow)
+        raise UsageError(f"{option('over')} {lo:g}:{hi:g} is wider than a float can span", option="over",
+                         hint="make the interval narrower than about 1.8e308")
     line, tr = _line(program, over, np.linspace(lo, hi, samples), direction, as_arrays(at),
                      dict(max_elements=max_elements, max_steps=max_steps))
     out = select_output(tr, of)
@@ -104,8 +107,14 @@ def plot(source, over: str, lo: float, hi: float, *, samples: int = DEFAULT_SAMP
     if hessian:
         data["second_derivatives"] = curves[2]
     return Result(data, command="plot", of=out, over=over, wrt=w,
-                  direction=line.v, marks=marks, at={k: tr.value(k) for k in tr.tape.inputs if k != over},
-                  warnings=[m.message for m in tr.warnings])
+                  direction=line.v, marks=marks, at=_point(tr, line), warnings=[m.message for m in tr.warnings])
+
+
+def _point(tr: Traced, line: Line) -> dict:
+    """The inputs' values the plot was made at: the others', and the array input's own point
+    x0 when the plot runs along the line x0 + t v (a scalar input's value is the abscissa)."""
+    return {k: line.x0 if k == line.over else tr.value(k) for k in tr.tape.inputs
+            if k != line.over or line.v is not None}
 
 
 def _line(program, over: str, t: np.ndarray, direction, at: dict, limits: dict) -> tuple[Line, Traced]:

@@ -210,3 +210,20 @@ def test_marks_sit_where_the_kink_or_the_change_of_path_is_not_near_a_sample(tex
     (m,) = plot(text, "x", -1, 1, samples=9).marks
     assert m["kind"] == kind
     assert m["x"] == pytest.approx(where, rel=1e-12)
+
+
+def test_an_interval_wider_than_a_float_spans_is_a_user_error():
+    r = user_error("plot", "x", "--over", "x=-1e308:1e308", "--samples", "3")
+    assert "is wider than a float can span" in r.stderr
+
+
+def test_a_huge_but_representable_interval_plots_without_warnings():
+    r = ok("plot", "x", "--over", "x=-1e308:0", "--samples", "3")
+    assert "Warning" not in r.stderr and "internal error" not in r.stderr
+
+
+def test_a_line_records_its_own_point_in_json():
+    # along x0 + t v, the point x0 is part of what the plot was made at (else it cannot be redrawn)
+    doc = ok_json("plot", "sum(x^2)*y", "--over", "x=-1:1", "--direction", "[1,0]", "--at", "x=[1,2],y=3")
+    assert doc["at"] == {"x": [1.0, 2.0], "y": 3.0}
+    assert "x" not in ok_json("plot", "x^2*y", "--over", "x=-1:1", "--at", "y=3")["at"]

@@ -473,3 +473,8 @@ def test_a_program_without_inputs_says_there_is_nothing_to_differentiate(args):
 
 def test_a_program_with_inputs_has_no_such_note():
     assert "nothing to differentiate" not in ok("grad", "x^2", "--at", "x=1").stderr
+
+
+def test_symbolic_without_a_point_has_no_nothing_to_differentiate_note():
+    r = ok("grad", "x^2*y", "--symbolic")
+    assert "2*x*y" in r.stdout and "nothing to differentiate" not in r.stderr
