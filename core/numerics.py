@@ -22,7 +22,7 @@ from .lexer import tokenize
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .session import as_arrays, jacobian_blocks, parse, quiet, select_names, select_output
 from .stencil import METHODS, default_step
-from .tape import DEFAULT_MAX_ELEMENTS, eval_equations
+from .tape import DEFAULT_MAX_ELEMENTS, Guard, eval_equations
 from .transforms import Recording, backward, forward, largest_batched, rows_to_jacobian, seeded
 
 
@@ -46,16 +46,33 @@ def evaluate_batch(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], *,
     the recorded tape also recomputes the variable of every guard (every decision the run
     took); a row whose path differs from the one recorded takes its values from a run of the
     program at that point instead (an input's rows only: an intermediate value cannot be set
-    by a run, and its rows keep the tape's values, still reported in ``flipped``).
+    by a run, and its rows keep the tape's values, still reported in ``flipped``).  A
+    factorisation on the way to an output that chooses its signs otherwise at some row (its
+    primitive's ``branch``: LAPACK's qr and svd) is reported there too, as a Guard of kind
+    "sign" (the tape holds there, but its value jumps: another branch of the convention).
     """
-    tape_values, first, guards = _on_tape(tr, wrt, batch, outs)
+    switched = []
+    tape_values, first, guards = _on_tape(tr, wrt, batch, outs, switched)
+    signs = [_sign_changes(tr, tr.tape.names[wrt], tr.tape.names[o], switched, first) for o in outs]
     rows = np.flatnonzero(first >= 0)
     if not rows.size:
-        return Batch(tape_values, [()] * len(outs))
+        return Batch(tape_values, signs)
     values = tape_values
     if wrt in tr.tape.inputs and not np.iscomplexobj(batch):  # (a complex step moves no real part)
         values = _rerun(tr, wrt, batch, outs, tape_values, rows, max_steps)
-    return Batch(values, [_flips_seen(guards, first, rows, t, v) for t, v in zip(tape_values, values)])
+    return Batch(values, [_flips_seen(guards, first, rows, t, v) + s
+                          for t, v, s in zip(tape_values, values, signs)])
+
+
+def _sign_changes(tr: Traced, wrt_var: int, out_var: int, switched: list, first: np.ndarray) -> tuple:
+    """Guards of kind "sign" for the factorisations on the way to out_var (kinked_equations'
+    rule) that chose otherwise at some row still on the tape's path (switched: (eq, rows)
+    pairs from _on_tape); ``expected`` holds the operation's name for the note."""
+    if not switched:
+        return ()
+    on_way = {id(eq) for eq in _equations_with(tr, wrt_var, out_var, "branch")}
+    return tuple(Guard(eq.out, tr.builder.op_name(eq.prim, eq.loc), eq.loc, "sign")
+                 for eq, rows in switched if id(eq) in on_way and (rows & (first < 0)).any())
 
 
 def _guards_reached(tr: Traced, var: int, downstream: list) -> list:
@@ -67,10 +84,12 @@ def _guards_reached(tr: Traced, var: int, downstream: list) -> list:
     return [g for g in tr.tape.guards if g.var in reached]
 
 
-def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str]) -> tuple[list, np.ndarray, list]:
+def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str],
+             switched: list | None = None) -> tuple[list, np.ndarray, list]:
     """(values, first, guards): the outputs by one batched pass over tr's tape, the guards
     that depend on wrt, and for each row the number of the first of them whose value it
-    changes (-1 if none)."""
+    changes (-1 if none).  Given a list switched, it gains (eq, rows): for each equation
+    downstream whose primitive has a branch, the rows where it chose otherwise."""
     names, b = tr.tape.names, tr.builder
     var = names[wrt]
     env = dict(b.values)  # values that do not depend on var stay as traced
@@ -81,8 +100,12 @@ def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str]) -> tuple[
                                              f"through {largest}-element values")
     guards = _guards_reached(tr, var, downstream)
     out_vars = [names[o] for o in outs]
-    eval_equations(downstream, env, keep=set(out_vars) | {g.var for g in guards},
+    branched = [] if switched is None else _equations_with(tr, var, None, "branch")
+    eval_equations(downstream, env, keep=set(out_vars) | {g.var for g in guards} | {eq.out for eq in branched},
                    batch_elements=len(batch) * largest)
+    for eq in branched:
+        rows = eq.prim.branch(b.values[eq.out], np.broadcast_to(env[eq.out], batch.shape[:1] + b.shapes[eq.out]))
+        switched.append((eq, rows))
     first = np.full(len(batch), -1)
     for k, g in enumerate(guards):
         value = np.broadcast_to(env[g.var], batch.shape[:1] + b.shapes[g.var])
@@ -179,6 +202,11 @@ def path_notes(tr: Traced, guards, step: str = "finite-difference") -> list[str]
     (line and column, as the kink notes do)."""
     notes = []
     for g in guards:
+        if g.what == "sign":
+            note = _sign_note(g, step)
+            if note not in notes:
+                notes.append(note)
+            continue
         verb, what, then = _DECISIONS.get(g.what, ("changes", f"the integer argument '{g.what}'", ""))
         pos = to_pos(g.loc)
         text = _decision_text(tr.program.source.text, pos) if pos else ""
@@ -188,6 +216,15 @@ def path_notes(tr: Traced, guards, step: str = "finite-difference") -> list[str]
         if note not in notes:
             notes.append(note)
     return notes
+
+
+def _sign_note(g, step: str) -> str:
+    """The note for a Guard of kind "sign" (see _sign_changes): g.expected is the built-in."""
+    pos = to_pos(g.loc)
+    where = f" (line {pos.line}, column {pos.col})" if pos else ""
+    return (f"near a change of sign convention: '{g.expected}'{where} chooses its factors' signs "
+            f"otherwise within a {step} step (LAPACK's convention jumps there), so finite differences "
+            f"compare two branches; the derivative is that of the branch returned")
 
 
 #: Tokens that end a condition, an index or an argument when no bracket is open.
@@ -294,6 +331,12 @@ def kinked_equations(tr: Traced, wrt_var: int, out_var: int | None = None) -> li
     on any path (a mask that multiplies, where's condition).  A kink that only decides a
     condition or an index of the program is not one of the output: a change of path is
     noted by path_notes instead."""
+    return _equations_with(tr, wrt_var, out_var, "kink")
+
+
+def _equations_with(tr: Traced, wrt_var: int, out_var: int | None, fact: str) -> list:
+    """The equations downstream of wrt whose primitive has fact ("kink", "branch"), on the
+    way to the output as kinked_equations says."""
     live = {wrt_var}
     needed, smooth = _upstream(tr, out_var) if out_var is not None else (None, None)
     found = []
@@ -301,8 +344,8 @@ def kinked_equations(tr: Traced, wrt_var: int, out_var: int | None = None) -> li
         if not any(a in live for a in eq.args):
             continue
         live.add(eq.out)
-        if eq.prim.kink is None or (needed is not None and
-                                    eq.out not in (smooth if eq.prim.differentiable else needed)):
+        if getattr(eq.prim, fact) is None or (needed is not None and
+                                              eq.out not in (smooth if eq.prim.differentiable else needed)):
             continue
         found.append(eq)
     return found

@@ -12,7 +12,10 @@ Each :class:`Primitive` has
   ``analytic`` (evaluates on complex input, for complex-step differences),
   ``kink(ans, *args, **params)`` (the signed distance of the arguments from where
   the function is not differentiable, so that ``check`` can flag points near a
-  kink), ``keeps_finite`` (real finite arguments always give a finite value: tanh,
+  kink), ``branch(base, ans) -> bool per row`` (a factorisation's discrete choice:
+  for a batch ``ans`` of its values at points a step away, whether each row chose
+  otherwise than ``base``, the value at the point; ``check`` notes such a step, as it
+  notes a change of path), ``keeps_finite`` (real finite arguments always give a finite value: tanh,
   sin; the tracer then skips its look for nan and inf, which could only find what
   an operand already had);
 - ``plain_vjp`` (matmul only): VJP rules whose matrix products skip the look for
@@ -50,10 +53,11 @@ class Primitive:
     """One entry of the registry.  Calling it on tracers records an equation."""
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "analytic", "kink",
-                 "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp")
+                 "branch", "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
-                 analytic=True, kink=None, variadic=False, keeps_finite=False, plain_vjp=None):
+                 analytic=True, kink=None, branch=None, variadic=False, keeps_finite=False,
+                 plain_vjp=None):
         self.name = name
         self.impl = impl
         self.vjp = vjp
@@ -64,6 +68,7 @@ class Primitive:
         self.differentiable = differentiable
         self.analytic = analytic
         self.kink = kink
+        self.branch = branch
         self.variadic = variadic
         self.keeps_finite = keeps_finite
         self.plain_vjp = plain_vjp
@@ -1794,13 +1799,26 @@ def _svd_vt_vjp(g, ans, a):
 _svd = _Factorisations(lambda a: np.linalg.svd(a, full_matrices=False))
 _qr = _Factorisations(np.linalg.qr)
 
+
+def _signs_flipped(axis: int):
+    """A factor's branch (Primitive.branch): LAPACK fixes each column (axis -2: U, Q) or row
+    (axis -1: V^T, R) of a factor only up to its sign, and its choice jumps (qr(eye(2))
+    against a matrix a step away).  A row of the batch ans flipped one where that column
+    points against base's (a negative dot product; a step moves a kept one only slightly)."""
+    def flipped(base, ans):
+        ans = np.asarray(ans)
+        dots = np.sum(np.real(np.conj(base) * ans), axis=axis)
+        return (dots < 0).reshape(len(ans), -1).any(axis=1)
+    return flipped
+
 # svd's s (descending), U and V^T (NumPy's reduced SVD, its signs); derivatives need distinct
 # singular values (and nonzero ones for the extra columns of a non-square U or V) (complex-step
 # differences do not apply to these: on complex input LAPACK conjugates, so none is analytic)
 svd_s = _def("svd_s", lambda a: _svd(a)[1], (_svd_s_vjp,), (_svd_s_jvp,), _matrix_params, analytic=False)
-svd_u = _def("svd_u", lambda a: _svd(a)[0], (_svd_u_vjp,), (_svd_u_jvp,), _matrix_params, analytic=False)
+svd_u = _def("svd_u", lambda a: _svd(a)[0], (_svd_u_vjp,), (_svd_u_jvp,), _matrix_params, analytic=False,
+             branch=_signs_flipped(-2))
 svd_vt = _def("svd_vt", lambda a: _svd(a)[2], (_svd_vt_vjp,), (_svd_vt_jvp,), _matrix_params,
-              analytic=False)
+              analytic=False, branch=_signs_flipped(-1))
 
 
 # The reduced QR A = Q R (m >= n, R invertible): with X = dA R^-1, C = Q^T X and
@@ -1847,8 +1865,10 @@ def _qr_r_vjp(g, ans, a):
 
 
 # qr's Q and R (NumPy's reduced QR, LAPACK's signs); derivatives for m >= n and R invertible
-qr_q = _def("qr_q", lambda a: _qr(a)[0], (_qr_q_vjp,), (_qr_q_jvp,), _matrix_params, analytic=False)
-qr_r = _def("qr_r", lambda a: _qr(a)[1], (_qr_r_vjp,), (_qr_r_jvp,), _matrix_params, analytic=False)
+qr_q = _def("qr_q", lambda a: _qr(a)[0], (_qr_q_vjp,), (_qr_q_jvp,), _matrix_params, analytic=False,
+            branch=_signs_flipped(-2))
+qr_r = _def("qr_r", lambda a: _qr(a)[1], (_qr_r_vjp,), (_qr_r_jvp,), _matrix_params, analytic=False,
+            branch=_signs_flipped(-1))
 
 
 def _minus_from_eye(x):

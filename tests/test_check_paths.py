@@ -274,3 +274,66 @@ def test_a_step_onto_a_loop_that_never_ends_costs_a_bounded_run():
     (res,) = r.results
     assert not r.ok and res.max_abs_err == math.inf
     assert "(line 2, column 7), so the loop runs a different number of times" in res.notes[0]
+
+
+# ==========================================================================
+# A factorisation's sign convention (qr, svd): LAPACK's choice jumps at triangular matrices
+# ==========================================================================
+
+SIGN_NOTE = ("near a change of sign convention: '{op}' (line 1, column {col}) chooses its factors' signs "
+             "otherwise within a finite-difference step (LAPACK's convention jumps there), so finite "
+             "differences compare two branches; the derivative is that of the branch returned")
+FACTORS = [("Q, R = qr(A); sum(Q)", "qr", 8), ("Q, R = qr(A); sum(R)", "qr", 8),
+           ("U, s, Vt = svd(A); sum(U)", "svd", 12), ("U, s, Vt = svd(A); sum(Vt)", "svd", 12)]
+TRIANGULAR = np.array([[3.0, 1.0], [0.0, 1.0]])
+
+
+def test_numpys_qr_signs_jump_at_the_identity():
+    # the premise, from NumPy alone: R[0,0] is 1 at eye(2), -1 a step below the diagonal
+    h = central_step(1.0)
+    assert np.linalg.qr(np.eye(2))[1][0, 0] == 1.0
+    assert np.linalg.qr(np.array([[1.0, 0.0], [h, 1.0]]))[1][0, 0] < 0
+    assert np.linalg.qr(np.array([[1.0, 0.0], [-h, 1.0]]))[1][0, 0] < 0
+
+
+def test_qr_at_the_identity_is_flagged_with_line_and_column():
+    r = gradcalc.check("Q, R = qr(A); sum(R)", at={"A": np.eye(2)})
+    (res,) = r.results
+    # d sum(R)/d A[1,0] of the branch returned is 1 (R = Q^T A, Q = I); the steps land on R[0,0] < 0
+    h = central_step(1.0)
+    steps = [np.linalg.qr(np.array([[1.0, 0.0], [d, 1.0]]))[1].sum() for d in (h, -h)]
+    assert not r.ok and list(res.worst_index) == [1, 0]
+    assert res.extra["ad"] == pytest.approx(1.0) and res.extra["fd"] == pytest.approx((steps[0] - steps[1]) / (2 * h))
+    assert res.notes == [SIGN_NOTE.format(op="qr", col=8)]
+
+
+@pytest.mark.parametrize("src, op, col", FACTORS)
+@pytest.mark.parametrize("A", [np.eye(2), TRIANGULAR, np.stack([np.array([[2.0, 1.0], [1.0, 3.0]]), TRIANGULAR])],
+                         ids=["eye", "triangular", "stack"])
+def test_a_factor_at_a_triangular_matrix_is_flagged(src, op, col, A):
+    r = gradcalc.check(src, at={"A": A})
+    assert not r.ok and SIGN_NOTE.format(op=op, col=col) in notes_of(r)
+
+
+@pytest.mark.parametrize("src, op, col", FACTORS + [("U, s, Vt = svd(A); sum(s)", "svd", 12)])
+@pytest.mark.parametrize("shape", [(2, 2), (3, 2), (4, 3), (2, 3, 3)])
+def test_a_factor_at_a_general_matrix_is_not_flagged(src, op, col, shape):
+    A = np.random.default_rng(sum(shape)).normal(size=shape)
+    r = gradcalc.check(src, at={"A": A})
+    assert r.ok and notes_of(r) == []
+
+
+def test_singular_values_carry_no_sign_and_are_not_flagged():
+    r = gradcalc.check("U, s, Vt = svd(A); sum(s)", at={"A": TRIANGULAR})
+    assert r.ok and notes_of(r) == []
+
+
+def test_an_output_the_factorisation_does_not_reach_is_not_flagged():
+    r = gradcalc.check("Q, R = qr(A); a = sum(R); b = sum(A^2)", at={"A": np.eye(2)}, of=["a", "b"])
+    by_of = {res.of: res.notes for res in r.results}
+    assert by_of["a"] == [SIGN_NOTE.format(op="qr", col=8)] and by_of["b"] == []
+
+
+def test_directions_see_the_sign_change_too():
+    r = gradcalc.check("Q, R = qr(A); sum(R)", at={"A": TRIANGULAR}, directions=3)
+    assert any(SIGN_NOTE.format(op="qr", col=8) in res.notes for res in r.results)

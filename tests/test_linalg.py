@@ -4,10 +4,12 @@ cross, norm's orders, cumprod at zeros and --symbolic on matrices.  Expected val
 or finite differences computed here."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from cli_run import ok, ok_json, user_error
+from cli_run import ok, ok_json, run, user_error
 
 
 def _plain(*args) -> np.ndarray:
@@ -293,6 +295,26 @@ def test_qr_factors_are_numpys_orthonormal_and_upper(A):
     np.testing.assert_allclose(np.swapaxes(q, -1, -2) @ q, np.broadcast_to(np.eye(A.shape[-1]), R.shape), atol=1e-14)
     assert np.all(np.tril(r, -1) == 0)
     np.testing.assert_allclose(q @ r, A, atol=1e-13)
+
+
+@pytest.mark.parametrize("src, at, where", [
+    ("Q, R = qr(A); sum(R)", "A=eye(2)", "'qr' (line 1, column 8)"),
+    ("U, s, Vt = svd(A); sum(U)", "A=[[3,1],[0,1]]", "'svd' (line 1, column 12)")])
+def test_check_flags_a_jump_of_the_sign_convention(src, at, where):
+    # NumPy's signs jump here (Householder skips a zero subcolumn: R = I at eye(2), R[0,0] = -1
+    # a step below the diagonal), so the differences compare two branches and check says so
+    r = run("check", src, "--at", at, "-f", "json")
+    assert r.exit_code == 1, (r.stdout, r.stderr)
+    (res,) = json.loads(r.stdout)["results"]
+    assert not res["ok"] and any(n.startswith(f"near a change of sign convention: {where}") and
+                                 "finite differences compare two branches" in n for n in res["notes"])
+
+
+def test_check_of_qr_and_svd_at_a_general_matrix_has_no_sign_note():
+    at = f"A={_lit(_TALL)}"
+    for src in ("Q, R = qr(A); sum(Q) + sum(R)", "U, s, Vt = svd(A); sum(U) + sum(Vt) + sum(s)"):
+        (res,) = ok_json("check", src, "--at", at)["results"]
+        assert res["ok"] and res["notes"] == [], res
 
 
 @pytest.mark.parametrize("out", ["sum(sin(Q))", "sum(R^2)", "Q[2, 0] * R[0, 1]"])
