@@ -486,12 +486,13 @@ def hessian_cmd(
     at: AtOpt = None,
     of: OfOpt = None,
     wrt: InputsWrtOpt = None,
+    symbolic: SymbolicOpt = False,
     *, opts: Options,
 ):
     """Second derivatives of a scalar output: forward mode over the backward pass."""
     from gradcalc.api import hessian
     program = _source(source)
-    return hessian(program, _at(at, opts, program), of=_one(of, "hessian"), wrt=wrt,
+    return hessian(program, _at(at, opts, program), of=_one(of, "hessian"), wrt=wrt, symbolic=symbolic,
                    max_elements=opts.max_elements, max_steps=opts.max_steps)
 
 

@@ -193,6 +193,14 @@ def _jvp_table(s: Shown, precision: int) -> None:
 
 def _hessian_table(s: Shown, precision: int) -> None:
     r = s.result
+    closed = getattr(r, "symbolic", None)
+    if r.value is not None:  # (None: --symbolic without a point, the closed form alone: SPEC §5)
+        _hessian_numbers(r, precision)
+    if closed is not None:
+        _print_symbolic({f"d²{r.of}/d{a}d{b}": e for a, row in closed.items() for b, e in row.items()})
+
+
+def _hessian_numbers(r, precision: int) -> None:
     names = list(r)
     if all(np.shape(r[n][n]) == () for n in names):
         grid = np.array([[r[a][b] for b in names] for a in names])

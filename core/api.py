@@ -255,13 +255,30 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
 
 
 @quiet
-def hessian(source, at=None, of=None, wrt=None, *, max_elements=DEFAULT_MAX_ELEMENTS,
+def hessian(source, at=None, of=None, wrt=None, *, symbolic: bool = False, max_elements=DEFAULT_MAX_ELEMENTS,
         max_steps=DEFAULT_MAX_STEPS) -> Result:
     """Second derivatives of a scalar output: forward mode over the traced backward pass.
 
-    The block for (wrt_i, wrt_j) has shape wrt_i.shape + wrt_j.shape.
+    The block for (wrt_i, wrt_j) has shape wrt_i.shape + wrt_j.shape.  With symbolic=True,
+    ``Result.symbolic`` also holds sympy's closed forms {wrt_i: {wrt_j: {"text", "latex",
+    "value", "note"}}}; without a value for some input, the closed forms alone, as grad.
     """
+    if symbolic:
+        from .symbolic import closed_form_alone, lacks_a_point
+        if lacks_a_point(source, at):
+            return closed_form_alone("hessian", source, at, of, wrt, max_elements=max_elements,
+                                     max_steps=max_steps)
     tr = trace_source(source, at, max_elements, max_steps=max_steps)
+    result = _hessian_at(tr, of, wrt)
+    result.symbolic = None
+    if symbolic:
+        from .symbolic import symbolic_hessian
+        result.symbolic = symbolic_part(symbolic_hessian(tr, result.of, list(result)), SYMBOLIC_PARTS)
+    return result
+
+
+def _hessian_at(tr: Traced, of, wrt) -> Result:
+    """hessian's numbers: forward mode over the traced backward pass."""
     out = select_output(tr, of)
     wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     inputs_only(tr, wrt, "hessian")

@@ -11,7 +11,7 @@ from __future__ import annotations
 #:   ``key=``      the result's own arrays (the dict itself)
 #:   ``key=attr``  the result's attribute ``attr``
 #:   ``key?``      a fact that only some results have, left out when absent or None
-#:                 (grad's closed forms without symbolic=True; the black box's facts of
+#:                 (closed forms without symbolic=True; the black box's facts of
 #:                 grad --exec)
 #: ``at`` (grad, jacobian) is the point used: every input's value, defaults included, so
 #: that a stored output (an expectation file of check) says where it was made.
@@ -21,7 +21,7 @@ PAYLOADS = {
     "jacobian": "of at value jacobian= unconnected warnings symbolic?",
     "vjp": "of value cotangent vjp= unconnected warnings",
     "jvp": "of value jvp warnings",
-    "hessian": "of value hessian= warnings",
+    "hessian": "of value hessian= warnings symbolic?",
     "check": "ok rtol atol results",
     "graph": "output nodes guessed_shapes=guessed warnings",
     "plot": "of over wrt direction? at samples= marks warnings",

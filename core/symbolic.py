@@ -1,4 +1,4 @@
-"""Closed-form derivatives with sympy: the ``--symbolic`` option of grad, jacobian and check.
+"""Closed-form derivatives with sympy: the ``--symbolic`` option of grad, jacobian, hessian and check.
 
 A traced tape is replayed on NumPy *object* arrays whose elements are sympy
 expressions: one scalar expression per array element, in terms of the inputs
@@ -71,7 +71,7 @@ SIMPLIFY_LIMIT = 400
 SIMPLIFY_MAX_EXPONENT = 100
 """Derivatives holding a power with a larger constant exponent are not simplified."""
 SIMPLIFY_SECONDS = 5.0
-"""Time budget for sympy.simplify in one symbolic_gradient / symbolic_jacobian call."""
+"""Time budget for sympy.simplify in one symbolic_gradient / symbolic_jacobian / symbolic_hessian call."""
 SIMPLIFY_EACH_SECONDS = 1.0
 """Time limit for simplifying one entry (enforced on POSIX, in the main thread)."""
 PRINT_LIMIT = 5000
@@ -103,7 +103,7 @@ def _path_note(guards) -> str:
 
 __all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "SIMPLIFY_LIMIT",
            "SIMPLIFY_SECONDS", "SIMPLIFY_EACH_SECONDS", "PRINT_LIMIT", "check_size", "to_sympy",
-           "symbolic_gradient", "symbolic_jacobian", "NO_CLOSED_FORM", "converts"]
+           "symbolic_gradient", "symbolic_jacobian", "symbolic_hessian", "NO_CLOSED_FORM", "converts"]
 
 
 # ==========================================================================
@@ -816,6 +816,56 @@ def _entry(block, value, simplify: bool, reasons: list, sp) -> dict:
     }
 
 
+def _exact_point(tr, full, sp) -> dict:
+    """{input symbol: its value at the traced point}, exactly (a float's binary value) to
+    POINT_DIGITS digits: sympy evaluates each part at its operands' precision, and at 15 a
+    difference of close parts loses them all (sinc's cos(pi x)/x - sin(pi x)/(pi x^2) at
+    x = 1e-9 gave -5.7e-8, not -3.3e-9)."""
+    point = {}
+    for var in tr.tape.inputs.values():
+        for sym, val in zip(full[var].flat, np.asarray(tr.builder.values[var], dtype=np.float64).flat):
+            point[sym] = sp.Float(float(val), POINT_DIGITS)
+    return point
+
+
+def _simplifier_for(simplify: bool, sp):
+    """The simplifier of one call (a shared time budget), or one that leaves all as it is."""
+    return _Simplifier(sp) if simplify else (lambda e: (e, None))
+
+
+def _diff_block(y, syms, sp, simplify=None, back=None):
+    """dy/dsyms as an object array of shape y.shape + syms.shape, and the reasons entries
+    were left unsimplified; back (if given) replaces stand-in symbols once differentiated."""
+    block = np.empty(y.shape + syms.shape, dtype=object)
+    reasons = []
+    for yi in np.ndindex(*y.shape):
+        e = y[yi]
+        free = e.free_symbols
+        for xi in np.ndindex(*syms.shape):
+            s = syms[xi]
+            d = _clean(sp.diff(e, s), sp) if s in free else sp.S.Zero
+            if back is not None and d.free_symbols:
+                d = d.xreplace(back)
+            if simplify is not None:
+                d, why = simplify(d)
+                if why:
+                    reasons.append(why)
+            block[yi + xi] = d
+    return block, reasons
+
+
+def _finished(tr, block, point, simplify: bool, reasons: list, sp) -> dict:
+    """The entry (see _entry) of a block of derivatives, valued at the point; with control
+    flow, noting that it is the closed form of the path taken (SPEC §5)."""
+    value = np.empty(block.shape)
+    for idx in np.ndindex(*block.shape):
+        value[idx] = _number(block[idx], point, sp)
+    entry = _entry(block, value, simplify, reasons, sp)
+    if tr.tape.guards:
+        entry["note"] = "; ".join(n for n in (_path_note(tr.tape.guards), entry["note"]) if n)
+    return entry
+
+
 def _derivatives(tr, outs: list, wrt: list, simplify: bool, drop: int = 0) -> dict:
     """{of: {wrt: entry}} (see _entry); drop removes that many leading (size-1) axes."""
     import sympy as sp
@@ -824,15 +874,8 @@ def _derivatives(tr, outs: list, wrt: list, simplify: bool, drop: int = 0) -> di
     names = tr.tape.names
     input_vars = set(tr.tape.inputs.values())
     full = _convert(tr)
-    # The point's values exactly (a float's binary value) to POINT_DIGITS digits: sympy
-    # evaluates each part at its operands' precision, and at 15 a difference of close parts
-    # loses them all (sinc's cos(pi x)/x - sin(pi x)/(pi x^2) at x = 1e-9 gave -5.7e-8,
-    # not -3.3e-9)
-    point = {}
-    for var in input_vars:
-        for sym, val in zip(full[var].flat, np.asarray(tr.builder.values[var], dtype=np.float64).flat):
-            point[sym] = sp.Float(float(val), POINT_DIGITS)
-    simplifier = _Simplifier(sp) if simplify else (lambda e: (e, None))
+    point = _exact_point(tr, full, sp)
+    simplifier = _simplifier_for(simplify, sp)
     result: dict = {o: {} for o in outs}
     for w in wrt:
         wvar = names[w]
@@ -845,29 +888,29 @@ def _derivatives(tr, outs: list, wrt: list, simplify: bool, drop: int = 0) -> di
             env = _convert(tr, {wvar: syms})
             back = dict(zip(syms.flat, full[wvar].flat))
         for o in outs:
-            y = env[names[o]]
-            block = np.empty(y.shape + syms.shape, dtype=object)
-            reasons = []
-            for yi in np.ndindex(*y.shape):
-                e = y[yi]
-                free = e.free_symbols
-                for xi in np.ndindex(*syms.shape):
-                    s = syms[xi]
-                    d = _clean(sp.diff(e, s), sp) if s in free else sp.S.Zero
-                    if back is not None and d.free_symbols:
-                        d = d.xreplace(back)
-                    d, why = simplifier(d)
-                    if why:
-                        reasons.append(why)
-                    block[yi + xi] = d
-            block = block.reshape(block.shape[drop:])
-            value = np.empty(block.shape)
-            for idx in np.ndindex(*block.shape):
-                value[idx] = _number(block[idx], point, sp)
-            result[o][w] = _entry(block, value, simplify, reasons, sp)
-            if tr.tape.guards:  # (SPEC §5: with control flow, the closed form of the path taken)
-                result[o][w]["note"] = "; ".join(n for n in (_path_note(tr.tape.guards),
-                                                              result[o][w]["note"]) if n)
+            block, reasons = _diff_block(env[names[o]], syms, sp, simplifier, back)
+            result[o][w] = _finished(tr, block.reshape(block.shape[drop:]), point, simplify, reasons, sp)
+    return result
+
+
+def _second_derivatives(tr, of: str, wrt: list, simplify: bool) -> dict:
+    """{wrt_i: {wrt_j: entry}} of the scalar output of (inputs only): each first derivative
+    (unsimplified) differentiated again, then simplified."""
+    import sympy as sp
+
+    check_size(tr)
+    names = tr.tape.names
+    full = _convert(tr)
+    point = _exact_point(tr, full, sp)
+    simplifier = _simplifier_for(simplify, sp)
+    y = full[names[of]].reshape(())
+    first = {w: _diff_block(y, full[names[w]], sp)[0] for w in wrt}
+    result: dict = {}
+    for wi in wrt:
+        result[wi] = {}
+        for wj in wrt:
+            block, reasons = _diff_block(first[wi], full[names[wj]], sp, simplifier)
+            result[wi][wj] = _finished(tr, block, point, simplify, reasons, sp)
     return result
 
 
@@ -910,6 +953,29 @@ def symbolic_jacobian(tr, of: list, wrt: list, *, simplify: bool = True) -> dict
         raise _too_deep(tr) from None
 
 
+def symbolic_hessian(tr, of: str, wrt: list, *, simplify: bool = True) -> dict:
+    """Closed-form Hessian blocks ``{wrt_i: {wrt_j: entry}}`` of the scalar output ``of``,
+    each of shape wrt_i.shape + wrt_j.shape; ``wrt`` names inputs only (as hessian's).
+
+    Entries are those of :func:`symbolic_gradient`.
+    """
+    (of,) = _names_in(tr, [of], "of")
+    wrt = _names_in(tr, wrt, "wrt")
+    shape = tr.builder.shapes[tr.tape.names[of]]
+    if math.prod(shape) != 1:
+        raise _located(ShapeError(f"hessian needs a scalar output, but '{of}' has shape {tuple(shape)}",
+                                  tr.tape.positions.get(of), name=of, option="of",
+                                  hint=f"select a scalar with {option('of')}, or reduce it, e.g. sum(...)"), tr)
+    for w in wrt:
+        if w not in tr.tape.inputs:
+            raise _located(UsageError(f"hessian {_SYMBOLIC} differentiates with respect to inputs; "
+                                      f"'{w}' is not one", name=w, option="wrt"), tr)
+    try:
+        return _second_derivatives(tr, of, wrt, simplify)
+    except RecursionError:
+        raise _too_deep(tr) from None
+
+
 # ==========================================================================
 # Without a point: the closed form alone (SPEC §5)
 # ==========================================================================
@@ -924,7 +990,7 @@ def lacks_a_point(source, at) -> bool:
 
 
 def closed_form_alone(command: str, source, at, of, wrt, *, max_elements, max_steps):
-    """grad's or jacobian's Result of the closed forms only (no values: no gradient, no
+    """grad's, jacobian's or hessian's Result of the closed forms only (no values: no gradient, no
     value, an empty at).  The program is traced at stand-in values (0.5, shapes guessed as
     graph does) for its structure; a program whose path depends on them is refused."""
     from .graphs import _trace_with_stand_ins
@@ -946,6 +1012,11 @@ def closed_form_alone(command: str, source, at, of, wrt, *, max_elements, max_st
         closed = {w: _with_note(e, note, parts) for w, e in symbolic_gradient(tr, out, wrt).items()}
         return Result({}, command="grad", of=out, at={}, value=None, unconnected=[], warnings=[],
                       symbolic=closed)
+    if command == "hessian":
+        out = select_output(tr, of)
+        closed = {wi: {wj: _with_note(e, note, parts) for wj, e in row.items()}
+                  for wi, row in symbolic_hessian(tr, out, wrt).items()}
+        return Result({}, command="hessian", of=out, value=None, warnings=[], symbolic=closed)
     outs = [select_output(tr, None)] if of is None else select_names(tr, of, "of", ())
     closed = {o: {w: _with_note(e, note, parts) for w, e in row.items()}
               for o, row in symbolic_jacobian(tr, outs, wrt).items()}

@@ -420,3 +420,76 @@ def test_closed_forms_are_evaluated_without_cancellation(x):
     assert r.symbolic["x"]["value"] == pytest.approx(want, rel=1e-14)
     from cli_run import ok
     assert ok("check", "sinc(x)", "--at", f"x={x}", "--symbolic", "-f", "plain").stdout.startswith("ok ")
+
+
+# ==========================================================================
+# hessian --symbolic (SPEC §5)
+# ==========================================================================
+
+def test_hessian_of_a_product_closed_forms_and_values():
+    # x^2 y by hand: d2/dx2 = 2y, d2/dxdy = d2/dydx = 2x, d2/dy2 = 0; at (3, 2): [[4, 6], [6, 0]]
+    r = gradcalc.hessian("x^2 * y", at={"x": 3.0, "y": 2.0}, symbolic=True)
+    texts = {(a, b): e["text"] for a, row in r.symbolic.items() for b, e in row.items()}
+    assert texts == {("x", "x"): "2*y", ("x", "y"): "2*x", ("y", "x"): "2*x", ("y", "y"): "0"}
+    want = {("x", "x"): 4.0, ("x", "y"): 6.0, ("y", "x"): 6.0, ("y", "y"): 0.0}
+    for (a, b), v in want.items():
+        assert r.symbolic[a][b]["value"] == v and r[a][b] == v
+        assert r.symbolic[a][b]["note"] is None
+    assert r.to_json()["symbolic"]["x"]["y"] == {"text": "2*x", "latex": "2 x", "note": None}
+    assert gradcalc.hessian("x^2 * y", at={"x": 3.0, "y": 2.0}).symbolic is None
+
+
+def test_hessian_of_a_vector_input_is_diagonal():
+    # sum(x^3) by hand: d2/dx_i dx_j = 6 x_i when i == j, else 0
+    x = np.array([1.0, -2.0, 0.5])
+    r = gradcalc.hessian("sum(x^3)", at={"x": x}, symbolic=True)
+    e = r.symbolic["x"]["x"]
+    assert e["text"] == "[[6*x[0], 0, 0], [0, 6*x[1], 0], [0, 0, 6*x[2]]]"
+    np.testing.assert_array_equal(e["value"], np.diag(6 * x))
+    np.testing.assert_array_equal(r["x"]["x"], np.diag(6 * x))
+
+
+def test_hessian_symbolic_blocks_have_the_shapes_of_both_inputs():
+    # x . y by hand: d2/dx dy = identity, d2/dx2 = 0, as arrays of shape (2,) + (2,)
+    r = gradcalc.hessian("sum(x * y)", at={"x": [1.0, 2.0], "y": [3.0, 4.0]}, symbolic=True)
+    np.testing.assert_array_equal(r.symbolic["x"]["y"]["value"], np.eye(2))
+    np.testing.assert_array_equal(r.symbolic["x"]["x"]["value"], np.zeros((2, 2)))
+
+
+def test_hessian_symbolic_without_a_point_gives_the_closed_form_alone():
+    r = gradcalc.hessian("x^2 * y", symbolic=True)
+    assert dict(r) == {} and r.value is None
+    assert r.symbolic["x"]["x"]["text"] == "2*y" and r.symbolic["y"]["y"]["text"] == "0"
+    from cli_run import ok
+    out = ok("hessian", "x^2*y", "--symbolic").stdout
+    assert "d²_/dxdy = 2*x" in out and "hessian of" not in out
+    assert ok("hessian", "x^2*y", "--symbolic", "-f", "plain").stdout == "2*y\n2*x\n2*x\n0\n"
+
+
+def test_hessian_symbolic_on_the_command_line():
+    import json as _json
+
+    from cli_run import ok
+    out = ok("hessian", "x^2*y", "--at", "x=3,y=2", "--symbolic").stdout
+    assert "hessian of _" in out and "closed form (sympy)" in out
+    assert "d²_/dxdx = 2*y" in out and "d²_/dydx = 2*x" in out and "d²_/dydy = 0" in out
+    assert ok("hessian", "x^2*y", "--at", "x=3,y=2", "--symbolic", "-f", "plain").stdout == "4\n6\n6\n0\n"
+    doc = _json.loads(ok("hessian", "x^2*y", "--at", "x=3,y=2", "--symbolic", "-f", "json").stdout)
+    assert doc["hessian"] == {"x": {"x": 4.0, "y": 6.0}, "y": {"x": 6.0, "y": 0.0}}
+    assert doc["symbolic"]["y"]["x"]["text"] == "2*x" and doc["symbolic"]["x"]["x"]["latex"] == "2 y"
+    assert "symbolic" not in _json.loads(ok("hessian", "x^2*y", "--at", "x=3,y=2", "-f", "json").stdout)
+
+
+def test_hessian_symbolic_of_a_branch_notes_the_path():
+    # x > 0 takes x^3: second derivative 6x, 12 at x = 2
+    r = gradcalc.hessian("if x > 0 { y = x^3 } else { y = -x }\ny", at={"x": 2.0}, symbolic=True)
+    e = r.symbolic["x"]["x"]
+    assert e["text"] == "6*x" and e["value"] == 12.0
+    assert e["note"] == S.PATH_NOTE
+
+
+def test_hessian_symbolic_refuses_what_hessian_refuses():
+    with pytest.raises(ShapeError, match="scalar output"):
+        S.symbolic_hessian(traced("x * [1, 2]", x=1.0), "_", ["x"])
+    with pytest.raises(UsageError, match="'h' is not one"):
+        S.symbolic_hessian(traced("h = x^2\nh * x", x=1.0), "_", ["h"])
