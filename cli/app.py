@@ -705,6 +705,9 @@ def _usage_error(err, name: str, args: list) -> int:
     """A command-line usage error: error: message, a hint, exit 2 (and JSON with -f json)."""
     command = name if name in COMMANDS else None
     hint = f"see 'gradcalc {command} --help'" if command else "see 'gradcalc --help'"
+    if "--" in args and "extra argument" in err.format_message():
+        # (everything after '--' is an argument, options too: `grad -- '-f' --at f=0.5`)
+        hint = "options go before '--': after it, every word is read as an argument"
     wants_json = "--json" in args or any(a in ("json", "-fjson", "--format=json") and
                                          (a != "json" or i and args[i - 1] in ("-f", "--format"))
                                          for i, a in enumerate(args))

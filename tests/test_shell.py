@@ -478,3 +478,12 @@ def test_a_program_with_inputs_has_no_such_note():
 def test_symbolic_without_a_point_has_no_nothing_to_differentiate_note():
     r = ok("grad", "x^2*y", "--symbolic")
     assert "2*x*y" in r.stdout and "nothing to differentiate" not in r.stderr
+
+
+def test_options_after_a_double_dash_are_arguments_and_the_hint_says_so():
+    r = shell("grad", "--", "-f", "--at", "f=0.5")  # (through main, as a user sees it)
+    assert (r.returncode, r.stderr) == (2, "error: Got unexpected extra arguments (--at f=0.5)\n"
+                                           "hint: options go before '--': after it, every word is read as "
+                                           "an argument\n")
+    assert "options go before" not in shell("grad", "x", "y").stderr  # (no '--': the usual hint)
+    assert ok("grad", "--at", "f=0.5", "-f", "plain", "--", "-f").stdout == "-1\n"  # d(-f)/df
