@@ -141,11 +141,19 @@ def expand(sources) -> list:
     for s in sources:
         if isinstance(s, str) and "\n" not in s and len(s) < 4096 and os.path.isdir(s):
             found = sorted(os.path.normpath(os.path.join(d, f))  # (check . names good.grad, not ./good.grad)
-                           for d, _, fs in os.walk(s) for f in fs if f.endswith(".grad"))
+                           for d, fs in _visible_files(s) for f in fs if f.endswith(".grad"))
             out.extend(found or [_failed(s, ValueError_(f"no .grad files in directory '{s}'"))])
         else:
             out.append(s)
     return out
+
+
+def _visible_files(top: str):
+    """(folder, file names) under top, skipping hidden folders (.git, .venv, .tox: what pytest's
+    collection skips too), as os.walk gives them."""
+    for d, dirs, files in os.walk(top):
+        dirs[:] = [x for x in dirs if not x.startswith(".")]
+        yield d, files
 
 
 def _failed(source: str, err: GradcalcError) -> SourceCheck:

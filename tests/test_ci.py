@@ -577,6 +577,17 @@ def test_a_folder_s_files_are_named_without_dot_slash(three):
     assert [c.source for c in check_sources(["./"]).sources] == ["bad.grad", "good.grad", "kink.grad"]
 
 
+def test_a_folder_s_hidden_folders_are_skipped(three):
+    (three / ".venv" / "lib").mkdir(parents=True)
+    write(three / ".venv" / "lib" / "vendored.grad", "x +* 1\n")  # (an error, if it were read)
+    (three / "models").mkdir()
+    write(three / "models" / "m.grad", "# check: --at x=2\nx^3\n")
+    assert [c.source for c in check_sources(["."]).sources] == ["bad.grad", "good.grad", "kink.grad",
+                                                                 os.path.join("models", "m.grad")]
+    hidden = check_sources([".venv"]).sources  # (a hidden folder named on purpose is read)
+    assert [c.source for c in hidden] == [os.path.join(".venv", "lib", "vendored.grad")]
+
+
 def test_update_expect_writes_no_file_that_records_no_derivative(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "const.grad", "x = 1\n")  # no inputs: nothing to record, ever
