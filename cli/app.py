@@ -185,6 +185,8 @@ def _run(opts: Options, body: Callable[[], object]) -> None:
     """Run a command body and show its result; turn errors into messages and exit codes."""
     try:
         try:
+            if opts.save:
+                views.check_writable("--save", opts.save)
             code = _show(body(), opts)
         except MemoryError:  # the machine's limit, not a bug: sizes within the element limit add up
             raise LimitError("out of memory: the arrays this command needs do not fit in this machine's "
@@ -227,12 +229,11 @@ def _save(result, path: str) -> None:
     import numpy as np
 
     from gradcalc.codec import arrays_by_path
-    from gradcalc.errors import FileError
     try:
         with open(path, "wb") as f:  # (a file, so that NumPy adds no .npz to the name given)
             np.savez(f, **arrays_by_path(result.to_json()))
     except OSError as err:
-        raise FileError(f"--save: cannot write '{path}': {err.strerror or err}") from None
+        raise views.unwritable("--save", path, err.strerror or err) from None
 
 
 def _reader_gone(code: int) -> int:
@@ -547,6 +548,8 @@ def check_cmd(
     result passes, 1 when any fails, 2 when a source could not be checked (after the others).
     """
     from gradcalc.suite import check_sources
+    if junit_xml:
+        views.check_writable("--junit-xml", junit_xml)
     point = _at(at, opts) if at else None
     given = dict(at=point, of=of, wrt=wrt, rtol=rtol, atol=atol, max_elements=opts.max_elements,
                  max_steps=opts.max_steps)

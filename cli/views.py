@@ -347,8 +347,26 @@ def write_junit(path: str, results) -> None:
     try:
         ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
     except OSError as err:
-        from gradcalc.errors import ValueError_
-        raise ValueError_(f"--junit-xml: cannot write '{path}': {err.strerror}") from None
+        raise unwritable("--junit-xml", path, err.strerror) from None
+
+
+def unwritable(flag: str, path: str, why: str):
+    """The error for a report file that cannot be written (--junit-xml, --save)."""
+    from gradcalc.errors import FileError
+    return FileError(f"{flag}: cannot write '{path}': {why}")
+
+
+def check_writable(flag: str, path: str) -> None:
+    """Refuse, before any work, a report file that could not be written: its folder is missing
+    or read-only, or the path is a folder (the work would be done, then lost)."""
+    import os
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        raise unwritable(flag, path, "Is a directory")
+    if not os.path.isdir(folder):
+        raise unwritable(flag, path, "No such file or directory")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise unwritable(flag, path, "Permission denied")
 
 
 def _junit_class(source: str) -> str:

@@ -719,3 +719,15 @@ def test_a_wrong_rule_at_a_large_x_gets_no_step_note(monkeypatch):
     monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
     r, = gradcalc.check("sin(x)", at={"x": 0.3}).results
     assert not r.ok and not any("not small beside" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("where, why", [("no/such/r.xml", "No such file or directory"), (".", "Is a directory")])
+def test_an_unwritable_junit_report_is_refused_before_any_work(three, monkeypatch, where, why):
+    ran = []
+    monkeypatch.setattr("gradcalc.suite.check_sources", lambda *a, **k: ran.append(1))
+    r = user_error("check", "good.grad", "--junit-xml", where, "-f", "json")
+    error = json.loads(r.stdout)["error"]
+    assert (error["kind"], error["message"]) == ("file", f"--junit-xml: cannot write '{where}': {why}")
+    assert not ran
+    r = user_error("grad", "x^2", "--at", "x=1", "--save", "no/such/g.npz")
+    assert r.stderr.startswith("error: --save: cannot write 'no/such/g.npz': No such file or directory")
