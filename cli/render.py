@@ -121,9 +121,15 @@ def console(stderr: bool = False):
         def print(self, *objects, **kwargs) -> None:
             """A table too wide for the terminal (COLUMNS=40) is printed a row at a time,
             one field per line, rather than squeezed into ellipses (x…, inp…)."""
-            if len(objects) == 1 and isinstance(objects[0], Table) and not _fits(self, objects[0]):
-                _print_stacked(self, objects[0])
-                return
+            if len(objects) == 1 and isinstance(objects[0], Table):
+                table = objects[0]
+                if not _fits(self, table):
+                    _print_stacked(self, table)
+                    return
+                if table.title and table.title_justify == "left":
+                    # rich pads a title to the table's width: a line of trailing blanks
+                    super().print(table.title, style=table.title_style)
+                    table.title = None
             super().print(*objects, **kwargs)
 
     stream = sys.stderr if stderr else sys.stdout

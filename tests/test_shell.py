@@ -487,3 +487,11 @@ def test_options_after_a_double_dash_are_arguments_and_the_hint_says_so():
                                            "an argument\n")
     assert "options go before" not in shell("grad", "x", "y").stderr  # (no '--': the usual hint)
     assert ok("grad", "--at", "f=0.5", "-f", "plain", "--", "-f").stdout == "-1\n"  # d(-f)/df
+
+
+def test_table_titles_carry_no_trailing_blanks(tmp_path):
+    path = tmp_path / "c.grad"
+    path.write_text("# check: --at x=2\nx^3\n")
+    for args in (("check", str(path)), ("check", "x^3", "--at", "x=2", "--sweep")):
+        lines = shell(*args).stdout.splitlines()
+        assert lines and all(line == line.rstrip() for line in lines), [l for l in lines if l != l.rstrip()]
