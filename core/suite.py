@@ -520,9 +520,10 @@ def row_text(r, message=None) -> str:
         text = message(r.error) if message else r.message
         return f"ERROR {error_location(r)}: {r.kind} error: {text}"
     facts = [t for t in [breach_text(r)] + list(r.notes) if t]
+    order = getattr(r, "extra", {}).get("taylor_order")  # (--taylor)
     return (f"{'ok' if r.ok else 'FAIL'} {r.source} point={r.point} {derivative_text(r)} "
             f"[{comparison_text(r)}] max_abs_err={r.max_abs_err:.3g} max_rel_err={r.max_rel_err:.3g}"
-            + "".join(f" | {t}" for t in facts))
+            + ("" if order is None else f" taylor_order={order:.3g}") + "".join(f" | {t}" for t in facts))
 
 
 def counts(results) -> tuple[int, int, int]:

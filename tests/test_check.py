@@ -110,6 +110,15 @@ def test_taylor_order_is_two():
         assert x.extra["taylor_order"] == pytest.approx(2.0, abs=0.1)
 
 
+def test_plain_lines_carry_the_taylor_order():
+    # a correct first derivative leaves a remainder of order h^2
+    r = CliRunner().invoke(app, ["check", "sin(x)", "--at", "x=1", "--taylor", "-f", "plain"])
+    first = r.stdout.splitlines()[0]
+    assert r.exit_code == 0 and float(first.split("taylor_order=")[1].split()[0]) == pytest.approx(2, abs=0.1)
+    plain = CliRunner().invoke(app, ["check", "sin(x)", "--at", "x=1", "-f", "plain"]).stdout
+    assert "taylor_order" not in plain  # (only when asked for)
+
+
 def test_non_finite_derivative_fails():
     r = gradcalc.check("sqrt(x)", at={"x": 0.0})
     assert not r.ok
