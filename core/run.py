@@ -336,6 +336,8 @@ _AUGMENTED = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div}
 _ADD, _NEG = P.add, P.neg
 _COMPILE_DEPTH = 32  # levels of an expression compiled (see Interpreter.compiled); deeper: expr()
 _PRIMITIVE = P.Primitive  # (sub is a function: add(a, neg(b)))
+#: The operators whose primitive broadcasts (Builder.bind2 records them).
+_PLAIN = {op: p for op, p in _BINARY.items() if p.__class__ is _PRIMITIVE and p.plain is not None}
 
 
 def _operator(op: str):
@@ -664,7 +666,7 @@ class Interpreter:
             spine.append(node)
             node = node.left
         b, env, number = self.b, self.env, self.number
-        bind = b.bind  # operands are tracers: record the primitive directly (what P.add(...) does)
+        bind2 = b.bind2  # operands are tracers: record the primitive directly (what P.add(...) does)
         # Leaves (a number, an assigned name) are made here as expr would make them.
         t = type(node)
         acc = number(node.value) if t is Num else env.get(node.id) if t is Name else None
@@ -675,19 +677,23 @@ class Interpreter:
                 p = _literal_exponent(op)
                 if p is not None:
                     b.pos = op.loc
-                    acc = bind(P.pow_const, (acc,), {"p": p})  # (what P.pow_const(acc, p=p) does)
+                    acc = b.bind(P.pow_const, (acc,), {"p": p})  # (what P.pow_const(acc, p=p) does)
                     continue
             r = op.right
             rt = type(r)
             right = number(r.value) if rt is Num else env.get(r.id) if rt is Name else None
             if right is None:
-                right = self.expr(r)
+                right = self.binary(r) if rt is Binary else self.expr(r)
             b.pos = op.loc
             if op.op == "-":  # a - b is add(a, neg(b)) (P.sub), recorded here directly
-                acc = bind(_ADD, (acc, bind(_NEG, (right,), NO_PARAMS)), NO_PARAMS)
+                acc = bind2(_ADD, acc, b.bind1(_NEG, right))
+                continue
+            prim = _PLAIN.get(op.op)
+            if prim is not None:
+                acc = bind2(prim, acc, right)
                 continue
             prim = _BINARY.get(op.op) or _operator(op.op)
-            acc = bind(prim, (acc, right), NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
+            acc = b.bind(prim, (acc, right), NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
             if op.op in _MASK_OPS:
                 self.masks.add(int(acc.var))
         return acc
@@ -726,22 +732,29 @@ class Interpreter:
                 def subtract():
                     x, y = left(), right()
                     b.pos = loc
-                    return b.bind(_ADD, (x, b.bind(_NEG, (y,), NO_PARAMS)), NO_PARAMS)
+                    return b.bind2(_ADD, x, b.bind1(_NEG, y))
                 return subtract
-            prim = _BINARY.get(op)
-            if prim is not None and prim.__class__ is _PRIMITIVE and op not in _MASK_OPS:
+            prim = _PLAIN.get(op)
+            if prim is not None:
                 def apply():
                     x, y = left(), right()
                     b.pos = loc
-                    return b.bind(prim, (x, y), NO_PARAMS)
+                    return b.bind2(prim, x, y)
                 return apply
+            prim = _BINARY.get(op)
+            if prim is not None and prim.__class__ is _PRIMITIVE and op not in _MASK_OPS:
+                def apply_params():
+                    x, y = left(), right()
+                    b.pos = loc
+                    return b.bind(prim, (x, y), NO_PARAMS)
+                return apply_params
         elif t is Unary and node.op == "-" and loc is not None:
             operand = self.compiled(node.operand, depth - 1)
 
             def negate():
                 x = operand()
                 b.pos = loc
-                return b.bind(_NEG, (x,), NO_PARAMS)
+                return b.bind1(_NEG, x)
             return negate
         elif t is Call and loc is not None and len(node.args) == 1 and not node.kwargs:
             fn = None if node.func in self.facts.functions else FUNCTIONS.get(node.func)
@@ -762,7 +775,7 @@ class Interpreter:
             out = _operator("not") if _primitive("logical_not") is None else P.logical_not(x)
             self.masks.add(int(out.var))
             return out
-        return self.b.bind(_NEG, (x,), NO_PARAMS) if node.op == "-" else x  # (what P.neg(x) does)
+        return self.b.bind1(_NEG, x) if node.op == "-" else x  # (what P.neg(x) does)
 
     def index(self, node: Index) -> Tracer:
         x = self.expr(node.value)
@@ -878,12 +891,21 @@ class Interpreter:
         if fn.prim is None:  # several primitives (mean: sum, div): messages name the builtin
             self.b.labels[node.loc] = node.func
         if fn.arity == len(node.args) and not node.kwargs:
-            # (one argument, the usual case, without a comprehension: it costs more)
-            args = [self.expr(node.args[0])] if fn.arity == 1 else [self.expr(a) for a in node.args]
-            b = self.b
-            b.pos = node.loc
-            if fn.prim is not None:  # sin(x): record the primitive directly (what fn.fn does)
-                return self.invoke(node, b.bind, (fn.prim, tuple(args), NO_PARAMS))
+            prim = fn.prim
+            if fn.arity == 1 and prim is not None and prim.trivial_params:
+                # sin(x), the usual case: record the primitive directly (what fn.fn does)
+                x = self.expr(node.args[0])
+                b = self.b
+                b.pos = node.loc
+                try:
+                    return b.bind1(prim, x)
+                except GradcalcError as err:
+                    _word(err, node)
+                    raise
+            args = [self.expr(a) for a in node.args]
+            self.b.pos = node.loc
+            if prim is not None:
+                return self.invoke(node, self.b.bind, (prim, tuple(args), NO_PARAMS))
             return self.invoke(node, fn.fn, args)
         constructor = is_constructor(node.func)
         args, kwargs = _sequence(fn, node.args, {k.name: k.value for k in node.kwargs})
@@ -917,12 +939,7 @@ class Interpreter:
         try:
             return fn(*args, **kwargs) if kwargs else fn(*args)
         except GradcalcError as err:
-            if err.pos is None:
-                err.pos = node.pos
-            if not err.message.startswith((node.func, f"'{node.func}'")):
-                template, _ = err.worded(option)  # (the message with its options still marked)
-                err.message = f"{node.func}(): {template}"
-                err.args = (err.message,)
+            _word(err, node)
             raise
 
     def number_arg(self, func, pname, node):
@@ -1080,6 +1097,17 @@ _EXPRESSIONS = {  # beside Name, Num, Binary and Call, which expr() tests for fi
     TupleLit: Interpreter.misplaced, Str: Interpreter.misplaced, NoneLit: Interpreter.misplaced,
     EllipsisLit: Interpreter.misplaced,
 }
+
+
+def _word(err: GradcalcError, node: Call) -> None:
+    """Place an error raised in a call of a built-in at the call (when it has no position),
+    and word it as the call's: ``f(): message``."""
+    if err.pos is None:
+        err.pos = node.pos
+    if not err.message.startswith((node.func, f"'{node.func}'")):
+        template, _ = err.worded(option)  # (the message with its options still marked)
+        err.message = f"{node.func}(): {template}"
+        err.args = (err.message,)
 
 
 def _literal_exponent(op: Binary):

@@ -168,6 +168,7 @@ class Tape(NamedTuple):
 
 _new_equation = tuple.__new__  # Equation(...) without the Python-level __new__
 _new_object = object.__new__
+_isfinite = math.isfinite
 
 
 class Guard(NamedTuple):
@@ -431,39 +432,69 @@ class Builder:
 
     # -- recording ------------------------------------------------------------
     def bind(self, prim, args: tuple, params: dict) -> Tracer:
+        """Record ``prim(*args, **params)`` on tracers: compute its value, append its equation."""
+        if not params:
+            n = len(args)
+            if n == 2:
+                if prim.plain is not None:
+                    return self.bind2(prim, args[0], args[1])
+            elif n == 1 and prim.trivial_params:
+                return self.bind1(prim, args[0])
+        return self._bind(prim, args, params)
+
+    # bind2 and bind1 are bind for the commonest calls, which the interpreter makes directly:
+    # operands that are NumPy scalars (a scalar program) go without bind's branches, conversions
+    # and checks of shape when the value is a scalar too; anything else takes the general code.
+    # Same value, same equation.
+
+    def bind2(self, prim, a: Tracer, b: Tracer) -> Tracer:
+        """bind(prim, (a, b), NO_PARAMS) for a broadcasting primitive (one with prim.plain)."""
         values = self.values
-        n = len(args)
-        if not params and (n == 2 and prim.plain is not None or n == 1 and prim.trivial_params):
-            # Operands that are NumPy scalars (a scalar program): what the general code below does
-            # with them, without its branches, conversions and checks of shape (the value is a
-            # scalar too, or it takes the general code).  Same value, same equation.
-            x = values[args[0].var]
-            if x.__class__ is F64_SCALAR:
-                if n == 1:
-                    ids = (args[0].var,)
-                    try:
-                        value = prim.impl(x)
-                    except Exception:  # noqa: BLE001 - the general code calls it again, and words the error
-                        value = None
-                else:
-                    ids = (args[0].var, args[1].var)
-                    y = values[ids[1]]
-                    value = prim.plain(x, y) if y.__class__ is F64_SCALAR else None
+        ids = (a.var, b.var)
+        x = values[ids[0]]
+        if x.__class__ is F64_SCALAR:
+            y = values[ids[1]]
+            if y.__class__ is F64_SCALAR:
+                value = prim.plain(x, y)
                 if value.__class__ is F64_SCALAR:
                     var = self._next
                     self._next = var + 1
                     values[var] = value
                     self.shapes[var] = ()
                     self.equations.append(_new_equation(Equation, (var, prim, ids, NO_PARAMS, self.pos)))
-                    if self.check_finite and not math.isfinite(value):
-                        self._note_nonfinite(prim, args, value)
+                    if not _isfinite(value) and self.check_finite:
+                        self._note_nonfinite(prim, (a, b), value)
                     if self.record:  # Tracer(self, var), without a call of its __init__
                         t = _new_object(Tracer)
                         t.builder = self
                         t.var = var
                         return t
                     return self.new_tracer(self, var)
-        return self._bind(prim, args, params)
+        return self._bind(prim, (a, b), NO_PARAMS)
+
+    def bind1(self, prim, a: Tracer) -> Tracer:
+        """bind(prim, (a,), NO_PARAMS) for a primitive without parameters (prim.trivial_params)."""
+        x = self.values[a.var]
+        if x.__class__ is F64_SCALAR:
+            try:
+                value = prim.impl(x)
+            except Exception:  # noqa: BLE001 - the general code calls it again, and words the error
+                value = None
+            if value.__class__ is F64_SCALAR:
+                var = self._next
+                self._next = var + 1
+                self.values[var] = value
+                self.shapes[var] = ()
+                self.equations.append(_new_equation(Equation, (var, prim, (a.var,), NO_PARAMS, self.pos)))
+                if not _isfinite(value) and self.check_finite:
+                    self._note_nonfinite(prim, (a,), value)
+                if self.record:
+                    t = _new_object(Tracer)
+                    t.builder = self
+                    t.var = var
+                    return t
+                return self.new_tracer(self, var)
+        return self._bind(prim, (a,), NO_PARAMS)
 
     def _bind(self, prim, args: tuple, params: dict) -> Tracer:
         """bind, in general: any operands, any parameters."""
