@@ -50,6 +50,9 @@ WRONG = "wrong derivative"
 BAD_STEP = "step too small or too large"
 OK = "ok"
 NOT_FINITE = "finite differences are not finite here"
+#: A point at a kink or a branch of the program (relu at 0): differences disagree with the
+#: derivative taken there at every step, however small, which is no sign of a wrong rule.
+AT_KINK = "not differentiable here"
 
 
 class Sweep(NamedTuple):
@@ -106,10 +109,19 @@ def sweep(tr: Traced, of: str, wrt: str, method: str = "central", *, element=Non
         STEPS * scale_x)
     usable, left_out = _usable(STEPS, errors, changed[:-1])
     found = _judged(STEPS, errors, usable, scale, default / scale_x, at_default, tol, passed)
+    if found.verdict == WRONG and _at_a_branch(tr, wrt, of, STEPS[-1] * scale_x, changed[:-1] & usable, usable):
+        found = found._replace(verdict=AT_KINK)
     return found._replace(element=[int(i) for i in np.unravel_index(j, x.shape)] if x.ndim else [],
                           slope=_truncation_slope(STEPS, errors, usable, scale,
                                                   np.maximum(noise, stencil.EPS * scale)),
                           expected_slope=ORDER[method], notes=notes + left_out)
+
+
+def _at_a_branch(tr: Traced, wrt: str, of: str, smallest: float, changed, usable) -> bool:
+    """Whether the point sits on a kink or a decision of the program: every usable step takes
+    another path, or a kink the output follows lies within the smallest step."""
+    return bool(usable.any() and changed[usable].all()) or bool(
+        kinks_near(tr, tr.tape.names[wrt], np.array([smallest]), tr.tape.names[of]))
 
 
 def _flat_element(element, shape) -> int:

@@ -10,7 +10,7 @@ import pytest
 
 from gradcalc.lower import trace
 from gradcalc.session import parse
-from gradcalc.sweep import BAD_STEP, OK, STEPS, WRONG, sweep
+from gradcalc.sweep import AT_KINK, BAD_STEP, OK, STEPS, WRONG, sweep
 
 from cli_run import ok_json, run
 
@@ -61,6 +61,21 @@ def test_a_wrong_derivative_never_reaches_the_floor():
     s = _sin_exp(ad=np.array(right * 1.001))
     assert s.verdict == WRONG
     assert s.best_error >= 1e-3 * right * 0.5
+
+
+@pytest.mark.parametrize("program", ["relu(x)", "x^2 if x > 0 else -x", "x if x > 0 else 2*x"])
+def test_at_a_kink_or_branch_no_step_agrees_and_the_verdict_says_why(program):
+    # one-sided slopes at 0: 1 and 0, 0 and -1, 1 and 2; central differences straddle them at
+    # every step (error half their jump), which says nothing about the rules
+    tr = _traced(program, x=0.0)
+    s = sweep(tr, tr.tape.output, "x", tol=(1e-6, 1e-8), passed=False)
+    assert s.verdict == AT_KINK and s.best_error == pytest.approx(0.5)
+
+
+def test_a_wrong_derivative_beside_a_kink_is_still_wrong():
+    tr = _traced("relu(x)", x=1e-3)  # the kink is within the larger steps only
+    s = sweep(tr, tr.tape.output, "x", ad=np.array(1.001), tol=(1e-6, 1e-8), passed=False)
+    assert s.verdict == WRONG
 
 
 def test_a_right_derivative_with_a_bad_default_step_is_the_steps_fault():
