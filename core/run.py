@@ -637,6 +637,9 @@ class Interpreter:
         if not np.all(np.isfinite(value)) or not np.all(np.mod(value, 1) == 0):
             bad = value[~(np.isfinite(value) & (np.mod(value, 1) == 0))].flat[0]
             raise ShapeError(f"an index array must hold integers, got {float(bad)!r}", node.pos)
+        if value.size and np.abs(value).max() >= 2.0 ** 62:  # (no axis is that long; the cast would wrap)
+            bad = value[np.abs(value) >= 2.0 ** 62].flat[0]
+            raise ShapeError(f"index {float(bad):g} is out of range", node.pos)
         ints = value.astype(np.intp)
         self.guard(t, ints, node.loc, "index")
         return (ints,)

@@ -223,6 +223,8 @@ def test_full_values():
     ("full((2, -1), 1)", "full(): negative dimension in shape (2, -1)"),
     ("full(2, x)", "full(): 'v' must be a number, got an array of shape (6,)"),
     ("full_like(x, x)", "full_like(): 'v' must be a number, got an array of shape (6,)"),
+    ("x[x * 1e300]", "index 5e+299 is out of range"),  # (not the value a cast to int64 wraps it to)
+    ("x[[1, -1e19]]", "index -1e+19 is out of range"),
 ])
 def test_user_errors(src, message):
     r = user_error("eval", src, *(["--at", "x=[0.5, 1.5, 2.5, 3.5, 0, 1]"] if re.search(r"\bx\b", src) else []))
