@@ -716,9 +716,13 @@ class Interpreter:
                 v = self.env.get(nid)
                 return v if v is not None else self.name(node)
             return name
-        if t is Num:
-            number, value = self.number, node.value
-            return lambda: number(value)
+        if t is Num:  # number(value), with its lookup inline
+            numbers, number, value = self.numbers, self.number, node.value
+
+            def literal():
+                t = numbers.get(value)
+                return t if t is not None else number(value)
+            return literal
         loc = node.loc if depth > 0 else None
         if t is Binary and loc is not None:
             left, p = self.compiled(node.left, depth - 1), _literal_exponent(node)
@@ -762,12 +766,16 @@ class Interpreter:
         elif t is Call and loc is not None and len(node.args) == 1 and not node.kwargs:
             fn = None if node.func in self.facts.functions else FUNCTIONS.get(node.func)
             if fn is not None and fn.prim is not None and fn.arity == 1 and node.func not in _MASK_BUILTINS:
-                arg, prim, invoke, bind = self.compiled(node.args[0], depth - 1), fn.prim, self.invoke, b.bind
+                arg, prim, trivial = self.compiled(node.args[0], depth - 1), fn.prim, fn.prim.trivial_params
 
                 def builtin():
                     x = arg()
                     b.pos = loc
-                    return invoke(node, bind, (prim, (x,), NO_PARAMS))
+                    try:
+                        return b.bind1(prim, x) if trivial else b.bind(prim, (x,), NO_PARAMS)
+                    except GradcalcError as err:
+                        _word(err, node)
+                        raise
                 return builtin
         return lambda: self.expr(node)
 
