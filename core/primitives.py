@@ -21,6 +21,10 @@ Each :class:`Primitive` has
 - ``plain_vjp`` (matmul only): VJP rules whose matrix products skip the look for
   0 * inf terms, for a first-order eager pass that is re-run with the safe rules
   when a result is not finite (``transforms.backward(..., safe_products=False)``).
+- ``eager`` (optional): ``impl`` and ``normalize`` in one, for a call on NumPy arrays (an
+  eager derivative pass runs its rules on arrays, and re-normalising their parameters cost
+  more than the arithmetic of a small product or a broadcast view); it returns None where
+  the operands' shapes need ``normalize``'s checks, and the general path then runs.
 
 Rules are traced like any program: they call primitives on tracers, so a
 derivative pass is itself a tape and can be differentiated again.  The engine
@@ -48,16 +52,18 @@ import numpy as np
 from .errors import ShapeError, UsageError, ValueError_
 from .tape import F64_SCALAR, Tracer, all_finite, broadcast_shapes
 
+_ARRAY = np.ndarray
+
 
 class Primitive:
     """One entry of the registry.  Calling it on tracers records an equation."""
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "analytic", "kink",
-                 "branch", "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp")
+                 "branch", "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp", "eager")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
                  analytic=True, kink=None, branch=None, variadic=False, keeps_finite=False,
-                 plain_vjp=None):
+                 plain_vjp=None, eager=None):
         self.name = name
         self.impl = impl
         self.vjp = vjp
@@ -72,6 +78,7 @@ class Primitive:
         self.variadic = variadic
         self.keeps_finite = keeps_finite
         self.plain_vjp = plain_vjp
+        self.eager = eager
 
     def vjp_rule(self, i: int) -> Callable | None:
         return _rule(self.vjp, i, self.variadic)
@@ -83,24 +90,35 @@ class Primitive:
         """On tracers: record an equation.  On arrays: compute eagerly (first-order passes)."""
         # Fast paths for the usual cases, with the results of the general code below: one or
         # two tracers (tracing), one or two NumPy scalars (an eager pass on a scalar program).
+        # Arrays (an eager pass on an array program): equal shapes for a broadcasting primitive,
+        # no parameters to normalise, or the primitive's own ``eager`` form of impl and normalize.
         n = len(args)
         if n == 2:
             x, y = args
             tx = type(x)
-            if tx is F64_SCALAR:
-                if type(y) is F64_SCALAR and self.plain is not None and not params:
-                    return self.plain(x, y)
+            if tx is F64_SCALAR or tx is _ARRAY:
+                if type(y) is tx:
+                    if self.plain is not None and not params and (tx is F64_SCALAR or x.shape == y.shape):
+                        return self.plain(x, y)
+                    if self.eager is not None and tx is _ARRAY:
+                        value = self.eager(x, y, **params)
+                        if value is not None:
+                            return value
             elif tx is Tracer and type(y) is Tracer:
                 return x.builder.bind(self, args, params)
         elif n == 1:
             x = args[0]
             tx = type(x)
-            if tx is F64_SCALAR:
+            if tx is F64_SCALAR or tx is _ARRAY:
                 if self.normalize is _no_params:
                     try:
                         return self.impl(x, **params) if params else self.impl(x)
                     except np.linalg.LinAlgError as err:
                         raise ValueError_(f"'{self.name}': {str(err).lower()}") from None
+                if self.eager is not None and tx is _ARRAY:
+                    value = self.eager(x, **params)
+                    if value is not None:
+                        return value
             elif tx is Tracer:
                 return x.builder.bind(self, args, params)
         for a in args:
@@ -443,7 +461,12 @@ def _repeated(x):
 def _finite_nonzero(x) -> bool:
     if type(x) is F64_SCALAR:  # x.all() on a NumPy scalar costs 30 times this
         return x != 0 and math.isfinite(x)
-    return x.dtype.kind == "f" and all_finite(x) and bool(x.all())
+    if x.dtype.kind != "f":
+        return False
+    if x.size == 1:  # (a broadcast scalar, the cotangent of a sum: a third of the looks below)
+        v = x.item()
+        return v != 0 and math.isfinite(v)
+    return all_finite(x) and bool(x.all())
 
 
 add = _binary("add", np.add, (lambda g, ans, x, y, **_: g, lambda g, ans, x, y, **_: g), operator.add)
@@ -961,10 +984,18 @@ def _reshape_params(shapes, builder, shape):
     return {"shape": shape, "xshape": xshape}
 
 
+def _reshape_eager(x, shape):
+    """reshape of an array to a shape of non-negative ints with as many elements (what
+    _reshape_params would accept as it is), or None."""
+    if type(shape) is tuple and math.prod(shape) == x.size and all(type(d) is int and d >= 0 for d in shape):
+        return x.reshape(shape)
+    return None
+
+
 reshape = _def("reshape", lambda x, shape, xshape: x.reshape(_batch(x, len(xshape)) + shape),
                (lambda g, ans, x, shape, xshape: reshape(g, shape=xshape),),
                (lambda t, ans, x, shape, xshape: reshape(t, shape=shape),),
-               _reshape_params)
+               _reshape_params, eager=_reshape_eager)
 
 
 def _broadcast_to_params(shapes, builder, shape):
@@ -983,22 +1014,64 @@ def _broadcast_to(x, shape, xshape):
     return np.broadcast_to(_align(x, len(xshape), len(shape)), batch + shape)
 
 
-def _sum_to_params(shapes, builder, shape):
-    xshape, shape = tuple(shapes[0]), tuple(shape)
+def _broadcast_to_eager(x, shape):
+    """np.broadcast_to(x, shape) for a C-contiguous array x (the cotangent of a sum, a bias):
+    the same read-only view (stride 0 along the new leading axes and x's axes of length 1),
+    made directly (np.broadcast_to builds an iterator to find the strides: 1-2 us more); None
+    for any other operand, or a shape x does not broadcast to."""
+    if type(shape) is not tuple or not x.flags.c_contiguous or not x.size:
+        return None
+    lead = len(shape) - x.ndim
+    if lead < 0:
+        return None
+    strides = [0] * lead
+    for d, n, stride in zip(x.shape, shape[lead:], x.strides):
+        if d != 1:
+            if d != n:
+                return None
+            strides.append(stride)
+        else:
+            strides.append(0)
+    if any(type(n) is not int or n < 0 for n in shape):
+        return None
+    view = np.ndarray(shape, x.dtype, x, 0, tuple(strides))
+    view.flags.writeable = False
+    return view
+
+
+def _sum_to_axes(xshape: tuple, shape: tuple) -> tuple | None:
+    """The axes sum_to sums over (from the end): those that xshape has before shape's (drop),
+    and those of length 1 in shape but not in xshape (keep); None when shape is longer."""
     nd, lead = len(xshape), len(xshape) - len(shape)
     if lead < 0:
-        raise ShapeError(f"cannot sum shape {xshape} to {shape}")
+        return None
     drop = tuple(i - nd for i in range(lead))
     keep = tuple(lead + j - nd for j, d in enumerate(shape) if d == 1 and xshape[lead + j] != 1)
+    return drop, keep
+
+
+def _sum_to_params(shapes, builder, shape):
+    xshape, shape = tuple(shapes[0]), tuple(shape)
+    axes = _sum_to_axes(xshape, shape)
+    if axes is None:
+        raise ShapeError(f"cannot sum shape {xshape} to {shape}")
+    drop, keep = axes
     return {"drop": drop, "keep": keep, "shape": shape, "xshape": xshape}
 
 
 def _sum_to(x, drop, keep, shape, xshape):
+    # (np.add.reduce is what np.sum calls on an array, without its wrapper: 1 us less)
     if keep:
-        x = np.sum(x, axis=keep, keepdims=True)
+        x = np.add.reduce(x, axis=keep, keepdims=True)
     if drop:
-        x = np.sum(x, axis=drop)
+        x = np.add.reduce(x, axis=drop)
     return x
+
+
+def _sum_to_eager(x, shape):
+    """sum_to of an array to a tuple shape: its parameters as _sum_to_params makes them."""
+    axes = _sum_to_axes(x.shape, shape) if type(shape) is tuple else None
+    return None if axes is None else _sum_to(x, *axes, shape, x.shape)
 
 
 # (internal, both) a value broadcast to a shape, and a broadcast value summed back to an
@@ -1006,11 +1079,11 @@ def _sum_to(x, drop, keep, shape, xshape):
 broadcast_to = _def("broadcast_to", _broadcast_to,
                     (lambda g, ans, x, shape, xshape: sum_to(g, shape=xshape),),
                     (lambda t, ans, x, shape, xshape: broadcast_to(t, shape=shape),),
-                    _broadcast_to_params)
+                    _broadcast_to_params, eager=_broadcast_to_eager)
 sum_to = _def("sum_to", _sum_to,
               (lambda g, ans, x, drop, keep, shape, xshape: broadcast_to(g, shape=xshape),),
               (lambda t, ans, x, drop, keep, shape, xshape: sum_to(t, shape=shape),),
-              _sum_to_params)
+              _sum_to_params, eager=_sum_to_eager)
 
 
 # ==========================================================================
@@ -1483,10 +1556,18 @@ def _drop_last(x):
     return reshape(x, shape=x.shape[:-1])
 
 
+def _matmul_eager(a, b, safe=False):
+    """matmul of two matrices whose inner lengths agree (an eager VJP's product: the
+    parameters _matmul_params gives them, without its checks), or None."""
+    if a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]:
+        return _matmul(a, b, 2, 2, safe)
+    return None
+
+
 matmul = _def("matmul", _matmul, _matmul_vjps(safe_products=True),
               (lambda t, ans, a, b, **_: matmul(t, b, safe=True),
                lambda t, ans, a, b, **_: matmul(a, t, safe=True)),
-              _matmul_params, plain_vjp=_matmul_vjps(safe_products=False))
+              _matmul_params, plain_vjp=_matmul_vjps(safe_products=False), eager=_matmul_eager)
 
 
 def _square_params(shapes, builder):
