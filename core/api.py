@@ -13,10 +13,11 @@ from .errors import ShapeError, UsageError, option
 from .graphs import graph  # (re-exported: gradcalc.api.graph and gradcalc.graph)
 from .lower import DEFAULT_MAX_STEPS, Traced
 from .results import Result, symbolic_part
-from .session import (eager_backward, identity_seed, inputs_only, jacobian_blocks, parse,
+from .session import (eager_backward, inputs_only, jacobian_blocks, parse,
                       quiet, select_names, select_output, trace_source)
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
-from .transforms import Recording, backward, basis, forward, needed, rows_to_jacobian
+from .batched import BatchedBuilder
+from .transforms import backward, forward, needed, rows_to_jacobian
 
 __all__ = ["parse", "evaluate", "grad", "vjp", "jvp", "jacobian", "hessian", "graph", "Result"]
 
@@ -294,29 +295,24 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
                       command="hessian", of=out, value=y, warnings=_warnings(tr))
     n = size
     b.check_size((n, n), what="the Hessian")
-    rec = Recording(b)
     log: list = []
     one = b.const(np.ones(y.shape))
-    grads = backward(b, tr.tape.equations, {names[out]: one}, [names[w] for w in wrt], log=log)
+    # (check=False: the passes look for non-finite values once, at the end; see below)
+    grads = backward(b, tr.tape.equations, {names[out]: one}, [names[w] for w in wrt], log=log, check=False)
     # Only what the gradient depends on (not the output's own sum, say) gets a tangent rule.
     grad_eqns = tuple(needed(b.equations, {g.var for g in grads.values() if g is not None}))
-    seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
-    tan = forward(b, grad_eqns, {names[w]: s for w, s in seeds.items()})
+    # The tangent pass runs once, eagerly, on every column of the identity at once.
+    batch = BatchedBuilder(b, n, what="the forward pass over the backward pass for the Hessian")
+    seeds = batch.seeds([tr.value(w).shape for w in wrt])
+    tan = forward(b, grad_eqns, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False)
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
-    identity = identity_seed(seeds)
-    if len(identity) == len(seeds):
-        given = {}  # vectors only: the pass writes out (only) the identity blocks it reads whole
-    else:
-        given = {s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))}
-    finite: set = set()
-    cols = rec.run(given, outs, n, what="the forward pass over the backward pass for the Hessian",
-                   identity=identity, finite=finite)
+    cols = [None if t is None else batch.rows(t) for t in outs]
     hess = {}
     checked = set()  # rows known to be finite
     for wi, c, t in zip(wrt, cols, outs):
         ishape = tr.value(wi).shape
         hess[wi], start = {}, 0
-        if c is None or t.var in finite:
+        if c is None or batch.finite_band(t):
             checked.add(wi)
         for wj in wrt:
             jshape, k = tr.value(wj).shape, tr.value(wj).size

@@ -1,0 +1,149 @@
+"""Hessians from the eager batched tangent pass (core/batched.py): every expected value is a
+closed form written out here, never gradcalc's own output.  The programs put the identity
+bands through slices, sums, broadcasting, stacks, fixed matrices and non-linear primitives,
+with wrt sets of vectors, matrices and scalars together."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradcalc
+from gradcalc.errors import LimitError
+
+RNG = np.random.default_rng(18)
+
+
+def close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 40])
+def test_random_quadratic_form(n):
+    A, b, x = RNG.standard_normal((n, n)), RNG.standard_normal(n), RNG.standard_normal(n)
+    r = gradcalc.hessian("0.5 * x @ A @ x + b @ x", at={"A": A, "b": b, "x": x}, wrt=["x"])
+    close(r["x"]["x"], 0.5 * (A + A.T))
+
+
+@pytest.mark.parametrize("n", [2, 5, 30])
+def test_quartic_form_with_neighbour_products(n):
+    # f = sum(c x^4) + s^2, s = sum(x[1:] x[:-1]): H = diag(12 c x^2) + 2 ds ds^T + 2 s N,
+    # ds_i = x_(i-1) + x_(i+1), N the ones beside the diagonal
+    c, x = RNG.standard_normal(n), RNG.standard_normal(n)
+    r = gradcalc.hessian("sum(c * x^4) + sum(x[1:] * x[:-1])^2", at={"c": c, "x": x}, wrt=["x"])
+    s = np.sum(x[1:] * x[:-1])
+    ds = np.zeros(n)
+    ds[1:] += x[:-1]
+    ds[:-1] += x[1:]
+    N = np.eye(n, k=1) + np.eye(n, k=-1)
+    close(r["x"]["x"], np.diag(12 * c * x**2) + 2 * np.outer(ds, ds) + 2 * s * N)
+
+
+@pytest.mark.parametrize("n", [2, 3, 50])
+def test_rosenbrock(n):
+    x = RNG.standard_normal(n)
+    r = gradcalc.hessian("sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)", at={"x": x})
+    H = np.zeros((n, n))
+    for i in range(n - 1):
+        H[i, i] += 1200 * x[i] ** 2 - 400 * x[i + 1] + 2
+        H[i, i + 1] += -400 * x[i]
+        H[i + 1, i] += -400 * x[i]
+        H[i + 1, i + 1] += 200
+    close(r["x"]["x"], H)
+
+
+def test_band_meets_a_nonlinear_primitive():
+    # f = sum(sin(u)), u_i = x_i x_(i+1): each term's second derivatives by hand
+    x = RNG.standard_normal(9)
+    r = gradcalc.hessian("sum(sin(x[1:] * x[:-1]))", at={"x": x})
+    H = np.zeros((9, 9))
+    for i in range(8):
+        a, b = x[i], x[i + 1]
+        u = a * b
+        H[i, i] += -np.sin(u) * b * b
+        H[i + 1, i + 1] += -np.sin(u) * a * a
+        H[i, i + 1] += np.cos(u) - np.sin(u) * a * b
+        H[i + 1, i] += np.cos(u) - np.sin(u) * a * b
+    close(r["x"]["x"], H)
+
+
+def test_band_through_a_fixed_matrix_and_tanh():
+    # f = sum_i x_i tanh(a_i . x): H_kl = s_k A_kl + s_l A_lk - 2 sum_i x_i t_i s_i A_ik A_il
+    n = 6
+    A, x = RNG.standard_normal((n, n)), RNG.standard_normal(n)
+    r = gradcalc.hessian("sum(tanh(A @ x) * x)", at={"A": A, "x": x}, wrt=["x"])
+    t = np.tanh(A @ x)
+    s = 1 - t * t
+    H = s[:, None] * A + (s[:, None] * A).T - 2 * np.einsum("i,ik,il->kl", x * t * s, A, A)
+    close(r["x"]["x"], H)
+
+
+def test_broadcasting_outer_and_a_scalar():
+    # f = s * sum(outer(x, y)^2) = s X Y with X = sum(x^2), Y = sum(y^2)
+    x, y, s = RNG.standard_normal(4), RNG.standard_normal(3), 1.7
+    r = gradcalc.hessian("s * sum(outer(x, y)^2)", at={"x": x, "y": y, "s": s})
+    X, Y = np.sum(x * x), np.sum(y * y)
+    close(r["x"]["x"], 2 * s * Y * np.eye(4))
+    close(r["y"]["y"], 2 * s * X * np.eye(3))
+    close(r["x"]["y"], 4 * s * np.outer(x, y))
+    close(r["y"]["x"], 4 * s * np.outer(y, x))
+    close(r["s"]["s"], 0.0)
+    close(r["s"]["x"], 2 * Y * x)
+    close(r["x"]["s"], 2 * Y * x)
+    assert r["s"]["x"].shape == (4,) and r["x"]["s"].shape == (4,) and r["s"]["s"].shape == ()
+
+
+def test_stacks_and_sums():
+    # stack([x, x^2]) squared and summed: sum(x^2) + sum(x^4)
+    x = RNG.standard_normal(5)
+    r = gradcalc.hessian("sum(stack([x, x^2])^2) + sum(x)^2", at={"x": x})
+    close(r["x"]["x"], np.diag(2 + 12 * x**2) + 2 * np.ones((5, 5)))
+
+
+def test_wide_and_tall_wrt_sets():
+    # W (3, 4), v (4,), s scalar: f = sum(W^3) + s * sum(W @ v) + s^2 sum(v^2)
+    W, v, s = RNG.standard_normal((3, 4)), RNG.standard_normal(4), 0.6
+    r = gradcalc.hessian("sum(W^3) + s * sum(W @ v) + s^2 * sum(v^2)", at={"W": W, "v": v, "s": s})
+    HWW = np.zeros((3, 4, 3, 4))
+    for i in range(3):
+        for j in range(4):
+            HWW[i, j, i, j] = 6 * W[i, j]
+    HWv = np.zeros((3, 4, 4))
+    for i in range(3):
+        HWv[i, :, :] = s * np.eye(4)
+    close(r["W"]["W"], HWW)
+    close(r["W"]["v"], HWv)
+    close(r["v"]["W"], HWv.transpose(2, 0, 1))
+    close(r["W"]["s"], np.broadcast_to(v, (3, 4)))
+    close(r["s"]["W"], np.broadcast_to(v, (3, 4)))
+    close(r["v"]["v"], 2 * s * s * np.eye(4))
+    close(r["v"]["s"], W.sum(axis=0) + 4 * s * v)
+    close(r["s"]["s"], 2 * np.sum(v * v))
+    # a tall set (one vector) and a wide one (many scalars) of the same function
+    a, b, c = 0.3, -1.2, 2.0
+    r = gradcalc.hessian("a^2 * b + b^2 * c + sin(c * a)", at={"a": a, "b": b, "c": c})
+    want = {("a", "a"): 2 * b - c * c * np.sin(c * a), ("a", "b"): 2 * a,
+            ("a", "c"): np.cos(c * a) - c * a * np.sin(c * a), ("b", "b"): 2 * c, ("b", "c"): 2 * b,
+            ("c", "c"): -a * a * np.sin(c * a)}
+    for (i, j), w in want.items():
+        close(r[i][j], w)
+        close(r[j][i], w)
+
+
+def test_entries_no_tangent_reaches_are_positive_zero():
+    # README: off the bands, +0 (a dense pass could have written -0 in 0 - sum(x^2))
+    H = gradcalc.hessian("0 - sum(x^2)", at={"x": [1.0, 2.0, 3.0]})["x"]["x"]
+    close(H, -2 * np.eye(3))
+    assert not np.signbit(H[~np.eye(3, dtype=bool)]).any()
+
+
+def test_zero_tangent_contributes_zero_at_a_nan_trap():
+    H = gradcalc.hessian("sum(where(x > 0, sqrt(x), 0))", at={"x": [0.0, 4.0]})["x"]["x"]
+    close(H, np.diag([0.0, -0.25 * 4.0 ** -1.5]))
+
+
+def test_batched_pass_over_the_element_budget_is_refused():
+    # each tangent of outer(x, ones(50)) is 50 x 50, and the pass carries 50 of them at once
+    with pytest.raises(LimitError, match="Hessian"):
+        gradcalc.hessian("sum(outer(x, ones(50))^2)", at={"x": np.ones(50)}, max_elements=100_000)
+    r = gradcalc.hessian("sum(outer(x, ones(50))^2)", at={"x": np.ones(50)}, max_elements=200_000)
+    close(r["x"]["x"], 100 * np.eye(50))
