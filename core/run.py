@@ -419,7 +419,7 @@ class Interpreter:
                 done = self.compiled_values[id(st)] = (st, self.compiled(st.value, _COMPILE_DEPTH))
             value = done[1]()
         else:
-            value = self.expr(st.value)
+            value = self.binary(st.value) if type(st.value) is Binary else self.expr(st.value)
         self.bind(st.name, value, st.loc, before)
 
     def aug_assign(self, st: AugAssign) -> None:
@@ -668,36 +668,42 @@ class Interpreter:
         while type(node) is Binary:
             spine.append(node)
             node = node.left
-        b, env, number = self.b, self.env, self.number
+        b, env, numbers = self.b, self.env, self.numbers
         bind2 = b.bind2  # operands are tracers: record the primitive directly (what P.add(...) does)
-        # Leaves (a number, an assigned name) are made here as expr would make them.
+        # Leaves (a number whose constant exists, an assigned name, a call) are made here as
+        # expr would make them; anything else (a first number, an unknown name) by expr.
         t = type(node)
-        acc = number(node.value) if t is Num else env.get(node.id) if t is Name else None
+        acc = numbers.get(node.value) if t is Num else env.get(node.id) if t is Name else None
         if acc is None:
-            acc = self.expr(node)
+            if t is Call:
+                acc = self.call(node)
+                if acc.__class__ is not Tracer:
+                    acc = self.single(acc, node)
+            else:
+                acc = self.expr(node)
         for op in reversed(spine):
-            if op.op == "^":
+            o, _, r, loc = op
+            if o == "^":
                 p = _literal_exponent(op)
                 if p is not None:
-                    b.pos = op.loc
+                    b.pos = loc
                     acc = b.bind(P.pow_const, (acc,), {"p": p})  # (what P.pow_const(acc, p=p) does)
                     continue
-            r = op.right
             rt = type(r)
-            right = number(r.value) if rt is Num else env.get(r.id) if rt is Name else None
+            right = numbers.get(r.value) if rt is Num else env.get(r.id) if rt is Name else None
             if right is None:
                 right = self.binary(r) if rt is Binary else self.expr(r)
-            b.pos = op.loc
-            if op.op == "-":  # a - b is add(a, neg(b)) (P.sub), recorded here directly
+            b.pos = loc
+            if o == "-":  # a - b is add(a, neg(b)) (P.sub), recorded here directly
                 acc = bind2(_ADD, acc, b.bind1(_NEG, right))
                 continue
-            prim = _PLAIN.get(op.op)
+            prim = _PLAIN.get(o)
             if prim is not None:
                 acc = bind2(prim, acc, right)
                 continue
-            prim = _BINARY.get(op.op) or _operator(op.op)
+            prim = _BINARY.get(o) or _operator(o)
             acc = b.bind(prim, (acc, right), NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
-            if op.op in _MASK_OPS:
+            if o in _MASK_OPS:
                 self.masks.add(int(acc.var))
         return acc
 
@@ -905,7 +911,10 @@ class Interpreter:
             prim = fn.prim
             if fn.arity == 1 and prim is not None and prim.trivial_params:
                 # sin(x), the usual case: record the primitive directly (what fn.fn does)
-                x = self.expr(node.args[0])
+                arg = node.args[0]
+                x = self.env.get(arg.id) if type(arg) is Name else None
+                if x is None:
+                    x = self.expr(arg)
                 b = self.b
                 b.pos = node.loc
                 try:
