@@ -94,6 +94,7 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
     traced = not eager or check  # what reads builder.pos: recorded equations, warnings
     inline = _SCALAR_OPS if eager and not check else {}
     pop, get = ct.pop, ct.get
+    owned = {} if eager else None  # see _accumulate
     for eq in reversed(equations):
         out, prim, ea, params, loc = eq
         g = pop(out, None)
@@ -161,7 +162,7 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
                     continue
         if traced:
             builder.pos = loc  # for the equations the rules record, and for warnings
-        _vjp_step(builder, eq, g, ct, live, eager, log, check, finite, safe_products)
+        _vjp_step(builder, eq, g, ct, live, eager, log, check, finite, safe_products, owned)
     return found
 
 
@@ -192,9 +193,9 @@ def _scalar_derivative(op: int, ans, x, params):
 
 
 def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, check: bool,
-              finite, safe_products: bool) -> None:
+              finite, safe_products: bool, owned: dict | None = None) -> None:
     """One equation of :func:`_reverse`, by the registry's rules: adds the cotangents of its
-    live operands into ct."""
+    live operands into ct (``owned``: see :func:`_accumulate`)."""
     out, prim, ea, params, _ = eq
     if not prim.differentiable:
         return
@@ -231,14 +232,34 @@ def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, ch
             raise
         if check and not (type(c) is np.float64 and math.isfinite(c)):  # (a finite scalar: no note)
             _note_nonfinite(builder, eq, g, c)
+        prev = ct.get(a)
         if finite is not None:
-            if prim is P.matmul and a not in ct and _finite_product(c, g, head[3 - i]):
+            if prim is P.matmul and prev is None and _finite_product(c, g, head[3 - i]):
                 finite.add(a)
             elif finite:
                 finite.discard(a)  # a sum of contributions is not certified
-        ct[a] = ct[a] + c if a in ct else c
+        ct[a] = c if prev is None else _accumulate(prev, c, a, owned)
     if log is not None:
         log.append((eq, first, len(builder.equations)))
+
+
+def _accumulate(prev, c, a, owned: dict | None):
+    """prev + c: a variable's cotangent so far plus one more contribution.
+
+    On an eager pass (``owned``, a dict), a sum the pass made is written into on the next
+    contribution: ``owned[a]`` is the array of the last sum made for a, which only ct holds
+    until the variable's equation takes it (a rule may hand its cotangent on as it is, so
+    a contribution itself, or a seed, is never written into).  The same additions in the
+    same order (np.add(prev, c, out=prev) is prev + c), without an array made for each: a
+    weight matrix shared by the steps of a loop gets one contribution a step."""
+    if owned is None:
+        return prev + c
+    if owned.get(a) is prev and c.dtype is F64 and c.shape == prev.shape:
+        return np.add(prev, c, out=prev)
+    total = prev + c
+    if total.__class__ is np.ndarray and total.dtype is F64:
+        owned[a] = total
+    return total
 
 
 def _finite_product(c, g, other) -> bool:
