@@ -376,7 +376,8 @@ class Interpreter:
         self.names: dict[str, int] = {}  # top-level name -> var of its last value
         self.positions: dict[str, int] = {}  # top-level name -> where last assigned
         self.loops = 0  # loops running (their bodies' assignments run compiled: see compiled())
-        self.compiled_values: dict[int, tuple] = {}  # id of an Assign -> (it, its value compiled)
+        self.compiled_values: dict[int, tuple] = {}  # id of an Assign -> (it, its value compiled), and
+        # id of a loop's body -> (it, its statements each with its value compiled or None)
         self.several: dict[int, tuple] = {}  # bare statements that gave several values: loc -> (call, count)
 
     def number(self, value: float) -> Tracer:
@@ -501,9 +502,22 @@ class Interpreter:
             self.compiled_values.clear()
 
     def iteration(self, body) -> bool:
-        """Run a loop's body once; False when it ends the loop (break)."""
+        """Run a loop's body once; False when it ends the loop (break).  The body's own
+        assignments run as assign() runs them in a loop, with the dispatch on statement types
+        and the lookup of their compiled values done once per loop (see end_loop)."""
+        done = self.compiled_values.get(id(body))
+        if done is None:
+            steps = tuple((st, self.compiled(st.value, _COMPILE_DEPTH) if type(st) is Assign else None)
+                          for st in body)
+            done = self.compiled_values[id(body)] = (body, steps)
+        b = self.b
         try:
-            self.block(body)
+            for st, value in done[1]:
+                if value is None:
+                    _STATEMENTS[type(st)](self, st)
+                else:
+                    before = b._next
+                    self.bind(st.name, value(), st.loc, before)
         except _Break:
             return False
         except _Continue:
