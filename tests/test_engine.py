@@ -209,3 +209,56 @@ def test_mT_of_an_eager_array_is_the_view_transpose_returns(shape):
         assert got.shape == want.shape and got.strides == want.strides
         assert got.__array_interface__["data"] == want.__array_interface__["data"]
         assert np.array_equal(got, np.swapaxes(a, -1, -2))
+
+
+# Loop bodies run from a list of their statements, each assignment's value compiled once per loop
+# (Interpreter.iteration): control flow inside them must record what the interpreter records.
+_LOOP_PROGRAMS = [
+    "input x, y\ns = x\nfor i in range(6) {\n  if i == 2 { continue }\n  s = s * y + sin(s)\n  if s > 40 { break }\n}\nout = s",
+    "input x, y\ns = x\nk = 0\nwhile k < 5 {\n  k = k + 1\n  t = -s * y - cos(k)\n  s = s + 0.25 * t\n}\nout = s + k",
+    "input x, y\ndef f(a) {\n  b = a\n  for j in range(3) { b = b * 0.5 + tanh(b) }\n  return b\n}\ns = x\n"
+    "for i in range(4) { s = f(s) + y; for j in range(2) { s = s - exp(-s) } }\nout = s",
+    "input x, y\ns = x\nfor r in [1, 2, 3] {\n  s = s^2 * r - y / (1 + s^2)\n  s = sqrt(abs(s)) + sigmoid(s)\n}\nout = s",
+    "input x, y\ns = x\nfor i in range(3) { s = s + grad(g)(s) }\ndef g(t) = t^3 * y\nout = s",
+]
+
+
+@pytest.mark.parametrize("src", _LOOP_PROGRAMS)
+@pytest.mark.parametrize("point", [{"x": 0.7, "y": -1.3}, {"x": 2.0, "y": 0.5}])
+def test_loop_bodies_run_compiled_record_what_the_interpreter_records(src, point):
+    from gradcalc.run import Interpreter
+
+    compiled = _tape_and_values(src, point)
+    plain = Interpreter.compiled
+    try:
+        Interpreter.compiled = lambda self, node, depth: (lambda: self.expr(node))
+        interpreted = _tape_and_values(src, point)
+    finally:
+        Interpreter.compiled = plain
+    assert compiled == interpreted, src
+    _compare(gradcalc.grad, src, point)
+
+
+@pytest.mark.parametrize("call", ["det(x)", "inv(x)", "trace(x)", "sin(q)"])
+def test_an_error_in_a_loop_body_is_the_error_outside_it(call):
+    """A built-in's error raised in a compiled loop body is worded and placed as expr() words it."""
+    def message(src):
+        with pytest.raises(GradcalcError) as err:
+            gradcalc.grad(src, at={"x": [1.0, 2.0]})
+        return str(err.value)
+    head = "for i in range(2) { "
+    inside = message(f"input x\n{head}y = {call} }}")
+    outside = message(f"input x\ny = {call}")
+    (line_in, col_in, text_in), (line_out, col_out, text_out) = (m.split(":", 3)[1:] for m in (inside, outside))
+    assert (line_in, int(col_in) - len(head), text_in.split("\n")[0]) == (line_out, int(col_out), text_out.split("\n")[0])
+
+
+@pytest.mark.parametrize("v", _VALUES + (float("inf"), -float("inf"), float("nan"), 5e-324))
+def test_neg_of_a_scalar_is_numpys_negative(v):
+    """neg's function is operator.neg: on a NumPy scalar, the bytes np.negative gives."""
+    from gradcalc import primitives as P
+    for x in (np.float64(v), -np.float64(v)):
+        got = P.neg.impl(x)
+        assert type(got) is np.float64 and got.tobytes() == np.negative(x).tobytes()
+    arr = np.array([v, -v, 1.5])
+    assert P.neg.impl(arr).tobytes() == np.negative(arr).tobytes()
