@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import functools
 import gc
-import math
 
 import numpy as np
 
+from .batched import BatchedBuilder
 from .errors import GradcalcError, Source, UsageError, ValueError_, did_you_mean, option
 from .lower import DEFAULT_MAX_STEPS, Traced, trace
 from .syntax import Program
 from .syntax import parse as parse_text
 from .tape import all_finite
-from .transforms import Recording, backward, basis, depends, forward, rows_to_jacobian
+from .transforms import backward, depends, forward, rows_to_jacobian
 
 
 def quiet(fn):
@@ -124,17 +124,6 @@ def eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
     return {n: found[tr.tape.names[n]] for n in wrt}
 
 
-def identity_seed(seeds: dict) -> dict:
-    """Seeds of vector inputs, each with the offset of its block in the identity basis
-    (block i starts at the total size of the blocks before it)."""
-    offsets, start = {}, 0
-    for s in seeds.values():
-        if len(s.shape) == 1:
-            offsets[s.var] = start
-        start += math.prod(s.shape)
-    return offsets
-
-
 def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
     """{of: {wrt: block or None}} for a traced program, by one batched pass per output
     (mode "rev") or one batched tangent pass (mode "fwd"); None means unconnected."""
@@ -150,25 +139,24 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
                 blocks[o] = {w: np.zeros(yshape + tr.value(w).shape) for w in wrt}
                 continue
             b.check_size((m, max(wrt_size, 1)), what=f"the Jacobian of '{o}'")
-            rec = Recording(b)
-            seed = rec.seed(yshape)
-            found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt])
-            rows = rec.run({seed.var: np.eye(m).reshape((m,) + yshape)},
-                           [found[names[w]] for w in wrt], m,
-                           what=f"the reverse pass for the Jacobian of '{o}'", identity={seed.var: 0})
-            for w, r in zip(wrt, rows):
-                blocks[o][w] = None if r is None else np.asarray(r).reshape(yshape + tr.value(w).shape)
+            # One eager backward pass on every row of the identity at once (see batched.py).
+            batch = BatchedBuilder(b, m, what=f"the reverse pass for the Jacobian of '{o}'")
+            (seed,) = batch.seeds([yshape])
+            found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt], eager=True,
+                             check=False)
+            for w in wrt:
+                r = found[names[w]]
+                blocks[o][w] = None if r is None else batch.rows(r).reshape(yshape + tr.value(w).shape)
     elif wrt_size == 0:  # nothing to differentiate with respect to: empty blocks
         blocks = {o: {w: np.zeros(tr.value(o).shape + tr.value(w).shape) for w in wrt} for o in outs}
     else:
         n = wrt_size
         b.check_size((n, max(out_size, 1)), what="the Jacobian")
-        rec = Recording(b)
-        seeds = {w: rec.seed(tr.value(w).shape) for w in wrt}
-        tan = forward(b, tr.tape.equations, {names[w]: s for w, s in seeds.items()})
-        cols = rec.run({s.var: e for s, e in zip(seeds.values(), basis([tr.value(w).shape for w in wrt]))},
-                       [tan.get(names[o]) for o in outs], n, what="the forward pass for the Jacobian",
-                       identity=identity_seed(seeds))
+        # One eager tangent pass on every column of the identity at once (see batched.py).
+        batch = BatchedBuilder(b, n, what="the forward pass for the Jacobian")
+        seeds = batch.seeds([tr.value(w).shape for w in wrt])
+        tan = forward(b, tr.tape.equations, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False)
+        cols = [None if tan.get(names[o]) is None else batch.rows(tan[names[o]]) for o in outs]
         reach = {w: depends(tr.tape.equations, [names[w]]) for w in wrt}
         for o, c in zip(outs, cols):
             yshape = tr.value(o).shape

@@ -1,7 +1,7 @@
-"""Hessians from the eager batched tangent pass (core/batched.py): every expected value is a
-closed form written out here, never gradcalc's own output.  The programs put the identity
+"""Hessians and Jacobians from the eager batched passes (core/batched.py): every expected value
+is a closed form written out here, never gradcalc's own output.  The programs put the identity
 bands through slices, sums, broadcasting, stacks, fixed matrices and non-linear primitives,
-with wrt sets of vectors, matrices and scalars together."""
+with wrt sets of vectors, matrices and scalars together, in both modes of the Jacobian."""
 from __future__ import annotations
 
 import numpy as np
@@ -147,3 +147,58 @@ def test_batched_pass_over_the_element_budget_is_refused():
         gradcalc.hessian("sum(outer(x, ones(50))^2)", at={"x": np.ones(50)}, max_elements=100_000)
     r = gradcalc.hessian("sum(outer(x, ones(50))^2)", at={"x": np.ones(50)}, max_elements=200_000)
     close(r["x"]["x"], 100 * np.eye(50))
+
+
+MODES = ["rev", "fwd"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jacobian_of_tanh_of_a_matrix_product(mode):
+    A, x = RNG.standard_normal((6, 4)), RNG.standard_normal(4)
+    r = gradcalc.jacobian("tanh(A @ x)", at={"A": A, "x": x}, mode=mode)
+    h = np.tanh(A @ x)
+    close(r["_"]["x"], (1 - h * h)[:, None] * A)
+    JA = np.zeros((6, 6, 4))
+    for i in range(6):
+        JA[i, i, :] = (1 - h[i] ** 2) * x
+    close(r["_"]["A"], JA)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jacobian_of_neighbour_differences_is_banded(mode):
+    x = RNG.standard_normal(8)
+    J = gradcalc.jacobian("x[1:] - x[:-1]^2", at={"x": x}, mode=mode)["_"]["x"]
+    want = np.zeros((7, 8))
+    for i in range(7):
+        want[i, i + 1] = 1
+        want[i, i] = -2 * x[i]
+    close(J, want)
+    assert not np.signbit(J[want == 0]).any()  # off the bands: +0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jacobian_of_an_outer_product_and_a_scalar(mode):
+    x, y, s = RNG.standard_normal(3), RNG.standard_normal(2), -0.4
+    r = gradcalc.jacobian("s * outer(x, y)", at={"x": x, "y": y, "s": s}, mode=mode)
+    Jx, Jy = np.zeros((3, 2, 3)), np.zeros((3, 2, 2))
+    for i in range(3):
+        for j in range(2):
+            Jx[i, j, i] = s * y[j]
+            Jy[i, j, j] = s * x[i]
+    close(r["_"]["x"], Jx)
+    close(r["_"]["y"], Jy)
+    close(r["_"]["s"], np.outer(x, y))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jacobian_of_a_matrix_input_and_a_scalar_output(mode):
+    M, v = RNG.standard_normal((3, 3)), RNG.standard_normal(3)
+    r = gradcalc.jacobian("v @ M @ v + sum(sin(v))", at={"M": M, "v": v}, mode=mode)
+    close(r["_"]["M"], np.outer(v, v))
+    close(r["_"]["v"], (M + M.T) @ v + np.cos(v))
+
+
+def test_jacobian_batched_pass_over_the_element_budget_is_refused():
+    with pytest.raises(LimitError, match="Jacobian"):
+        gradcalc.jacobian("sum(outer(x, ones(50)), axis=1)", at={"x": np.ones(50)}, mode="fwd",
+                          max_elements=100_000)
