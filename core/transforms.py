@@ -87,12 +87,15 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
 
     An eager pass without warnings (the usual first pass) runs the commonest scalar rules
     inline (see _SCALAR_OPS): on a scalar program the call of a rule, and the dispatch of the
-    primitives it calls, cost ten times their arithmetic."""
-    live = depends(equations, wanted)
+    primitives it calls, cost ten times their arithmetic.  They also skip the look at which
+    operands lead to a wanted variable (live): a contribution to one that does not is never
+    read, and costs less than the forward pass over the whole tape that finds them, which runs
+    only when an equation first needs the registry's rules (or warnings are wanted)."""
     found = {}
     values = builder.values
     traced = not eager or check  # what reads builder.pos: recorded equations, warnings
     inline = _SCALAR_OPS if eager and not check else {}
+    live = None if inline else depends(equations, wanted)
     pop, get = ct.pop, ct.get
     owned = {} if eager else None  # see _accumulate
     for eq in reversed(equations):
@@ -112,54 +115,53 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
                     y = values[ea[1]]
                     if y.__class__ is F64_SCALAR:
                         a, b = ea
-                        if a in live:
-                            if op == _ADD:
-                                c = g
-                            elif op == _MUL:
-                                c = g * y
-                                if c != c and (g == 0 or y == 0):
-                                    c = _ZERO
-                            else:  # safe_div(g, y)
-                                c = g / y
-                                if c != c and g == 0:
-                                    c = _ZERO
-                            prev = get(a)
-                            ct[a] = c if prev is None else prev + c
-                        if b in live:
-                            if op == _ADD:
-                                c = g
-                            elif op == _MUL:
-                                c = g * x
-                                if c != c and (g == 0 or x == 0):
-                                    c = _ZERO
-                            else:  # -safe_mul(g, ans / y)
-                                d = values[out] / y
-                                c = g * d
-                                if c != c and (g == 0 or d == 0):
-                                    c = _ZERO
-                                c = -c
-                            prev = get(b)
-                            ct[b] = c if prev is None else prev + c
+                        if op == _ADD:
+                            c = g
+                        elif op == _MUL:
+                            c = g * y
+                            if c != c and (g == 0 or y == 0):
+                                c = _ZERO
+                        else:  # safe_div(g, y)
+                            c = g / y
+                            if c != c and g == 0:
+                                c = _ZERO
+                        prev = get(a)
+                        ct[a] = c if prev is None else prev + c
+                        if op == _ADD:
+                            c = g
+                        elif op == _MUL:
+                            c = g * x
+                            if c != c and (g == 0 or x == 0):
+                                c = _ZERO
+                        else:  # -safe_mul(g, ans / y)
+                            d = values[out] / y
+                            c = g * d
+                            if c != c and (g == 0 or d == 0):
+                                c = _ZERO
+                            c = -c
+                        prev = get(b)
+                        ct[b] = c if prev is None else prev + c
                         if finite:
                             finite.difference_update(ea)
                         continue
                 elif op <= _COPY or not params or params["p"] == 2.0:  # one operand
                     a = ea[0]
-                    if a in live:
-                        if op == _NEG:
-                            c = -g
-                        elif op == _COPY:
-                            c = g
-                        else:
-                            d = _scalar_derivative(op, values[out], x, params)
-                            c = g * d
-                            if c != c and (g == 0 or d == 0):
-                                c = _ZERO
-                        prev = get(a)
-                        ct[a] = c if prev is None else prev + c
-                        if finite:
-                            finite.discard(a)
+                    if op == _NEG:
+                        c = -g
+                    elif op == _COPY:
+                        c = g
+                    else:
+                        d = _scalar_derivative(op, values[out], x, params)
+                        c = g * d
+                        if c != c and (g == 0 or d == 0):
+                            c = _ZERO
+                    prev = get(a)
+                    ct[a] = c if prev is None else prev + c
+                    if finite:
+                        finite.discard(a)
                     continue
+        if live is None:
+            live = depends(equations, wanted)
         if traced:
             builder.pos = loc  # for the equations the rules record, and for warnings
         _vjp_step(builder, eq, g, ct, live, eager, log, check, finite, safe_products, owned)

@@ -262,3 +262,30 @@ def test_neg_of_a_scalar_is_numpys_negative(v):
         assert type(got) is np.float64 and got.tobytes() == np.negative(x).tobytes()
     arr = np.array([v, -v, 1.5])
     assert P.neg.impl(arr).tobytes() == np.negative(arr).tobytes()
+
+
+@settings(max_examples=80, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scalar_programs())
+def test_a_gradient_with_respect_to_some_inputs_agrees_with_one_element_arrays(case):
+    """The inline scalar rules skip the look at which operands lead to a wanted input (their
+    contributions to y and z, and to the constants, are made and never read); the rules on
+    arrays look first.  With respect to x alone, both give the same bits."""
+    src, point = case
+    grad_x = lambda s, at: gradcalc.grad(s, at=at, wrt=["x"])  # noqa: E731
+    scalar, err_s = _run(grad_x, src, point)
+    arrays, err_a = _run(grad_x, src, {k: [v] for k, v in point.items()})
+    assert err_s == err_a, src
+    if scalar is not None:
+        assert list(scalar) == ["x"] and _same_bits(scalar["x"], arrays["x"]), src
+        assert scalar.warnings == arrays.warnings, src
+
+
+def test_contributions_that_lead_nowhere_change_nothing():
+    """y's path and the constants' get cotangents in the scalar pass, and an array rule midway
+    makes the pass work out which operands lead to x: d/dx = k + k, exactly."""
+    src = ("input x, y\nc = 2 * pi\nk = sin(c) * 3 + sqrt(c)\n"
+           "z = x * k + y * y * k + sum([x, y] * k) + exp(y) / c")
+    k = np.sin(2 * np.pi) * 3 + np.sqrt(2 * np.pi)
+    r = gradcalc.grad(src, at={"x": 0.3, "y": -1.2}, wrt=["x"])
+    assert list(r) == ["x"] and _same_bits(r["x"], k + k)
