@@ -616,27 +616,27 @@ def test_band_fold_agrees_with_the_dense_pass(e, form, seed, special):
     # Jacobians (both modes) and Hessians run with identity seeds as bands, and again with
     # the fold turned off (no equation folds; every seed is a dense identity block): the same
     # numbers.
-    import gradcalc.transforms as transforms_module
+    import gradcalc.batched as batched_module
     rng = np.random.default_rng(seed)
     text = "input x[5], c[4], y[1], A[4, 5], B[5, 4]\n" + form.format(e=e)
     at = {"x": rng.standard_normal(5), "c": rng.standard_normal(4), "y": rng.standard_normal(1),
           "A": rng.standard_normal((4, 5)), "B": rng.standard_normal((5, 4))}
     if special != "none":  # a zero or an infinity in a fixed factor: zero tangents must stay zero
         at["c"][rng.integers(4)] = 0.0 if special == "zero" else np.inf
-    real = transforms_module._FOLDS
+    real = batched_module._FOLDS
     calls = [("jacobian", lambda: gradcalc.jacobian(text, at, wrt=["x", "c", "y"], mode="rev")),
              ("jacobian", lambda: gradcalc.jacobian(text, at, wrt=["x", "c", "y"], mode="fwd")),
              ("hessian", lambda: gradcalc.hessian(text, at))]
     for name, call in calls:
         results = []
         for folds in (real, {}):
-            transforms_module._FOLDS = folds
+            batched_module._FOLDS = folds
             try:
                 results.append(call())
             except GradcalcError as err:
                 results.append(type(err))
             finally:
-                transforms_module._FOLDS = real
+                batched_module._FOLDS = real
         folded, dense = results
         if isinstance(folded, type) or isinstance(dense, type):
             assert folded == dense, (name, text)
