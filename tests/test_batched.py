@@ -38,19 +38,6 @@ def test_quartic_form_with_neighbour_products(n):
     close(r["x"]["x"], np.diag(12 * c * x**2) + 2 * np.outer(ds, ds) + 2 * s * N)
 
 
-@pytest.mark.parametrize("n", [2, 3, 50])
-def test_rosenbrock(n):
-    x = RNG.standard_normal(n)
-    r = gradcalc.hessian("sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)", at={"x": x})
-    H = np.zeros((n, n))
-    for i in range(n - 1):
-        H[i, i] += 1200 * x[i] ** 2 - 400 * x[i + 1] + 2
-        H[i, i + 1] += -400 * x[i]
-        H[i + 1, i] += -400 * x[i]
-        H[i + 1, i + 1] += 200
-    close(r["x"]["x"], H)
-
-
 def test_band_meets_a_nonlinear_primitive():
     # f = sum(sin(u)), u_i = x_i x_(i+1): each term's second derivatives by hand
     x = RNG.standard_normal(9)
