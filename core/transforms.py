@@ -67,6 +67,12 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     """
     wanted = set(wrt)
     ct = dict(cotangents)
+    if eager:
+        for v, c in ct.items():
+            if c.__class__ is np.ndarray and c.ndim == 0 and c.dtype is F64:
+                # a seed with no axes as the tape keeps such a value: a NumPy scalar (the same
+                # bits), so that the inline scalar rules take the pass from its first equation
+                ct[v] = c[()]
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
