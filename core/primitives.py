@@ -255,10 +255,14 @@ def normalize_axes(axis, nd: int) -> tuple:
 
 
 def _reduced_shape(shape, axes, keepdims) -> tuple:
+    """shape reduced over axes (negative, as normalize_axes gives them)."""
+    if keepdims:
+        out = list(shape)
+        for a in axes:
+            out[a] = 1
+        return tuple(out)
     nd = len(shape)
     pos = {a + nd for a in axes}
-    if keepdims:
-        return tuple(1 if i in pos else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in pos)
 
 
@@ -653,7 +657,7 @@ def _sum_jvp(t, ans, x, axes, keepdims, xshape):
     return reduce_sum(t, axis=axes, keepdims=keepdims)
 
 
-reduce_sum = _reduction("sum", np.sum, _sum_vjp, _sum_jvp)
+reduce_sum = _reduction("sum", np.add.reduce, _sum_vjp, _sum_jvp)  # (np.sum calls it, after 1 us of wrapper)
 
 
 def _extreme_reduction(name, fn):
@@ -1508,6 +1512,8 @@ def _safe_product(a, b, nda, ndb, r):
 
 
 def _product(a, b, nda, ndb):
+    if a.ndim == nda == 2 and b.ndim == ndb == 2:
+        return np.matmul(a, b)  # two matrices (the commonest case: the end of this function)
     # Batched vector against a plain matrix: one matrix product for the whole batch.
     if ndb == 1 and nda == 2 and a.ndim == 2 and b.ndim > 1:
         return np.matmul(b, a.T)
