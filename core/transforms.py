@@ -392,25 +392,17 @@ class Recording:
         self._made.add(t.var)
         return t
 
-    def run(self, seeds: dict, outputs: list, batch: int, what: str = "a batched pass",
-            identity=None, finite: set | None = None) -> list:
+    def run(self, seeds: dict, outputs: list, batch: int, what: str = "a batched pass") -> list:
         """Re-run the recorded equations with {seed var: array of shape (batch,) + shape}.
 
-        ``identity`` maps seeds of vector inputs whose batch is a block of the
-        identity basis to the block's offset k (row b of the seed is the unit
-        vector e_(b - k)): such seeds, and what linear steps make of them, run
-        as bands of diagonals (see :func:`_fold_identity`).  A seed in
-        ``identity`` may be left out of ``seeds`` when the basis has ``batch``
-        rows: its block is then written out only if an equation reads it whole.
-        ``finite`` (a set) receives the variables of the outputs known to hold
-        no nan or inf (the others may or may not).
         Refused before it starts when one batched intermediate would exceed the
-        builder's element budget.
+        builder's element budget.  (A Jacobian's or Hessian's identity seeds run once,
+        eagerly, as bands of diagonals instead: see :mod:`.batched`.)
         """
         b = self.builder
         b.check_finite = self._check
         keep = {t.var for t in outputs if t is not None}
-        sources = seeds.keys() | identity.keys() if identity else seeds.keys()
+        sources = seeds.keys()
         # The equations on a path from a seed to an output: seeded, then needed, selects the
         # same ones in the same order as needed, then seeded (on such a path, each equation
         # after a seeded one reads it, so is seeded too), and seeded can start where the
@@ -423,9 +415,6 @@ class Recording:
         # from the builder, and copied only for equations that eval_equations still has to run.
         values = b.values
         env = dict(seeds)
-        if identity:
-            equations = _fold_identity(equations, env, values, sources, identity, keep, batch,
-                                       finite)
         if equations:
             env = {**values, **env}
             eval_equations(equations, env, keep=keep, batch_elements=batch * largest)
@@ -440,192 +429,6 @@ class Recording:
             full = (batch,) + t.shape
             results.append(v if v.shape == full else np.broadcast_to(v, full))
         return results
-
-
-def _fold_identity(equations, env: dict, values: dict, seeds, identity: dict, keep: set,
-                   batch: int, finite: set | None = None) -> list:
-    """Run the start of a pass seeded with identity bases on the seeds' structure.
-
-    A seed of a vector input is a block of the identity basis: row b of it is the unit
-    vector e_(b - k) for the block's offset k (its position in the basis), so its batch
-    is a band: one diagonal of ones.  While a batched vector stays a sum of such
-    diagonals, value[b, j] = sum_k d_k[j] [b == j + k], only the diagonals d_k are
-    computed: ``safe_mul`` by fixed factors scales them, ``neg`` and ``add`` combine them
-    (a difference is traced as the sum of a negation), a unit-step slice (``index``) or
-    its adjoint (``index_put``) shifts their offsets.  A matrix product of a fixed matrix M with a band is a scaled copy of
-    M's columns (M @ d e_j = d M[:, j]) or rows.  A Hessian of a sum of neighbour terms
-    (Rosenbrock's) then runs on vectors of length n instead of n×n arrays, and the
-    Jacobian of ``tanh(A @ x)`` replaces a 500×500×500 matrix product with a 500×500
-    scaling.  Exact: a dense pass adds only zeros off the bands (or, where a factor holds
-    an infinity, makes nan of zeros, which ``safe_mul`` turns back into 0: a zero
-    tangent contributes exactly zero, as everywhere in gradcalc).  Bands that later
-    equations or the outputs read are written out in full; returns the equations still
-    to run.  ``equations`` all depend on the seeds (as :func:`seeded` returns them), so
-    what they compute carries the batch axis.
-    """
-    bands = {}
-    n = batch
-    for v, k in identity.items():
-        x = env.get(v)
-        if x is None:  # left out by the caller: a block of the basis with batch rows
-            m, = values[v].shape
-            bands[v] = {k: np.ones(m)}
-        elif x.ndim == 2:
-            bands[v] = {k: np.ones(x.shape[1], dtype=x.dtype)}
-            n = x.shape[0]
-    if not bands:
-        return equations
-    batched = set(seeds).union(eq.out for eq in equations)
-    rest = []
-    for eq in equations:
-        fold = _FOLDS.get(eq.prim)
-        if fold is None or not fold(eq, env, values, bands, batched, n):
-            rest.append(eq)
-    read = set(keep).union(*(eq.args for eq in rest))
-    for v, band in bands.items():
-        if v in read and v not in env:
-            if v in identity:  # the block basis() would have made: columns of the identity
-                k = identity[v]
-                env[v] = np.eye(n)[:, k:k + len(band[k])]
-            else:
-                env[v] = _band_dense(band, n)
-                if finite is not None and v in keep and all(map(all_finite, band.values())):
-                    finite.add(v)  # zeros, and the diagonals: no need to look at n × m values
-    return rest
-
-
-def _band_dense(band: dict, n: int):
-    """The (n, m) array whose rows b hold d_k[j] at column j = b - k, for each diagonal k."""
-    m = len(next(iter(band.values())))
-    out = np.zeros((n, m), dtype=np.result_type(*band.values()))
-    flat = out.reshape(-1)
-    for k, d in band.items():
-        lo, hi = max(0, -k), min(m, n - k)  # columns j with a row b = j + k in range
-        if lo < hi:
-            first = (lo + k) * m + lo
-            flat[first:first + (hi - lo - 1) * (m + 1) + 1:m + 1] = d[lo:hi]
-    return out
-
-
-# The folds of _fold_identity, one per primitive: each computes the band of eq.out from the
-# bands of its operands (a matrix product: its rows, into env) and returns True, or returns
-# False when its operands are not what it folds.  Bands are built by loops: a dict
-# comprehension costs a function call, as much as the arithmetic on a band of one diagonal.
-
-def _fold_safe_mul(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
-    g, f = eq.args
-    if g not in bands:
-        g, f = f, g
-    if g not in bands or f in batched:
-        return False
-    band, c = bands[g], values[f]
-    m = len(next(iter(band.values())))
-    if c.shape not in ((), (1,), (m,)):
-        return False  # the factor would broadcast the vector to a larger shape
-    out = {}
-    for k, d in band.items():
-        out[k] = P.safe_multiply(d, c)
-    bands[eq.out] = out
-    return True
-
-
-def _fold_neg(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
-    band = bands.get(eq.args[0])
-    if band is None:
-        return False
-    out = {}
-    for k, d in band.items():
-        out[k] = -d
-    bands[eq.out] = out
-    return True
-
-
-def _fold_add(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
-    a, c = eq.args
-    if a not in bands or c not in bands or eq.params:
-        return False  # eq.params: operands of unequal rank broadcast
-    if len(next(iter(bands[a].values()))) != len(next(iter(bands[c].values()))):
-        return False  # equal rank, unequal length: a length-1 vector broadcasts, not a band
-    out = dict(bands[a])
-    for k, d in bands[c].items():
-        out[k] = out[k] + d if k in out else d
-    bands[eq.out] = out
-    return True
-
-
-def _unit_slice(eq, size_param: str):
-    """(start, stop) of a one-axis, unit-step slice in eq.params, or None."""
-    idx = eq.params["idx"]
-    if len(idx) != 1 or type(idx[0]) is not slice:
-        return None
-    start, stop, step = idx[0].indices(eq.params[size_param][0])
-    return (start, max(start, stop)) if step == 1 else None
-
-
-def _fold_index(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
-    band = bands.get(eq.args[0])
-    span = None if band is None else _unit_slice(eq, "xshape")
-    if span is None:
-        return False
-    start, stop = span  # column j of the slice is column start + j of the operand
-    out = {}
-    for k, d in band.items():
-        out[k + start] = d[start:stop]
-    bands[eq.out] = out
-    return True
-
-
-def _fold_index_put(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
-    band = bands.get(eq.args[0])
-    span = None if band is None else _unit_slice(eq, "shape")
-    if span is None:
-        return False
-    start, stop = span  # column j of the operand lands at column start + j
-    size = eq.params["shape"][0]
-    out = {}
-    for k, d in band.items():
-        placed = np.zeros(size, dtype=d.dtype)
-        placed[start:stop] = d
-        out[k - start] = placed
-    bands[eq.out] = out
-    return True
-
-
-def _fold_matmul(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
-    a, c = eq.args
-    nda, ndb = eq.params["nda"], eq.params["ndb"]
-    if c in bands and nda == 2 and ndb == 1 and a not in batched and values[a].ndim == 2:
-        m, band = values[a].T, bands[c]  # row b: sum_k d_k[b - k] M[:, b - k]
-    elif a in bands and nda == 1 and ndb == 2 and c not in batched and values[c].ndim == 2:
-        m, band = values[c], bands[a]  # row b: sum_k d_k[b - k] M[b - k, :]
-    else:
-        return False
-    env[eq.out] = _band_rows(band, m, n)
-    return True
-
-
-def _fold_copy(eq, env: dict, values: dict, bands: dict, batched: set, n: int) -> bool:
-    band = bands.get(eq.args[0])
-    if band is None:
-        return False
-    bands[eq.out] = band
-    return True
-
-
-_FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add, P.copy: _fold_copy,
-          P.index: _fold_index, P.index_put: _fold_index_put, P.matmul: _fold_matmul}
-
-
-def _band_rows(band: dict, m, n: int):
-    """Rows b = sum_k d_k[b - k] m[b - k]: a band's rows times the rows of m."""
-    if len(band) == 1 and 0 in band and m.shape[0] == n:
-        return P.safe_multiply(m, band[0][:, None])
-    out = np.zeros((n, m.shape[1]), dtype=np.result_type(m, *band.values()))
-    for k, d in band.items():
-        lo, hi = max(0, -k), min(m.shape[0], n - k)
-        if lo < hi:
-            out[lo + k:hi + k] += P.safe_multiply(m[lo:hi], d[lo:hi, None])
-    return out
 
 
 def needed(equations, outputs) -> list:
