@@ -27,6 +27,7 @@ it, with +0 off its diagonals.
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -38,7 +39,9 @@ from .transforms import basis
 
 
 class _Values(dict):
-    """A batched builder's values: a band is written out when first read whole."""
+    """A batched builder's values: a band is written out when first read whole.  (``owner``
+    is a weak proxy: a reference back would make a cycle, and the pass's arrays would wait
+    for the cycle collector instead of going when the pass ends.)"""
 
     __slots__ = ("owner",)
 
@@ -61,7 +64,7 @@ class BatchedBuilder:
         self.n = batch
         self.what = what
         self.values = _Values()
-        self.values.owner = self
+        self.values.owner = weakref.proxy(self)
         self.shapes: dict = {}
         self.bands: dict = {}
         self.batched: set = set()  # the variables that carry the batch (bands included)
