@@ -1,4 +1,4 @@
-"""Text -> tokens: one regex pass over the whole text, into three flat lists.
+"""Text -> tokens, in bulk, into three flat lists.
 
 :func:`scan` is what the parser (core/syntax.py) reads; :func:`tokenize` gives
 the same tokens as :class:`Token` tuples, for tests and tools.  A token's kind
@@ -17,10 +17,12 @@ kept: a newline is dropped only while the innermost open bracket is not a ``{``.
 How it is fast (a 3,000-line program has 40,000 tokens): no Python code runs per
 token.  ``findall`` cuts the text into *pieces*, a token and the blanks after it
 (a comment is a piece of its own), and C-level ``map``/``accumulate`` passes turn
-them into texts, kinds and locations.  Only the newline, bracket and comment
-tokens pass through a Python loop (:func:`_nest`).  ``findall`` skips what no
-token starts with; when the pieces do not cover the text, :func:`_diagnose`
-finds where the token-by-token walk stops and words that error.
+them into texts, kinds and locations (:func:`_pieces`, :func:`_tokens`).  Only the
+newlines, the comments and the brackets not closed right away pass through a Python
+loop (:func:`_nest`).  ``findall`` skips what no token starts with: when the pieces
+do not cover the text, :func:`_diagnose` finds where a token-by-token walk stops
+and words the error it meets first, as the per-token loop this replaced did
+(tests/test_lexer_speed.py keeps that loop and compares the two).
 """
 from __future__ import annotations
 
@@ -118,16 +120,15 @@ def _pieces(text: str, lead: int):
         stop = text.find("\n", start + _PART)
         stop = end if stop < 0 else stop
         pieces = _PIECE.findall(text, start, stop)
-        lengths = list(map(len, pieces))
-        if sum(lengths) != stop - start:
-            return None
+        lens += map(len, pieces)
         words = list(map(str.rstrip, pieces, repeat(_BLANK_CHARS)))
         first = "".join(map(_first, pieces))
         kinds += map(_KIND_OF_TEXT.get, words, map(_KIND_OF_FIRST.get, first))
         texts += words
-        lens += lengths
         firsts.append(first)
         start = stop
+    if sum(lens) != end - lead:
+        return None
     return kinds, texts, lens, "".join(firsts)
 
 
@@ -149,15 +150,13 @@ def _tokens(text: str, lead: int, kinds: list, texts: list, lens: list, firsts: 
     # with the jump to the next line): the last one is the end of the text, eof's.
     lcs = list(accumulate(lens, initial=first_loc))
     unclosed = None if matched else (firsts[opener], lcs[opener])
-    eof = lcs.pop()
     if dropped:
-        keep = [True] * len(texts)
+        keep = [True] * len(lcs)
         for i in dropped:
             keep[i] = False
         kinds, texts, lcs = list(compress(kinds, keep)), list(compress(texts, keep)), list(compress(lcs, keep))
     kinds.append("eof")
     texts.append("")
-    lcs.append(eof)
     return kinds, texts, lcs, unclosed
 
 
@@ -177,6 +176,8 @@ def _nest(firsts: str, lens: list, text: str) -> tuple[list, bool]:
         if len(inner) == len(walked):
             break
         walked = inner
+    if not walked:
+        return [], True
     lines = iter(text.split("\n"))  # the line each newline ends, in order
     find = firsts.find
     dropped: list[int] = []
