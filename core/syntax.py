@@ -404,6 +404,15 @@ class _Context(NamedTuple):
 _TOP = _Context(False, False, 0)
 
 
+class _Floats(dict):
+    """Number texts and their values: ``float(text)`` costs as much as making a node,
+    and a long program repeats its constants."""
+
+    def __missing__(self, text: str) -> float:
+        value = self[text] = float(text)
+        return value
+
+
 class _Parser:
     """The grammar rules, over the tokens of one text: ``_Parser(text).program()``.
 
@@ -420,6 +429,7 @@ class _Parser:
         self.kinds, self.texts, self.lcs = scan(text)
         self.names: list = []  # every Name node made, in textual order: see Program.reads
         self.note_read = self.names.append  # a method of the list, not of self: no cycle
+        self.floats = _Floats()  # a number's text -> its value: each text converted once a parse
 
     # -- the two entry points ------------------------------------------------------
     def program(self) -> tuple[tuple, tuple]:
@@ -478,19 +488,21 @@ class _Parser:
             k = kinds[pos]
             if k == "newline" or k == ";":
                 pos += 1
-            elif k == closer:
+                continue
+            if k == closer:
                 return pos, tuple(statements), tuple(reads)
-            else:
-                mark = len(names)
-                rule = assignments.get(kinds[pos + 1]) if k == "name" else None  # NAME = ..., most statements
-                if rule is None:
-                    rule = self.statement_rule(pos)
-                pos, node = rule(self, pos, ctx)  # (a call of the rule from here: one frame less per block)
-                statements.append(node)
-                reads.append(tuple(names[mark:]))
-                k = kinds[pos]
-                if not (k == "newline" or k == closer or k == ";"):
-                    self.statement_not_ended(pos)
+            mark = len(names)
+            rule = assignments.get(kinds[pos + 1]) if k == "name" else None  # NAME = ..., most statements
+            if rule is None:
+                rule = self.statement_rule(pos)
+            pos, node = rule(self, pos, ctx)  # (a call of the rule from here: one frame less per block)
+            statements.append(node)
+            reads.append(tuple(names[mark:]))
+            k = kinds[pos]
+            if k == "newline" or k == ";":  # (the statement's end, read here: a turn of the loop less)
+                pos += 1
+            elif k != closer:
+                self.statement_not_ended(pos)
 
     def statement_not_ended(self, pos: int):
         hint = None
@@ -744,23 +756,27 @@ class _Parser:
     # -- expressions -----------------------------------------------------------------
     def expr(self, pos: int, min_bp: int, depth: int):
         """An expression whose infix operators all bind tighter than min_bp: an operand,
-        then the operators after it, in a loop.  Numbers and names, most operands, are
-        read here (a call saved on each); _PREFIX has the rules of the other operands."""
+        then the operators after it, in a loop.  Numbers, names and calls, most operands,
+        are read here, and so is a binary operator's right operand when it is a lone
+        number or name (a call of expr saved on each: frames are most of a long
+        program's parse); _PREFIX has the rules of the other operands."""
         if depth > MAX_DEPTH:
             self.too_deep(pos)
         kinds = self.kinds
         k = kinds[pos]
         if k == "num":
             text = self.texts[pos]
-            left = _new(Num, (float(text), text, self.lcs[pos]))
+            left = _new(Num, (self.floats[text], text, self.lcs[pos]))
             pos += 1
         elif k == "name":
             text = self.texts[pos]
             if text in _BOOLS:
                 left = _new(Bool, (_BOOLS[text], self.lcs[pos]))
                 pos += 1
-            elif kinds[pos + 1] == "(":
-                pos, left = self.call(pos, depth)
+            elif kinds[pos + 1] == "(":  # a call: NAME(arg, ..., key=value, ...)
+                end, args, kwargs = self.arguments(pos + 2, depth)
+                left = _new(Call, (text, args, kwargs, self.lcs[pos]))
+                pos = end
             else:
                 left = _new(Name, (text, self.lcs[pos]))
                 self.note_read(left)
@@ -785,7 +801,22 @@ class _Parser:
                     self.too_deep(at)
                 pos, left = op(self, at, left, depth)
                 continue
-            pos, right = self.expr(at + 1, rbp, depth + 1)
+            pos = at + 1
+            k = kinds[pos]
+            if (k == "num" or k == "name") and _LBP.get(kinds[pos + 1], 0) <= rbp and depth < MAX_DEPTH:
+                # A lone number or name (what follows it binds no tighter than this operator),
+                # the commonest right operand: made here, as the call below would make it.
+                text = self.texts[pos]
+                if k == "num":
+                    right = _new(Num, (self.floats[text], text, self.lcs[pos]))
+                elif text in _BOOLS:
+                    right = _new(Bool, (_BOOLS[text], self.lcs[pos]))
+                else:
+                    right = _new(Name, (text, self.lcs[pos]))
+                    self.note_read(right)
+                pos += 1
+            else:
+                pos, right = self.expr(pos, rbp, depth + 1)
             left = _new(Binary, (op, left, right, self.lcs[at]))
             if lbp == _COMPARISON_BP and kinds[pos] in _COMPARISON_SET:
                 raise SyntaxError_("comparisons cannot be chained", self.lcs[pos],
@@ -858,32 +889,33 @@ class _Parser:
         end, items = self.comma_list(pos + 1, "]", _Parser.element, "between array elements", depth)
         return end, ArrayLit(items, self.lcs[pos])
 
-    def call(self, pos: int, depth: int):
-        """``NAME(arg, ..., key=value, ...)``: pos is the name's token, a '(' follows it."""
-        end, args, kwargs = self.arguments(pos + 2, depth)
-        return end, _new(Call, (self.texts[pos], args, kwargs, self.lcs[pos]))
-
     def arguments(self, pos: int, depth: int) -> tuple[int, tuple, tuple]:
         """``arg, ..., key=value, ...)`` from pos (past the '('): (pos past the ')', args, kwargs)."""
+        kinds = self.kinds
+        args = []
+        while kinds[pos] != ")":
+            if kinds[pos + 1] == "=" and kinds[pos] == "name":
+                return self.keyword_arguments(pos, depth, tuple(args))
+            pos, value = self.expr(pos, 0, depth + 1)
+            args.append(value)
+            if kinds[pos] != ")":
+                pos = self.expect(pos, ",", "between arguments")
+        return pos + 1, tuple(args), ()
+
+    def keyword_arguments(self, pos: int, depth: int, args: tuple) -> tuple[int, tuple, tuple]:
+        """The arguments from the first keyword one, at pos, on: keyword ones only."""
         kinds, texts, lcs = self.kinds, self.texts, self.lcs
-        args, kwargs = [], []
-        end = pos
-        while kinds[end] != ")":
-            at = end
-            if kinds[at] == "name" and kinds[at + 1] == "=":
-                key = texts[at]
-                if any(kw.name == key for kw in kwargs):
-                    raise SyntaxError_(f"keyword argument '{key}' given twice", lcs[at])
-                end, value = self.expr(at + 2, 0, depth + 1)
-                kwargs.append(Keyword(key, value, lcs[at]))
-            else:
-                if kwargs:
-                    raise SyntaxError_("positional argument after a keyword argument", lcs[at])
-                end, value = self.expr(at, 0, depth + 1)
-                args.append(value)
-            if kinds[end] != ")":
-                end = self.expect(end, ",", "between arguments")
-        return end + 1, tuple(args), tuple(kwargs)
+        kwargs = []
+        while kinds[pos] != ")":
+            if not (kinds[pos] == "name" and kinds[pos + 1] == "="):
+                raise SyntaxError_("positional argument after a keyword argument", lcs[pos])
+            key = texts[pos]
+            if any(kw.name == key for kw in kwargs):
+                raise SyntaxError_(f"keyword argument '{key}' given twice", lcs[pos])
+            end, value = self.expr(pos + 2, 0, depth + 1)
+            kwargs.append(Keyword(key, value, lcs[pos]))
+            pos = end if kinds[end] == ")" else self.expect(end, ",", "between arguments")
+        return pos + 1, args, tuple(kwargs)
 
     # -- after an operand (the table _POSTFIX) ---------------------------------------
     def index(self, pos: int, left, depth: int):
@@ -952,6 +984,7 @@ _POSTFIX = {  # a token after an operand, not a binary operator: (lbp, None, rul
     "if": (_COND_BP, None, _Parser.conditional),
 }
 _AFTER_OPERAND = {**_INFIX, **_POSTFIX}  # what expr() looks up after each operand: one lookup
+_LBP = {kind: bp[0] for kind, bp in _AFTER_OPERAND.items()}  # (0, the least, for any other token)
 
 
 def parse(text: str, label: str = "<expr>") -> Program:
