@@ -21,10 +21,10 @@ Each :class:`Primitive` has
 - ``plain_vjp`` (matmul only): VJP rules whose matrix products skip the look for
   0 * inf terms, for a first-order eager pass that is re-run with the safe rules
   when a result is not finite (``transforms.backward(..., safe_products=False)``).
-- ``eager`` (optional): ``impl`` and ``normalize`` in one, for a call on NumPy arrays (an
-  eager derivative pass runs its rules on arrays, and re-normalising their parameters cost
-  more than the arithmetic of a small product or a broadcast view); it returns None where
-  the operands' shapes need ``normalize``'s checks, and the general path then runs.
+- ``eager`` (optional): ``impl`` and ``normalize`` in one, for a call on NumPy arrays, or on
+  one NumPy scalar (an eager derivative pass runs its rules on them, and re-normalising
+  their parameters cost more than the arithmetic of a small product or a broadcast view);
+  it returns None where the operands need ``normalize``'s checks, and the general path runs.
 
 Rules are traced like any program: they call primitives on tracers, so a
 derivative pass is itself a tape and can be differentiated again.  The engine
@@ -115,7 +115,7 @@ class Primitive:
                         return self.impl(x, **params) if params else self.impl(x)
                     except np.linalg.LinAlgError as err:
                         raise ValueError_(f"'{self.name}': {str(err).lower()}") from None
-                if self.eager is not None and tx is _ARRAY:
+                if self.eager is not None:  # (a NumPy scalar too: the cotangent of a sum)
                     value = self.eager(x, **params)
                     if value is not None:
                         return value
@@ -1025,7 +1025,7 @@ def _broadcast_to_eager(x, shape):
     the same read-only view (stride 0 along the new leading axes and x's axes of length 1),
     made directly (np.broadcast_to builds an iterator to find the strides: 1-2 us more); None
     for any other operand, or a shape x does not broadcast to."""
-    if type(shape) is not tuple or not x.flags.c_contiguous or not x.size:
+    if type(shape) is not tuple or x.__class__ is not _ARRAY or not x.flags.c_contiguous or not x.size:
         return None
     lead = len(shape) - x.ndim
     if lead < 0:
@@ -1568,7 +1568,7 @@ def _matmul_eager(a, b, safe=False):
     """matmul of two matrices whose inner lengths agree (an eager VJP's product: the
     parameters _matmul_params gives them, without its checks), or None."""
     if a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]:
-        return _matmul(a, b, 2, 2, safe)
+        return _matmul(a, b, 2, 2, safe) if safe else np.matmul(a, b)  # (_matmul's plain product)
     return None
 
 

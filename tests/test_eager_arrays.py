@@ -52,6 +52,15 @@ def test_reshape_as_the_general_path(x_shape, shape):
     _same(P.reshape(x, shape=shape), _general(P.reshape, x, shape=shape))
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (), (1,)])
+def test_reshape_of_a_numpy_scalar_as_the_general_path(shape):
+    # (the cotangent of a sum on a scalar program's loss: a NumPy scalar, not an array)
+    x = np.float64(-2.75)
+    got, want = P.reshape(x, shape=shape), _general(P.reshape, x, shape=shape)
+    assert type(got) is type(want) and np.shape(got) == shape and np.array_equal(got, want)
+    assert type(P.broadcast_to(x, shape=(2, 3))) is np.ndarray
+
+
 @pytest.mark.parametrize("x_shape, shape", [((), (3, 4)), ((1, 1), (128, 32)), ((5, 1), (5, 3)), ((4,), (3, 4)),
                                             ((2, 1, 3), (5, 2, 4, 3)), ((1,), (0,)), ((3,), (3,)), ((1, 1), (1, 1))])
 def test_broadcast_to_is_numpys_view(x_shape, shape):
