@@ -14,8 +14,6 @@ import glob
 import os
 import re
 import shlex
-import statistics
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -288,19 +286,3 @@ def test_random_characters_lex_as_before(text):
                                  "(", ")", "]", "}", "2x", "$", "'u"]), max_size=60))
 def test_long_bracketed_programs_lex_as_before(lines):
     assert_same("\n".join(lines))
-
-
-# --- speed ---------------------------------------------------------------------------------------------
-
-
-def test_scan_is_faster_than_the_per_token_loop_on_a_long_program():
-    """Side by side in this process, alternating (CPU time, the faster of each): the bulk lexer
-    measured about 1.4x faster than the loop on this text (medians); asserted here: faster at all."""
-    text = "\n".join(["input x0 = 0.5"] + [f"x{i + 1} = sin(x{i})*1.01 + 0.1*x{i}" for i in range(3000)])
-    times: dict = {scan: [], reference_scan: []}
-    for _ in range(7):
-        for lex in times:
-            start = time.process_time()
-            lex(text)
-            times[lex].append(time.process_time() - start)
-    assert min(times[scan]) < min(times[reference_scan]), {f.__name__: statistics.median(t) for f, t in times.items()}
