@@ -6,7 +6,7 @@ lists, or raise the same error: class, message, position (and its type: an int l
 Pos) and hint.  The texts: every program in samples/ and examples/, the programs of README.md,
 long generated programs, and hypothesis-generated soups of tokens, blanks, comments, strings,
 brackets across lines, glued numbers, characters the language does not have, unclosed
-brackets and strings, CRLF and tabs.  A last test times both side by side on a long program.
+brackets and strings, CRLF and tabs.  (Speed is make bench's to measure, not a test's.)
 """
 from __future__ import annotations
 
