@@ -91,12 +91,11 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
     into ct (consumed as it goes); returns {wanted var: its cotangent} for each wanted
     var an equation defines.
 
-    An eager pass without warnings (the usual first pass) runs the commonest scalar rules
-    inline (see _SCALAR_OPS): on a scalar program the call of a rule, and the dispatch of the
-    primitives it calls, cost ten times their arithmetic.  They also skip the look at which
-    operands lead to a wanted variable (live): a contribution to one that does not is never
-    read, and costs less than the forward pass over the whole tape that finds them, which runs
-    only when an equation first needs the registry's rules (or warnings are wanted)."""
+    An eager pass without warnings (the usual first pass) runs the commonest scalar rules inline
+    (see _SCALAR_OPS): on a scalar program the call of a rule, and the dispatch of the primitives
+    it calls, cost ten times their arithmetic.  They skip the look at which operands lead to a
+    wanted variable (live): a contribution to one that does not is never read, and costs less
+    than depends()'s pass over the tape, run only when a registry rule is first needed."""
     found = {}
     values = builder.values
     traced = not eager or check  # what reads builder.pos: recorded equations, warnings
@@ -122,31 +121,25 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
                     if y.__class__ is F64_SCALAR:
                         a, b = ea
                         if op == _ADD:
-                            c = g
+                            ca = cb = g
                         elif op == _MUL:
-                            c = g * y
-                            if c != c and (g == 0 or y == 0):
-                                c = _ZERO
-                        else:  # safe_div(g, y)
-                            c = g / y
-                            if c != c and g == 0:
-                                c = _ZERO
-                        prev = get(a)
-                        ct[a] = c if prev is None else prev + c
-                        if op == _ADD:
-                            c = g
-                        elif op == _MUL:
-                            c = g * x
-                            if c != c and (g == 0 or x == 0):
-                                c = _ZERO
-                        else:  # -safe_mul(g, ans / y)
+                            ca, cb = g * y, g * x
+                            if ca != ca and (g == 0 or y == 0):
+                                ca = _ZERO
+                            if cb != cb and (g == 0 or x == 0):
+                                cb = _ZERO
+                        else:  # safe_div(g, y) and -safe_mul(g, ans / y)
                             d = values[out] / y
-                            c = g * d
-                            if c != c and (g == 0 or d == 0):
-                                c = _ZERO
-                            c = -c
+                            ca, cb = g / y, g * d
+                            if ca != ca and g == 0:
+                                ca = _ZERO
+                            if cb != cb and (g == 0 or d == 0):
+                                cb = _ZERO
+                            cb = -cb
+                        prev = get(a)  # (a first, then b: x * x sums in the registry's order)
+                        ct[a] = ca if prev is None else prev + ca
                         prev = get(b)
-                        ct[b] = c if prev is None else prev + c
+                        ct[b] = cb if prev is None else prev + cb
                         if finite:
                             finite.difference_update(ea)
                         continue
