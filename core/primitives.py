@@ -990,10 +990,18 @@ def _reshape_params(shapes, builder, shape):
     return {"shape": shape, "xshape": xshape}
 
 
+def _sizes(shape: tuple) -> bool:
+    """Whether shape holds only non-negative ints (a loop: all() of a generator costs more)."""
+    for d in shape:
+        if type(d) is not int or d < 0:
+            return False
+    return True
+
+
 def _reshape_eager(x, shape):
     """reshape of an array to a shape of non-negative ints with as many elements (what
     _reshape_params would accept as it is), or None."""
-    if type(shape) is tuple and math.prod(shape) == x.size and all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is tuple and _sizes(shape) and math.prod(shape) == x.size:
         return x.reshape(shape)
     return None
 
@@ -1028,18 +1036,16 @@ def _broadcast_to_eager(x, shape):
     if type(shape) is not tuple or x.__class__ is not _ARRAY or not x.flags.c_contiguous or not x.size:
         return None
     lead = len(shape) - x.ndim
-    if lead < 0:
+    if lead < 0 or not _sizes(shape):
         return None
     strides = [0] * lead
     for d, n, stride in zip(x.shape, shape[lead:], x.strides):
-        if d != 1:
-            if d != n:
-                return None
+        if d == 1:
+            strides.append(0)
+        elif d == n:
             strides.append(stride)
         else:
-            strides.append(0)
-    if any(type(n) is not int or n < 0 for n in shape):
-        return None
+            return None
     view = np.ndarray(shape, x.dtype, x, 0, tuple(strides))
     view.flags.writeable = False
     return view
