@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .batched import BatchedBuilder
 from .errors import ShapeError, UsageError, option
 from .graphs import graph  # (re-exported: gradcalc.api.graph and gradcalc.graph)
 from .lower import DEFAULT_MAX_STEPS, Traced
@@ -16,7 +17,6 @@ from .results import Result, symbolic_part
 from .session import (eager_backward, inputs_only, jacobian_blocks, parse,
                       quiet, select_names, select_output, trace_source)
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
-from .batched import BatchedBuilder
 from .transforms import backward, forward, needed, rows_to_jacobian
 
 __all__ = ["parse", "evaluate", "grad", "vjp", "jvp", "jacobian", "hessian", "graph", "Result"]
@@ -300,11 +300,13 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
     # (check=False: the passes look for non-finite values once, at the end; see below)
     grads = backward(b, tr.tape.equations, {names[out]: one}, [names[w] for w in wrt], log=log, check=False)
     # Only what the gradient depends on (not the output's own sum, say) gets a tangent rule.
-    grad_eqns = tuple(needed(b.equations, {g.var for g in grads.values() if g is not None}))
+    keep = {g.var for g in grads.values() if g is not None}
+    grad_eqns = tuple(needed(b.equations, keep))
     # The tangent pass runs once, eagerly, on every column of the identity at once.
     batch = BatchedBuilder(b, n, what="the forward pass over the backward pass for the Hessian")
     seeds = batch.seeds([tr.value(w).shape for w in wrt])
-    tan = forward(b, grad_eqns, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False)
+    tan = forward(b, grad_eqns, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
+                  keep=keep)
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
     cols = [None if t is None else batch.rows(t) for t in outs]
     hess = {}

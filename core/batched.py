@@ -7,7 +7,9 @@ of them reaches that builder's :meth:`~BatchedBuilder.bind` (``Primitive.__call_
 tracer to its builder), which evaluates it on the whole batch.  Parameters are normalised
 on the logical shapes, as when traced, and every primitive accepts the extra leading batch
 axis, so the values are those a recorded pass re-run batched computes, bit for bit, without
-recording the pass first.
+recording the pass first.  A tracer's ``var`` is a :class:`_Slot` that holds its value, so
+that a value goes as soon as the pass drops the tracer (as a recorded pass re-run batched
+frees each value after its last use).
 
 A seed of a vector input is a block of the identity basis: row b of it is the unit vector
 e_(b - k) for the block's offset k (its position in the basis), so its batch is a band: one
@@ -27,7 +29,6 @@ it, with +0 off its diagonals.
 from __future__ import annotations
 
 import math
-import weakref
 
 import numpy as np
 
@@ -38,105 +39,132 @@ from .tape import F64, F64_SCALAR, LARGE_BATCH, Tracer, _scalar_or_array, all_fi
 from .transforms import basis
 
 
-class _Values(dict):
-    """A batched builder's values: a band is written out when first read whole.  (``owner``
-    is a weak proxy: a reference back would make a cycle, and the pass's arrays would wait
-    for the cycle collector instead of going when the pass ends.)"""
+class _Slot:
+    """What a tracer of a :class:`BatchedBuilder` stands for (its ``var``): ``value``, an array
+    of shape (batch,) + ``shape`` when ``batched`` (None for a band not written out yet), or
+    a fixed value; ``band``, {offset k: d_k} for a band of diagonals (row b holds d_k[j] at
+    column j = b - k); ``offset``, k for a block of the identity basis."""
 
-    __slots__ = ("owner",)
+    __slots__ = ("value", "shape", "band", "batched", "offset")
 
-    def __missing__(self, var):
-        return self.owner.write_out(var)
+    def __init__(self, value, shape: tuple, band=None, batched: bool = True, offset=None):
+        self.value, self.shape, self.band, self.batched, self.offset = value, shape, band, batched, offset
+
+
+class _Shapes:
+    """``builder.shapes[var]`` (what Tracer.shape reads): a slot's logical shape."""
+
+    __slots__ = ()
+
+    def __getitem__(self, slot: _Slot) -> tuple:
+        return slot.shape
+
+
+_SHAPES = _Shapes()
+
+
+class _Values:
+    """``builder.values[var]`` (what Tracer.value reads): a slot's value, a band written out
+    on its first read.  It holds what a write-out needs, not the builder (a reference back
+    would make a cycle, and the pass's arrays would wait for the cycle collector)."""
+
+    __slots__ = ("n", "base", "what")
+
+    def __init__(self, n: int, base, what: str):
+        self.n, self.base, self.what = n, base, what
+
+    def __getitem__(self, slot: _Slot):
+        value = slot.value
+        if value is None:
+            value = slot.value = self.write_out(slot)
+        return value
+
+    def check_size(self, shape) -> None:
+        """Refuse a batched value of logical shape ``shape`` over the element budget."""
+        size = math.prod(shape)
+        self.base.check_size((self.n,) + tuple(shape),
+                             what=f"{self.what} ({self.n} rows of {size}-element values)")
+
+    def write_out(self, slot: _Slot):
+        """A band as a dense batch (a block of the identity: the basis's own columns)."""
+        (m,) = slot.shape
+        self.check_size((m,))
+        if self.n * m >= LARGE_BATCH:
+            keep_freed_memory()  # as a recorded pass re-run batched does (see alloc.py)
+        k = slot.offset
+        return np.eye(self.n)[:, k:k + m] if k is not None else _band_dense(slot.band, self.n)
+
+
+def _batched(value, shape: tuple) -> _Slot:
+    return _Slot(value, shape)
+
+
+def _banded(band: dict, shape: tuple) -> _Slot:
+    return _Slot(None, shape, band)
 
 
 class BatchedBuilder:
     """Evaluates the primitives applied to its tracers on a batch of ``batch`` rows.
 
-    Its tracers hold a batched value, of shape (batch,) + the logical shape (``values``), a
-    band of diagonals (``bands``: {offset k: d_k}, row b holding d_k[j] at column j = b - k),
-    or a fixed value (a constant a rule mixed with them).  ``base`` is the builder of the
-    traced program: its element budget and position serve errors; ``what`` names the pass
-    in a refusal.
+    Its tracers stand for batched values, bands of diagonals, or fixed values (the constants
+    and traced values a rule mixes with them); see :class:`_Slot`.  ``base`` is the builder of
+    the traced program: its element budget and position serve errors; ``what`` names the
+    pass in a refusal.
     """
 
     def __init__(self, base, batch: int, what: str):
         self.base = base
         self.n = batch
-        self.what = what
-        self.values = _Values()
-        self.values.owner = weakref.proxy(self)
-        self.shapes: dict = {}
-        self.bands: dict = {}
-        self.batched: set = set()  # the variables that carry the batch (bands included)
-        self.identity: dict = {}  # bands that are blocks of the identity basis: their offsets
-        self._next = 0
-
-    def _new(self, shape: tuple) -> Tracer:
-        var = self._next
-        self.shapes[var] = shape
-        return self._batched(var)
+        self.values = _Values(batch, base, what)
+        self.shapes = _SHAPES
 
     def seeds(self, shapes: list) -> list:
         """Tracers for the blocks of the identity basis of the given shapes (as transforms.basis
         makes them): a vector's block as a band of one diagonal of ones, others written out."""
-        offsets, start = [], 0
-        for s in shapes:
-            offsets.append(start)
-            start += math.prod(s)
         blocks = None  # transforms.basis, made if some block is not a vector's
-        out = []
-        for i, (s, k) in enumerate(zip(shapes, offsets)):
+        out, start = [], 0
+        for i, s in enumerate(shapes):
+            s = tuple(s)
             if len(s) == 1:
-                t = self._new(tuple(s))
-                self.bands[t.var] = {k: np.ones(s[0])}
-                self.identity[t.var] = k
+                slot = _Slot(None, s, {start: np.ones(s[0])}, offset=start)
             else:
                 if blocks is None:
                     blocks = basis(shapes)
-                t = self._new(tuple(s))
-                self.values[t.var] = blocks[i]
-            out.append(t)
+                slot = _batched(blocks[i], s)
+            out.append(Tracer(self, slot))
+            start += math.prod(s)
         return out
 
     def const(self, value) -> Tracer:
         """A fixed operand: a rule's constant, or the traced point's value it mixes with a seed."""
         if not (value.__class__ is np.ndarray and value.dtype is F64 and value.ndim or value.__class__ is F64_SCALAR):
             value = F64_SCALAR(value) if type(value) is float else _scalar_or_array(value)
-        var = self._next
-        self._next = var + 1
-        self.shapes[var] = value.shape
-        self.values[var] = value
-        return Tracer(self, var)
+        return Tracer(self, _Slot(value, value.shape, batched=False))
 
     def check_size(self, shape, what=None) -> None:
         """Refuse a batched value over the element budget before it is made (normalize calls
         this with a result's logical shape)."""
-        size = math.prod(shape)
-        self.base.check_size((self.n,) + tuple(shape),
-                             what=f"{self.what} ({self.n} rows of {size}-element values)")
+        self.values.check_size(shape)
 
     def bind(self, prim, args: tuple, params: dict) -> Tracer:
-        shapes = self.shapes
         n = len(args)
         plain = False
         if n == 2:  # (unrolled for one or two operands: the usual cases)
-            ids = (args[0].var, args[1].var)
-            plain = prim.plain is not None and not params and shapes[ids[0]] == shapes[ids[1]]
+            slots = (args[0].var, args[1].var)
+            plain = prim.plain is not None and not params and slots[0].shape == slots[1].shape
         elif n == 1:
-            ids = (args[0].var,)
+            slots = (args[0].var,)
         else:
-            ids = tuple([a.var for a in args])
+            slots = tuple([a.var for a in args])
         if not plain and not prim.trivial_params:
-            params = prim.normalize([shapes[v] for v in ids], self, **params)
-        bands, values = self.bands, self.values
-        var = self._next
-        if bands and not bands.keys().isdisjoint(ids):
-            fold = _FOLDS.get(prim)
-            if fold is not None and fold(self, var, ids, params):
-                band = bands.get(var)
-                shapes[var] = (len(next(iter(band.values()))),) if band is not None else values[var].shape[1:]
-                return self._batched(var)
-        xs = [values[v] for v in ids]
+            params = prim.normalize([s.shape for s in slots], self, **params)
+        fold = _FOLDS.get(prim)
+        if fold is not None:
+            made = fold(self, slots, params)
+            if made is not None:
+                return Tracer(self, made)
+        values = self.values
+        xs = [values[s] for s in slots]
         try:
             value = prim.plain(*xs) if plain else prim.impl(*xs, **params)
         except np.linalg.LinAlgError as err:
@@ -145,32 +173,12 @@ class BatchedBuilder:
             keep_freed_memory()  # as a recorded pass re-run batched does (see alloc.py)
             if value.size > self.base.max_elements:  # (a result larger than normalize checked)
                 self.check_size(value.shape[1:])
-        values[var] = value
-        shapes[var] = value.shape[1:]
-        return self._batched(var)
-
-    def _batched(self, var: int) -> Tracer:
-        """The tracer of var, the value just made (it carries the batch)."""
-        self._next = var + 1
-        self.batched.add(var)
-        return Tracer(self, var)
-
-    def write_out(self, var):
-        """The band of var as a dense batch (a block of the identity: the basis's own columns)."""
-        band = self.bands[var]  # (a KeyError: var is neither a value nor a band)
-        m = self.shapes[var][0]
-        self.check_size((m,))
-        k = self.identity.get(var)
-        if self.n * m >= LARGE_BATCH:
-            keep_freed_memory()
-        value = np.eye(self.n)[:, k:k + m] if k is not None else _band_dense(band, self.n)
-        self.values[var] = value
-        return value
+        return Tracer(self, _batched(value, value.shape[1:]))
 
     def rows(self, t):
         """t's batch as an array of shape (batch,) + t.shape (a value that does not depend on
         the seeds: the same in every row)."""
-        if type(t) is Tracer and t.var in self.batched:
+        if type(t) is Tracer and t.var.batched:
             return self.values[t.var]
         v = t.value if type(t) is Tracer else np.asarray(t)
         return np.broadcast_to(v, (self.n,) + v.shape)
@@ -178,56 +186,48 @@ class BatchedBuilder:
     def finite_band(self, t) -> bool:
         """True when t is a band of finite diagonals: its rows hold no nan or inf (zeros off the
         diagonals), known without a look at batch × size values."""
-        band = self.bands.get(t.var) if type(t) is Tracer else None
+        band = t.var.band if type(t) is Tracer else None
         return band is not None and all(map(all_finite, band.values()))
 
 
-# The folds, one per primitive: each computes the band of out from the bands of its operands
-# args (a matrix product: its rows, written out) and returns True, or returns False when its
-# operands are not what it folds.  Bands are built by loops: a dict comprehension costs a
-# function call, as much as the arithmetic on a band of one diagonal.
+# The folds, one per primitive: each makes the slot of the result from its operands' slots
+# (a band; a matrix product: its rows, written out), or returns None when its operands are not
+# what it folds.  Bands are built by loops: a dict comprehension costs a function call, as
+# much as the arithmetic on a band of one diagonal.
 
-def _fold_safe_mul(b: BatchedBuilder, out: int, args: tuple, params: dict) -> bool:
+def _fold_safe_mul(b: BatchedBuilder, args: tuple, params: dict):
     g, f = args
-    bands = b.bands
-    if g not in bands:
+    if g.band is None:
         g, f = f, g
-    if g not in bands or f in b.batched:
-        return False
-    band, c = bands[g], b.values[f]
-    m = len(next(iter(band.values())))
-    if c.shape not in ((), (1,), (m,)):
-        return False  # the factor would broadcast the vector to a larger shape
+    if g.band is None or f.batched:
+        return None
+    c = f.value
+    if c.shape not in ((), (1,), g.shape):
+        return None  # the factor would broadcast the vector to a larger shape
     made = {}
-    for k, d in band.items():
+    for k, d in g.band.items():
         made[k] = P.safe_multiply(d, c)
-    bands[out] = made
-    return True
+    return _banded(made, g.shape)
 
 
-def _fold_neg(b: BatchedBuilder, out: int, args: tuple, params: dict) -> bool:
-    band = b.bands.get(args[0])
-    if band is None:
-        return False
+def _fold_neg(b: BatchedBuilder, args: tuple, params: dict):
+    x = args[0]
+    if x.band is None:
+        return None
     made = {}
-    for k, d in band.items():
+    for k, d in x.band.items():
         made[k] = -d
-    b.bands[out] = made
-    return True
+    return _banded(made, x.shape)
 
 
-def _fold_add(b: BatchedBuilder, out: int, args: tuple, params: dict) -> bool:
+def _fold_add(b: BatchedBuilder, args: tuple, params: dict):
     x, y = args
-    bands = b.bands
-    if x not in bands or y not in bands or params:
-        return False  # params: operands of unequal rank broadcast
-    if len(next(iter(bands[x].values()))) != len(next(iter(bands[y].values()))):
-        return False  # equal rank, unequal length: a length-1 vector broadcasts, not a band
-    made = dict(bands[x])
-    for k, d in bands[y].items():
+    if x.band is None or y.band is None or params or x.shape != y.shape:
+        return None  # params: operands of unequal rank broadcast; unequal length: one of length 1 does
+    made = dict(x.band)
+    for k, d in y.band.items():
         made[k] = made[k] + d if k in made else d
-    bands[out] = made
-    return True
+    return _banded(made, x.shape)
 
 
 def _unit_slice(params: dict, size_param: str):
@@ -239,55 +239,49 @@ def _unit_slice(params: dict, size_param: str):
     return (start, max(start, stop)) if step == 1 else None
 
 
-def _fold_index(b: BatchedBuilder, out: int, args: tuple, params: dict) -> bool:
-    band = b.bands.get(args[0])
-    span = None if band is None else _unit_slice(params, "xshape")
+def _fold_index(b: BatchedBuilder, args: tuple, params: dict):
+    x = args[0]
+    span = None if x.band is None else _unit_slice(params, "xshape")
     if span is None:
-        return False
+        return None
     start, stop = span  # column j of the slice is column start + j of the operand
     made = {}
-    for k, d in band.items():
+    for k, d in x.band.items():
         made[k + start] = d[start:stop]
-    b.bands[out] = made
-    return True
+    return _banded(made, (stop - start,))
 
 
-def _fold_index_put(b: BatchedBuilder, out: int, args: tuple, params: dict) -> bool:
-    band = b.bands.get(args[0])
-    span = None if band is None else _unit_slice(params, "shape")
+def _fold_index_put(b: BatchedBuilder, args: tuple, params: dict):
+    x = args[0]
+    span = None if x.band is None else _unit_slice(params, "shape")
     if span is None:
-        return False
+        return None
     start, stop = span  # column j of the operand lands at column start + j
     size = params["shape"][0]
     made = {}
-    for k, d in band.items():
+    for k, d in x.band.items():
         placed = np.zeros(size, dtype=d.dtype)
         placed[start:stop] = d
         made[k - start] = placed
-    b.bands[out] = made
-    return True
+    return _banded(made, (size,))
 
 
-def _fold_matmul(b: BatchedBuilder, out: int, args: tuple, params: dict) -> bool:
+def _fold_matmul(b: BatchedBuilder, args: tuple, params: dict):
     x, y = args
     nda, ndb = params["nda"], params["ndb"]
-    bands, values, batched = b.bands, b.values, b.batched
-    if y in bands and nda == 2 and ndb == 1 and x not in batched and values[x].ndim == 2:
-        m, band = values[x].T, bands[y]  # row r: sum_k d_k[r - k] M[:, r - k]
-    elif x in bands and nda == 1 and ndb == 2 and y not in batched and values[y].ndim == 2:
-        m, band = values[y], bands[x]  # row r: sum_k d_k[r - k] M[r - k, :]
+    if y.band is not None and nda == 2 and ndb == 1 and not x.batched and x.value.ndim == 2:
+        m, band = x.value.T, y.band  # row r: sum_k d_k[r - k] M[:, r - k]
+    elif x.band is not None and nda == 1 and ndb == 2 and not y.batched and y.value.ndim == 2:
+        m, band = y.value, x.band  # row r: sum_k d_k[r - k] M[r - k, :]
     else:
-        return False
-    values[out] = _band_rows(band, m, b.n)
-    return True
+        return None
+    value = _band_rows(band, m, b.n)
+    return _batched(value, value.shape[1:])
 
 
-def _fold_copy(b: BatchedBuilder, out: int, args: tuple, params: dict) -> bool:
-    band = b.bands.get(args[0])
-    if band is None:
-        return False
-    b.bands[out] = band
-    return True
+def _fold_copy(b: BatchedBuilder, args: tuple, params: dict):
+    x = args[0]
+    return None if x.band is None else _banded(x.band, x.shape)
 
 
 _FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add, P.copy: _fold_copy,

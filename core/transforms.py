@@ -17,7 +17,8 @@ import numpy as np
 from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import GradcalcError
-from .tape import F64, F64_SCALAR, LARGE_BATCH, Builder, Tracer, all_finite, broadcast_shapes, eval_equations
+from .tape import (F64, F64_SCALAR, LARGE_BATCH, Builder, Tracer, _frees, all_finite, broadcast_shapes,
+                   eval_equations)
 
 
 def _fit(c, shape: tuple):
@@ -279,11 +280,13 @@ def _finite_product(c, g, other) -> bool:
 
 
 def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
-            check: bool | None = None, describe=None) -> dict:
+            check: bool | None = None, describe=None, keep=None) -> dict:
     """Forward mode: tangents {var: value} of inputs -> tangents of every reached variable.
 
     Traced or eager, as for :func:`backward`; ``describe(eq)`` names an equation
-    in non-finite warnings (default: "the derivative of 'prim'").
+    in non-finite warnings (default: "the derivative of 'prim'").  With ``keep`` (the
+    variables wanted afterwards), each other tangent is dropped after its last use, so that
+    an eager pass on a batch of tangents holds only what is live (see :mod:`.batched`).
     """
     tan = dict(tangents)
     get = tan.get
@@ -291,7 +294,11 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
-    for eq in equations:
+    free = _frees(equations, keep) if keep is not None else None
+    for i, eq in enumerate(equations):
+        if free is not None and i:
+            for v in free[i - 1]:  # (those of the equation before: this loop goes on early)
+                tan.pop(v, None)
         prim = eq.prim
         if not prim.differentiable:
             continue
