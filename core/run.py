@@ -14,6 +14,8 @@ level, functions, the default output) is worked out by :func:`analyse`.
 from __future__ import annotations
 
 import inspect
+from itertools import chain
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -79,15 +81,22 @@ def _blocks(st) -> tuple:
     return ()
 
 
+_COMPOUND = frozenset((If, For, While))  # the statements with blocks in them
+
+
 def _walk_statements(body):
-    """Every statement of a body, nested blocks included, in textual order (not into defs).
-    (Recursive only into blocks, whose nesting the parser caps.)"""
+    """Every statement of a body, nested blocks included, in textual order (not into defs):
+    the body itself when no block is nested in it (a long program mostly is flat; the test
+    is a loop in C).  (Recursive only into blocks, whose nesting the parser caps.)"""
+    if _COMPOUND.isdisjoint(map(type, body)):
+        return body
+    statements = []
     for st in body:
-        yield st
-        t = type(st)
-        if t is If or t is For or t is While:
+        statements.append(st)
+        if type(st) in _COMPOUND:
             for inner in _blocks(st):
-                yield from _walk_statements(inner)
+                statements.extend(_walk_statements(inner))
+    return statements
 
 
 def _declared_inputs(program: Program) -> dict:
@@ -159,13 +168,15 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
     assigned: dict = {}
     bare: dict = {}
     output = None
+    taken = {*declared, *functions, *_BOOLEANS}  # what no top-level assignment may take
     for st in _walk_statements(program.statements):
         t = type(st)
         if t is Assign:  # (the commonest statement, by a short way)
-            name = st.name
-            if name in declared or name in functions or name in _BOOLEANS:
-                _check_target(name, st.loc, declared, functions)
-            assigned.setdefault(name, st.loc)
+            name, _, loc = st  # (unpacked: cheaper than the fields' descriptors)
+            if name in taken:
+                _check_target(name, loc, declared, functions)
+            if name not in assigned:
+                assigned[name] = loc
             output = st
             continue
         if t is ExprStmt:
@@ -179,7 +190,7 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
         if target is None:
             continue
         for name in target(st):
-            if name in declared or name in functions or name in _BOOLEANS:
+            if name in taken:
                 _check_target(name, st.loc, declared, functions)
             if name not in assigned:
                 assigned[name] = st.loc
@@ -226,10 +237,31 @@ def analyse(program: Program) -> Facts:
     functions = _functions(program)
     assigned, bare, output = _outside_defs(program, declared, functions)
     local_names = {name: _locals_of(f) for name, f in functions.items()}
-    free: dict[str, InputInfo] = {}
     known = {**dict.fromkeys(CONSTANTS), **dict.fromkeys(_BOOLEANS), **declared, **assigned}  # never inputs
-    statements = program.statements
-    reads = program.reads if len(program.reads) == len(statements) else None
+    reads = program.reads if len(program.reads) == len(program.statements) else None
+    if reads is not None and _all_known(reads, known):
+        free = {}  # (what the loop of _free_inputs would find)
+    else:
+        free = _free_inputs(program.statements, reads, known, functions, local_names)
+    name, loc = output if output is not None else (None, None)
+    return Facts([*declared.values(), *free.values()], assigned, functions, local_names, bare, name, loc)
+
+
+_NAME_ID = itemgetter(0)  # a Name node's id
+
+
+def _all_known(reads: tuple, known: dict) -> bool:
+    """Whether every name the statements read (Program.reads) is in `known`: a test in C,
+    which spares a long program the loop over each name read."""
+    return not set(map(_NAME_ID, chain.from_iterable(reads))).difference(known)
+
+
+def _free_inputs(statements: tuple, reads, known: dict, functions: dict, local_names: dict) -> dict:
+    """The names read before any assignment and known nowhere, by first read: the
+    undeclared inputs (`known` gets them too).  Reading a function's name is an error but
+    in grad(f) and jacobian(f).  `reads` is Program.reads, or None (then each statement's
+    names are walked)."""
+    free: dict[str, InputInfo] = {}
     for k, st in enumerate(statements):
         t = type(st)
         if t is Inputs:
@@ -247,8 +279,7 @@ def analyse(program: Program) -> Facts:
                 raise NameError_(f"'{nid}' is a function; call it as {nid}(...)", n.pos,
                                  hint=f"to use '{nid}' as a value, declare it (input {nid}) or assign it")
             free[nid] = known[nid] = InputInfo(nid, n.pos, None, None, False)
-    name, loc = output if output is not None else (None, None)
-    return Facts([*declared.values(), *free.values()], assigned, functions, local_names, bare, name, loc)
+    return free
 
 
 def find_inputs(program: Program) -> list[InputInfo]:
