@@ -104,8 +104,14 @@ class Primitive:
                         value = self.eager(x, y, **params)
                         if value is not None:
                             return value
-            elif tx is Tracer and type(y) is Tracer:
-                return x.builder.bind(self, args, params)
+            elif tx is Tracer:
+                # A tracer and a constant (a rule's factor, or a value an eager pass mixes with a
+                # batch of tangents): the constant made a tracer, as the general code below does.
+                builder = x.builder
+                return builder.bind(self, args if type(y) is Tracer else (x, builder.const(y)), params)
+            if type(y) is Tracer:  # a constant and a tracer
+                builder = y.builder
+                return builder.bind(self, (builder.const(x), y), params)
         elif n == 1:
             x = args[0]
             tx = type(x)
