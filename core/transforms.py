@@ -249,18 +249,23 @@ def _accumulate(prev, c, a, owned: dict | None):
     """prev + c: a variable's cotangent so far plus one more contribution.
 
     On an eager pass (``owned``, a dict), a sum the pass made is written into on the next
-    contribution: ``owned[a]`` is the array of the last sum made for a, which only ct holds
+    contribution: ``owned[a]`` is the id of the last sum made for a, which only ct holds
     until the variable's equation takes it (a rule may hand its cotangent on as it is, so
     a contribution itself, or a seed, is never written into).  The same additions in the
     same order (np.add(prev, c, out=prev) is prev + c), without an array made for each: a
-    weight matrix shared by the steps of a loop gets one contribution a step."""
+    weight matrix shared by the steps of a loop gets one contribution a step.  An id, not
+    the array: holding the array would keep every sum alive until the pass ends (W8: 32 KB
+    a step); the id is compared only while ct holds that array (a's equation takes it
+    last), so it cannot name another one."""
     if owned is None:
         return prev + c
-    if owned.get(a) is prev and c.dtype is F64 and c.shape == prev.shape:
+    if owned.get(a) == id(prev) and c.dtype is F64 and c.shape == prev.shape:
         return np.add(prev, c, out=prev)
     total = prev + c
     if total.__class__ is np.ndarray and total.dtype is F64:
-        owned[a] = total
+        owned[a] = id(total)
+    else:
+        owned.pop(a, None)
     return total
 
 
