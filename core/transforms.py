@@ -252,14 +252,18 @@ def _accumulate(prev, c, a, owned: dict | None):
     contribution: ``owned[a]`` is the id of the last sum made for a, which only ct holds
     until the variable's equation takes it (a rule may hand its cotangent on as it is, so
     a contribution itself, or a seed, is never written into).  The same additions in the
-    same order (np.add(prev, c, out=prev) is prev + c), without an array made for each: a
+    same order (np.add(prev, c, out=prev) is prev + c, bit for bit, on two elements or more),
+    without an array made for each: a
     weight matrix shared by the steps of a loop gets one contribution a step.  An id, not
     the array: holding the array would keep every sum alive until the pass ends (W8: 32 KB
     a step); the id is compared only while ct holds that array (a's equation takes it
     last), so it cannot name another one."""
     if owned is None:
         return prev + c
-    if owned.get(a) == id(prev) and c.dtype is F64 and c.shape == prev.shape:
+    if owned.get(a) == id(prev) and c.dtype is F64 and c.shape == prev.shape and prev.size > 1:
+        # (not one element: there NumPy's in-place add keeps c's nan, sign bit included, where
+        # prev + c keeps prev's; from two elements on, and for strided or broadcast c, both
+        # keep prev's: checked up to 4,096 elements)
         return np.add(prev, c, out=prev)
     total = prev + c
     if total.__class__ is np.ndarray and total.dtype is F64:

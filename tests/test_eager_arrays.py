@@ -135,3 +135,16 @@ def test_a_weight_shared_by_a_loop_gets_every_steps_contribution():
     src = "s = 0\nfor i in range(6) {\n  s = s + sum(W @ v)\n}\ns"
     r = gradcalc.grad(src, at={"W": w, "v": v}, wrt=["W"])
     assert np.array_equal(r["W"], np.tile(6 * v, (3, 1)))
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 1), (2,), (3, 1), (16,)])
+@pytest.mark.parametrize("signs", [(1, 1, -1), (-1, -1, 1), (1, -1, -1)])
+def test_sums_of_nan_keep_the_sign_bits_of_sums_made_anew(shape, signs):
+    # A variable with three contributions, each a nan of its own sign: its cotangent must carry
+    # the bits of (c1 + c2) + c3, the sums NumPy makes anew (on one element NumPy's in-place
+    # add keeps the other operand's nan, whose sign bit differs).
+    from gradcalc.transforms import _accumulate
+    c1, c2, c3 = (np.copysign(np.full(shape, np.nan), s) for s in signs)
+    owned: dict = {}
+    total = _accumulate(_accumulate(c1, c2, 7, owned), c3, 7, owned)
+    assert total.tobytes() == ((c1 + c2) + c3).tobytes()
