@@ -329,10 +329,19 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
                   for k in range(first, end)}
         before = len(b.warnings)
         forward(b, grad_eqns, {names[w]: np.ones(tr.value(w).shape) for w in wrt}, eager=True,
-                check=True, describe=lambda e: f"the second derivative of '{origin.get(e.out, e.prim.name)}'")
+                check=True, describe=lambda e: _second_derivative_of(b, e, origin))
         if len(b.warnings) == before:
             _nonfinite(hess, "hessian", tr, of=out)
     return Result(hess, command="hessian", of=out, value=y, warnings=_warnings(tr))
+
+
+def _second_derivative_of(b, eq, origin: dict) -> str:
+    """How a Hessian's non-finite warning names equation eq of the forward pass over the
+    backward pass: a rule's equation by the operation whose derivative it is (origin), one
+    of the program's own by that operation, named as written ('/', not div)."""
+    if eq.out in origin:
+        return f"the second derivative of '{origin[eq.out]}'"
+    return f"the derivative of '{b.op_name(eq.prim, eq.loc)}'"
 
 
 def _nonfinite(blocks: dict, what: str, tr: Traced, of: str | None = None):

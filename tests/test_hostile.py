@@ -1012,6 +1012,19 @@ def test_vjp_and_jvp_name_the_operation():
     assert json.loads(r.stdout)["warnings"] == ["the derivative of 'sqrt' at line 1, column 1 produced inf"]
 
 
+def test_hessian_warnings_name_operations_as_written():
+    # d(1/x)/dx = -1/x^2 is -inf at 0: a first derivative, of the operator written '/'; the
+    # rules of the backward pass then give the second derivative's infinities
+    r = run("hessian", "sum(1/x)", "--at", "x=[0, 1]", "-f", "json")
+    assert r.exit_code == 0
+    warnings = json.loads(r.stdout)["warnings"]
+    assert warnings[:2] == ["'/' at line 1, column 6 produced inf",
+                            "the derivative of '/' at line 1, column 6 produced -inf"]
+    assert warnings[2:] and all(w.startswith("the second derivative of '/' at line 1, column 6 produced ")
+                                for w in warnings[2:])
+    assert not any("div" in w for w in warnings)
+
+
 @pytest.mark.parametrize("args", [["jacobian", "sqrt(x)", "--at", "x=[0, 1]"],
                                   ["hessian", "a = 1\nb = sqrt(x)", "--at", "x=1e-320"]],
                          ids=["jacobian", "hessian"])
