@@ -121,7 +121,23 @@ def eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
     found = backward(*args, eager=True, check=False, finite=finite, safe_products=False)
     if any(v is not None and var not in finite and not all_finite(np.asarray(v)) for var, v in found.items()):
         found = backward(*args, eager=True, check=True)  # with safe matrix products, and warnings
-    return {n: found[tr.tape.names[n]] for n in wrt}
+    return _own_arrays({n: found[tr.tape.names[n]] for n in wrt}, seeds)
+
+
+def _own_arrays(results: dict, seeds: dict) -> dict:
+    """Each result an array of its own that may be written into: a rule may hand a cotangent
+    on as it is, so that a result can be the caller's own seed (vjp of ``b = x; b``), the
+    same array as another result (``sum(x + y)``: x's and y's), or a read-only broadcast
+    view (``sum(x)``'s seed of ones).  Such a result is copied; the others are returned."""
+    taken = [s for s in seeds.values() if isinstance(s, np.ndarray)]
+    out = {}
+    for name, v in results.items():
+        if isinstance(v, np.ndarray):
+            if not v.flags.writeable or any(np.may_share_memory(v, t) for t in taken):
+                v = v.copy()
+            taken.append(v)
+        out[name] = v
+    return out
 
 
 def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:

@@ -69,3 +69,20 @@ def test_results_carry_the_json_payload_of_their_command():
     jac = gradcalc.jacobian("y = [x*2, x^2]", at={"x": 3.0})
     assert jac.to_json()["jacobian"]["y"]["x"].tolist() == [2.0, 6.0]
     assert isinstance(gradcalc.evaluate("x", at={"x": np.ones(2)}).to_json()["values"]["_"], np.ndarray)
+
+
+def test_gradients_are_arrays_of_their_own():
+    # A rule may hand a cotangent on as it is; what the API returns must still be the caller's
+    # to keep and to write into, as NumPy's functions return.
+    r = gradcalc.grad("sum(x + y)", at={"x": np.ones(3), "y": np.ones(3)})
+    assert not np.shares_memory(r["x"], r["y"])
+    r["x"][0] = 5.0
+    assert r["y"].tolist() == [1.0, 1.0, 1.0]  # d sum(x + y)/dy = 1
+    r = gradcalc.grad("sum(x)", at={"x": np.ones(3)})  # (the seed of ones, broadcast)
+    r["x"] += 1.0
+    assert r["x"].tolist() == [2.0, 2.0, 2.0]
+    ct = np.array([1.0, 2.0])
+    r = gradcalc.vjp("b = x; b", ct, at={"x": np.zeros(2)})
+    assert not np.shares_memory(r["x"], ct) and r["x"].tolist() == [1.0, 2.0]
+    r["x"][:] = 0.0
+    assert ct.tolist() == [1.0, 2.0]
