@@ -14,7 +14,7 @@ from .errors import ShapeError, UsageError, option
 from .graphs import graph  # (re-exported: gradcalc.api.graph and gradcalc.graph)
 from .lower import DEFAULT_MAX_STEPS, Traced
 from .results import Result, symbolic_part
-from .session import (eager_backward, inputs_only, jacobian_blocks, parse,
+from .session import (eager_backward, inputs_only, jacobian_blocks, own_arrays, parse,
                       quiet, select_names, select_output, trace_source)
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
 from .transforms import backward, forward, needed, rows_to_jacobian
@@ -203,7 +203,7 @@ def jvp(source, tangent: dict, at=None, of=None, wrt=None, *, max_elements=DEFAU
         forward(b, tr.tape.equations, tangents, eager=True, check=True)
     y = tr.value(out)
     t = tan.get(tr.tape.names[out])
-    value = np.zeros(y.shape) if t is None else np.asarray(t)
+    value = np.zeros(y.shape) if t is None else own_arrays({out: np.asarray(t)}, tangents)[out]
     return Result({out: value}, command="jvp", of=out, value=y, jvp=value, warnings=_warnings(tr))
 
 

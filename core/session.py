@@ -121,10 +121,10 @@ def eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
     found = backward(*args, eager=True, check=False, finite=finite, safe_products=False)
     if any(v is not None and var not in finite and not all_finite(np.asarray(v)) for var, v in found.items()):
         found = backward(*args, eager=True, check=True)  # with safe matrix products, and warnings
-    return _own_arrays({n: found[tr.tape.names[n]] for n in wrt}, seeds)
+    return own_arrays({n: found[tr.tape.names[n]] for n in wrt}, seeds)
 
 
-def _own_arrays(results: dict, seeds: dict) -> dict:
+def own_arrays(results: dict, seeds: dict) -> dict:
     """Each result an array of its own that may be written into: a rule may hand a cotangent
     on as it is, so that a result can be the caller's own seed (vjp of ``b = x; b``), the
     same array as another result (``sum(x + y)``: x's and y's), or a read-only broadcast

@@ -86,3 +86,11 @@ def test_gradients_are_arrays_of_their_own():
     assert not np.shares_memory(r["x"], ct) and r["x"].tolist() == [1.0, 2.0]
     r["x"][:] = 0.0
     assert ct.tolist() == [1.0, 2.0]
+
+
+def test_a_jvp_is_an_array_of_its_own():
+    t = np.array([1.0, 2.0])
+    r = gradcalc.jvp("b = x; b", {"x": t}, at={"x": np.zeros(2)})
+    assert not np.shares_memory(r["_"], t) and r["_"].tolist() == [1.0, 2.0]
+    r["_"][:] = 0.0
+    assert t.tolist() == [1.0, 2.0]
