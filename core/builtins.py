@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from . import primitives as P
-from .errors import LimitError, ShapeError, UsageError, ValueError_
+from .errors import GradcalcError, LimitError, ShapeError, UsageError, ValueError_
 from .tape import Guard, broadcast_shapes
 from .syntax import ArrayLit, Bool, Name, Num, TupleLit, Unary
 
@@ -229,7 +229,65 @@ def _einsum(subscripts, *operands):
                          hint="einsum('ij,j->i', A, x)")
     if not operands:
         raise UsageError("einsum needs at least one operand after its subscripts")
-    return P.einsum(*operands, subscripts=subscripts)
+    if "..." not in subscripts:
+        return P.einsum(*operands, subscripts=subscripts)
+    written, operands = _einsum_without_ellipsis(subscripts.replace(" ", ""), operands)
+    try:
+        return P.einsum(*operands, subscripts=written)
+    except GradcalcError as err:  # (an error names the subscripts as the program wrote them)
+        err.message = err._message.replace(repr(written), repr(subscripts))
+        raise
+
+
+def _einsum_without_ellipsis(spec: str, operands: tuple) -> tuple:
+    """(subscripts, operands) with each '...' written out as letters no term uses, NumPy's way:
+    the axes an operand's '...' stands for are right-aligned and broadcast against the other
+    operands' (an operand is broadcast_to the common shape first, so that the letters name axes
+    of equal length: differentiable, and its cotangent is summed back); without '->', the output
+    is '...' followed by the letters used once, in alphabetical order."""
+    lhs, arrow, out = spec.partition("->")
+    ins = lhs.split(",")
+    if any(s.count("...") > 1 or s.replace("...", "").count(".") for s in ins + [out]):
+        return spec, operands  # (the primitive words what is wrong with them)
+    if len(ins) != len(operands):
+        return spec.replace("...", ""), operands  # (likewise)
+    parts = []  # per operand: (where its '...' axes start, how many), or None
+    for k, (s, x) in enumerate(zip(ins, operands), start=1):
+        named = len(s.replace("...", ""))
+        if "..." not in s:
+            parts.append(None)
+        elif x.ndim < named:
+            raise ShapeError(f"einsum: operand {k} has shape {tuple(x.shape)}, but its subscripts "
+                             f"'{s}' name {named} axes besides '...'")
+        else:
+            parts.append((s.index("..."), x.ndim - named))
+    try:
+        common = broadcast_shapes(*[x.shape[at:at + n] for x, p in zip(operands, parts) if p for at, n in [p]])
+    except ValueError:
+        raise ShapeError(f"einsum: the axes that '...' stands for do not broadcast in {spec!r}") from None
+    used = set(spec)
+    letters = "".join(c for c in _LETTERS + _LETTERS.upper() if c not in used)[:len(common)]
+    if len(letters) < len(common):
+        raise UsageError(f"einsum: too few letters are left to write out '...' in {spec!r}")
+    operands = tuple(x if p is None else _ellipsis_broadcast(x, p, common) for x, p in zip(operands, parts))
+    ins = [s.replace("...", letters) for s in ins]
+    if arrow:
+        out = out.replace("...", letters)
+    else:
+        once = sorted(c for c in set("".join(ins)) - set(letters) if "".join(ins).count(c) == 1)
+        out = letters + "".join(once)
+    return ",".join(ins) + "->" + out, operands
+
+
+def _ellipsis_broadcast(x, part: tuple, common: tuple):
+    """x with the n axes at `at` that '...' stands for made the common shape (right-aligned)."""
+    at, n = part
+    target = x.shape[:at] + common + x.shape[at + n:]
+    if x.shape == target:
+        return x
+    if n < len(common):  # (missing axes first, of length 1, as NumPy aligns them)
+        x = P.reshape(x, shape=x.shape[:at] + (1,) * (len(common) - n) + x.shape[at:])
+    return P.broadcast_to(x, shape=target)
 
 
 def _tensordot_axes(axes, na: int, nb: int) -> tuple:

@@ -2013,8 +2013,8 @@ pinv = _def("pinv", lambda a: np.linalg.pinv(a, rcond=PINV_RCOND), (_pinv_vjp,),
 
 def _einsum_split(subscripts: str, n: int) -> tuple:
     spec = subscripts.replace(" ", "")
-    if "." in spec:
-        raise UsageError(f"einsum: ellipsis ('...') is not supported, in {subscripts!r}")
+    if "." in spec:  # (the built-in writes a well-formed '...' out as letters before this)
+        raise UsageError(f"einsum: '.' may appear only as one '...' per term, in {subscripts!r}")
     lhs, arrow, out = spec.partition("->")
     ins = tuple(lhs.split(","))
     bad = sorted({c for c in lhs + out if not (c.isalpha() and c.isascii()) and c != ","})
@@ -2096,7 +2096,7 @@ def _einsum_jvp(i, t, ans, *xs, subscripts):
     return einsum(*[t if k == i else x for k, x in enumerate(xs)], subscripts=subscripts)
 
 
-# einsum(operands..., subscripts='ij,j->i'): NumPy's einsum without ellipsis
+# einsum(operands..., subscripts='ij,j->i'): NumPy's einsum (the built-in writes '...' out as letters)
 einsum = _def("einsum", _einsum, _einsum_vjp, _einsum_jvp, _einsum_params, variadic=True)
 
 

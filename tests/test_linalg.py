@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pytest
 
+import gradcalc
+
 from cli_run import ok, ok_json, run, user_error
 
 
@@ -45,7 +47,13 @@ def test_contractions_match_numpy(src, ref):
 
 @pytest.mark.parametrize("src, message", [
     ("einsum('ij,j', A)", "einsum: subscripts 'ij,j' name 2 operands, but 1 was given"),
-    ("einsum('i.j', A)", "einsum: ellipsis ('...') is not supported, in 'i.j'"),
+    ("einsum('i.j', A)", "einsum: '.' may appear only as one '...' per term, in 'i.j'"),
+    ("einsum('...i', A, A)", "einsum: subscripts '...i' name 1 operand, but 2 were given"),
+    ("einsum('...ijk', A)", "einsum: operand 1 has shape (2, 2), but its subscripts '...ijk' name 3 axes "
+     "besides '...'"),
+    ("einsum('...i->i...i', A)", "einsum: output subscript 'i' is repeated in '...i->i...i'"),
+    ("einsum('...i,...i', A, ones((3, 2)))", "einsum: the axes that '...' stands for do not broadcast in "
+     "'...i,...i'"),
     ("einsum('ijk', A)", "einsum: operand 1 has shape (2, 2), but its subscripts 'ijk' name 3 axes"),
     ("einsum('ij,jk->m', A, A)", "einsum: output subscript 'm' is not among the operands' in 'ij,jk->m'"),
     ("einsum('ij->ii', A)", "einsum: output subscript 'i' is repeated in 'ij->ii'"),
@@ -576,3 +584,37 @@ def test_factorisations_follow_a_result_written_into_between_runs(src, results):
     again = gradcalc.evaluate(src, at={"A": A}, of=list(results))
     for k in results:
         assert np.array_equal(again[k], want[k]), k
+
+
+_ELLIPSES = [("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 6)]), ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 6)]),
+             ("i...->...", [(3, 2)]), ("...ii->...i", [(2, 3, 3)]), ("...i,...i", [(2, 2), (2,)]),
+             ("i...j,j->i...", [(2, 3, 4, 5), (5,)]), ("...,...", [(3,), (2, 1)]),
+             ("ij...,j...->i...", [(2, 3, 4), (3, 1)])]
+
+
+@pytest.mark.parametrize("subscripts, shapes", _ELLIPSES)
+def test_einsum_ellipsis_as_numpy_and_its_gradient_by_differences(subscripts, shapes):
+    # '...' broadcasts the axes it stands for, right-aligned, as NumPy's einsum does; the
+    # gradient of sum(einsum(...) * w) against central differences of NumPy's own einsum
+    rng = np.random.default_rng(len(subscripts))
+    ops = [rng.standard_normal(s) for s in shapes]
+    names = "abc"[:len(ops)]
+    want = np.einsum(subscripts, *ops)
+    w = rng.standard_normal(want.shape)
+    at = {**dict(zip(names, ops)), "w": w}
+    call = f"einsum('{subscripts}', {', '.join(names)})"
+    got = gradcalc.evaluate(call, at=dict(zip(names, ops)))["_"]
+    assert got.shape == want.shape and np.allclose(got, want, rtol=1e-13, atol=1e-13)
+    grads = gradcalc.grad(f"sum({call} * w)", at=at, wrt=list(names))
+    for k, n in enumerate(names):
+        fd = np.zeros(shapes[k])
+        for idx in np.ndindex(*shapes[k]):
+            step = np.zeros(shapes[k])
+            step[idx] = 1e-6
+            fd[idx] = (_einsum_sum(subscripts, ops, k, step, w) - _einsum_sum(subscripts, ops, k, -step, w)) / 2e-6
+        np.testing.assert_allclose(grads[n], fd, atol=1e-7)
+
+
+def _einsum_sum(subscripts, ops, k, step, w) -> float:
+    """sum(einsum(subscripts, *ops) * w) by NumPy, operand k moved by step."""
+    return float(np.sum(np.einsum(subscripts, *[o + step if j == k else o for j, o in enumerate(ops)]) * w))
