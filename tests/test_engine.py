@@ -182,18 +182,20 @@ def _tape_and_values(src, at):
 def test_compiled_loop_bodies_record_what_the_interpreter_records(case):
     """A loop's assignments run compiled (Interpreter.compiled): the same equations, in the same
     order, at the same positions, with the same values and warnings as expr() records."""
-    from gradcalc.run import Interpreter
-
     src, point = case
     src += "\nfor k in range(3) { w = -(sin(x) - cos(y)) * sin(z)^2 / (1 + exp(-x)) - tanh(k * y); q = maximum(w, 0.5) + (w > 0) + w^3 }"
-    compiled = _tape_and_values(src, point)
+    assert _tape_and_values(src, point) == _interpreted(src, point), src
+
+
+def _interpreted(src, point):
+    """_tape_and_values of src with no loop body compiled: every value made by expr()."""
+    from gradcalc.run import Interpreter
     plain = Interpreter.compiled
     try:
         Interpreter.compiled = lambda self, node, depth: (lambda: self.expr(node))
-        interpreted = _tape_and_values(src, point)
+        return _tape_and_values(src, point)
     finally:
         Interpreter.compiled = plain
-    assert compiled == interpreted, src
 
 
 @pytest.mark.parametrize("shape", [(3, 4), (2, 3, 4), (5, 1)])
@@ -226,16 +228,7 @@ _LOOP_PROGRAMS = [
 @pytest.mark.parametrize("src", _LOOP_PROGRAMS)
 @pytest.mark.parametrize("point", [{"x": 0.7, "y": -1.3}, {"x": 2.0, "y": 0.5}])
 def test_loop_bodies_run_compiled_record_what_the_interpreter_records(src, point):
-    from gradcalc.run import Interpreter
-
-    compiled = _tape_and_values(src, point)
-    plain = Interpreter.compiled
-    try:
-        Interpreter.compiled = lambda self, node, depth: (lambda: self.expr(node))
-        interpreted = _tape_and_values(src, point)
-    finally:
-        Interpreter.compiled = plain
-    assert compiled == interpreted, src
+    assert _tape_and_values(src, point) == _interpreted(src, point), src
     _compare(gradcalc.grad, src, point)
 
 
