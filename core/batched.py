@@ -135,6 +135,12 @@ class BatchedBuilder:
             start += math.prod(s)
         return out
 
+    def dense(self, rows: np.ndarray) -> Tracer:
+        """A seed given row by row: rows has shape (batch,) + the seeded value's shape (random
+        directions, the cotangents of a dot-product test)."""
+        rows = np.asarray(rows, dtype=np.float64)
+        return Tracer(self, _batched(rows, rows.shape[1:]))
+
     def const(self, value) -> Tracer:
         """A fixed operand: a rule's constant, or the traced point's value it mixes with a seed."""
         if not (value.__class__ is np.ndarray and value.dtype is F64 and value.ndim or value.__class__ is F64_SCALAR):

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import stencil
+from .batched import BatchedBuilder
 from .checks import (AD_TOLERANCE, SYMBOLIC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result,
                      compare, kink_text, tolerance)
 from .codec import JSONNumberError, array_from_json
@@ -23,7 +24,7 @@ from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .session import as_arrays, jacobian_blocks, parse, quiet, select_names, select_output
 from .stencil import METHODS, default_step
 from .tape import DEFAULT_MAX_ELEMENTS, Guard, eval_equations
-from .transforms import Recording, backward, forward, largest_batched, rows_to_jacobian, seeded
+from .transforms import backward, forward, largest_batched, rows_to_jacobian, seeded
 
 
 # ==========================================================================
@@ -675,18 +676,13 @@ def _forward_probes(tr: Traced, outs, wrts, rng) -> dict:
     forward rule shows up in a random projection with probability 1, at the
     cost of a few tangent passes instead of a column per input element.
     """
-    names, b = tr.tape.names, tr.builder
     out = {}
     for w in wrts:
         x = tr.value(w)
         k = FORWARD_PROBES
         v = rng.standard_normal((k,) + x.shape)
         v /= np.maximum(np.sqrt(np.sum(v * v, axis=tuple(range(1, v.ndim)), keepdims=True)), 1e-300)
-        rec = Recording(b)
-        seed = rec.seed(x.shape)
-        tan = forward(b, tr.tape.equations, {names[w]: seed})
-        jv = rec.run({seed.var: v}, [tan.get(names[o]) for o in outs], k)
-        out[w] = (v, dict(zip(outs, jv)))
+        out[w] = (v, dict(zip(outs, _tangents(tr, w, outs, v))))
     return out
 
 
@@ -723,19 +719,25 @@ def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
 
 
 def _tangents(tr: Traced, w: str, outs, v: np.ndarray) -> list:
-    """Forward mode: J v for each output along each of the directions v (shape (k,) + w.shape)."""
-    rec = Recording(tr.builder)
-    seed = rec.seed(tr.value(w).shape)
-    tan = forward(tr.builder, tr.tape.equations, {tr.tape.names[w]: seed})
-    return rec.run({seed.var: v}, [tan.get(tr.tape.names[o]) for o in outs], len(v))
+    """Forward mode: J v for each output along each of the directions v (shape (k,) + w.shape),
+    in one eager tangent pass on the batch of directions (see batched.py); None for an output
+    that does not depend on w."""
+    names = tr.tape.names
+    batch = BatchedBuilder(tr.builder, len(v), what="a batched tangent pass")
+    tan = forward(tr.builder, tr.tape.equations, {names[w]: batch.dense(v)}, eager=True, check=False,
+                  keep={names[o] for o in outs})
+    return [None if tan.get(names[o]) is None else batch.rows(tan[names[o]]) for o in outs]
 
 
 def _cotangents(tr: Traced, o: str, w: str, u: np.ndarray):
-    """Reverse mode: J^T u for each of the cotangents u (shape (k,) + o.shape), or None."""
-    rec = Recording(tr.builder)
-    useed = rec.seed(tr.value(o).shape)
-    found = backward(tr.builder, tr.tape.equations, {tr.tape.names[o]: useed}, [tr.tape.names[w]])
-    return rec.run({useed.var: u}, [found[tr.tape.names[w]]], len(u))[0]
+    """Reverse mode: J^T u for each of the cotangents u (shape (k,) + o.shape), or None, in one
+    eager backward pass on the batch of cotangents."""
+    names = tr.tape.names
+    batch = BatchedBuilder(tr.builder, len(u), what="a batched backward pass")
+    found = backward(tr.builder, tr.tape.equations, {names[o]: batch.dense(u)}, [names[w]], eager=True,
+                     check=False)
+    r = found[names[w]]
+    return None if r is None else batch.rows(r)
 
 
 def _direction_result(tr: Traced, name, p, o, w, v, j, dd: Directional, kind, step, hs, plan: _Plan,
@@ -873,13 +875,9 @@ class TaylorOrder(NamedTuple):
 def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6, *,
                  max_steps: int = DEFAULT_MAX_STEPS) -> TaylorOrder:
     """Observed order of |f(x + h v) - f(x) - h J v| as h halves (2 for a correct J v)."""
-    names, b = tr.tape.names, tr.builder
     x = tr.value(wrt)
     v = rng.standard_normal(x.shape)
-    rec = Recording(b)
-    seed = rec.seed(x.shape)
-    tan = forward(b, tr.tape.equations, {names[wrt]: seed})
-    (jv,) = rec.run({seed.var: v[None]}, [tan.get(names[of])], 1)
+    (jv,) = _tangents(tr, wrt, [of], v[None])
     jv = np.zeros(tr.value(of).shape) if jv is None else jv[0]
     h0 = 1e-2 * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
     hs = h0 / 2.0 ** np.arange(halvings)

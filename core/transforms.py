@@ -1,12 +1,13 @@
-"""Reverse and forward mode over a tape, and the batched passes built on them.
+"""Reverse and forward mode over a tape.
 
 :func:`backward` runs one VJP rule per equation, newest first; :func:`forward`
-runs one JVP rule per equation, oldest first.  Both trace their rules into the
-same builder, so what they return are tracers: their values are the answer at
-the traced point, and the equations they appended are a derivative program
-that :func:`batched` re-runs on a whole batch of seeds (every row of a
-Jacobian in one pass) or that can be differentiated again (a Hessian is the
-forward mode of the backward pass).  No Jacobian of a primitive is ever built.
+runs one JVP rule per equation, oldest first.  Traced, they record their rules
+into the same builder, so what they return are tracers: their values are the
+answer at the traced point, and the equations they appended are a derivative
+program that can be differentiated again (a Hessian is the forward mode of the
+backward pass).  Eager, they run the rules on arrays, or on the tracers of a
+:class:`.batched.BatchedBuilder` whose seeds are a whole batch (every row of a
+Jacobian in one pass).  No Jacobian of a primitive is ever built.
 """
 from __future__ import annotations
 
@@ -15,10 +16,8 @@ import math
 import numpy as np
 
 from . import primitives as P
-from .alloc import keep_freed_memory
 from .errors import GradcalcError
-from .tape import (F64, F64_SCALAR, LARGE_BATCH, Builder, Tracer, _frees, all_finite, broadcast_shapes,
-                   eval_equations)
+from .tape import F64, F64_SCALAR, Builder, Tracer, _frees, all_finite, broadcast_shapes
 
 
 def _fit(c, shape: tuple):
@@ -331,10 +330,10 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
         rules = None if prim.variadic else prim.jvp  # rules[i] is prim.jvp_rule(i), without a call
         params = eq.params
         out = None
-        for i, t in enumerate(ts):
+        for k, t in enumerate(ts):  # (k: the operand; i, the equation, frees tangents above)
             if t is None:
                 continue
-            rule = prim.jvp_rule(i) if rules is None else rules[i]
+            rule = prim.jvp_rule(k) if rules is None else rules[k]
             if rule is None:
                 continue
             try:
@@ -381,63 +380,6 @@ def _note_nonfinite(builder: Builder, eq, g, c, describe=None):
         return
     what = describe(eq) if describe else f"the derivative of '{builder.op_name(eq.prim, eq.loc)}'"
     builder.note_nonfinite(what, value_of(c))
-
-
-class Recording:
-    """Marks where a derivative pass starts, so that it can be re-run batched."""
-
-    def __init__(self, builder: Builder):
-        self.builder = builder
-        self.start = len(builder.equations)
-        self._check = builder.check_finite
-        builder.check_finite = False  # traced on placeholder seeds: its values mean nothing
-        self._made = set()  # the seeds made by seed()
-        self._first = None  # where the equations recorded after the first of them start
-
-    def seed(self, shape) -> Tracer:
-        t = self.builder.input(np.zeros(shape))
-        if self._first is None:
-            self._first = len(self.builder.equations)
-        self._made.add(t.var)
-        return t
-
-    def run(self, seeds: dict, outputs: list, batch: int, what: str = "a batched pass") -> list:
-        """Re-run the recorded equations with {seed var: array of shape (batch,) + shape}.
-
-        Refused before it starts when one batched intermediate would exceed the
-        builder's element budget.  (A Jacobian's or Hessian's identity seeds run once,
-        eagerly, as bands of diagonals instead: see :mod:`.batched`.)
-        """
-        b = self.builder
-        b.check_finite = self._check
-        keep = {t.var for t in outputs if t is not None}
-        sources = seeds.keys()
-        # The equations on a path from a seed to an output: seeded, then needed, selects the
-        # same ones in the same order as needed, then seeded (on such a path, each equation
-        # after a seeded one reads it, so is seeded too), and seeded can start where the
-        # seeds were made (no equation recorded before a seed reads it).
-        first = self._first if self._first is not None and sources <= self._made else self.start
-        equations = needed(seeded(b.equations[first:], sources), keep)
-        largest = largest_batched(equations, sources, b.shapes)
-        b.check_size((batch, largest), what=f"{what} ({batch} rows of {largest}-element values)")
-        # env holds what this pass computes; the traced values (the unbatched factors) are read
-        # from the builder, and copied only for equations that eval_equations still has to run.
-        values = b.values
-        env = dict(seeds)
-        if equations:
-            env = {**values, **env}
-            eval_equations(equations, env, keep=keep, batch_elements=batch * largest)
-        elif batch * largest >= LARGE_BATCH:
-            keep_freed_memory()  # as eval_equations would, for the arrays of the next passes
-        results = []
-        for t in outputs:
-            if t is None:
-                results.append(None)
-                continue
-            v = env[t.var] if t.var in env else values[t.var]
-            full = (batch,) + t.shape
-            results.append(v if v.shape == full else np.broadcast_to(v, full))
-        return results
 
 
 def needed(equations, outputs) -> list:

@@ -1369,12 +1369,18 @@ def test_band_keeps_a_zero_tangent_zero_next_to_an_infinite_factor(mode):
 def test_rosenbrock_hessian_runs_no_dense_batched_equation(monkeypatch):
     # Every equation of its forward-over-backward pass is a slice, scaling, sum or scatter of
     # bands, so nothing of size n×n is computed but the answer (the speed of W6 in bench/).
-    import gradcalc.transforms as T
-    ran = []
-    real = T.eval_equations
-    monkeypatch.setattr(T, "eval_equations", lambda eqs, env, **kw: (ran.extend(eqs), real(eqs, env, **kw))[1])
+    # Counted: the batched values the eager band pass computes in full (batched._batched) and the
+    # bands it writes out (the answer's, once); outer(x, x) shows that the count sees them.
+    import gradcalc.batched as B
+    made, written = [], []
+    real_batched, real_write_out = B._batched, B._Values.write_out
+    monkeypatch.setattr(B, "_batched", lambda value, shape: (made.append(shape), real_batched(value, shape))[1])
+    monkeypatch.setattr(B._Values, "write_out", lambda self, slot: (written.append(slot.shape),
+                                                                    real_write_out(self, slot))[1])
     gradcalc.hessian("sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)", at={"x": np.arange(5.0)})
-    assert ran == []
+    assert (made, written) == ([], [(5,)])
+    gradcalc.hessian("sum(outer(x, x))", at={"x": np.arange(5.0)})
+    assert made
 
 
 @pytest.mark.parametrize("src", ["sum(x^2)", "sum(sin(x)) * 3"])
