@@ -589,8 +589,14 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     if not ok:
         extra.update(breach(ad, fd, worst, *tol))
         notes += _rounding_note(tr.value(o), h, method, mabs)
-        if not notes:  # (a kink, a changed path or rounding explains it better)
-            notes += _coarse_step_note(tr.value(w), h, worst, method)
+        if not notes and _coarse_step(tr.value(w), h, worst, method):
+            # (a kink, a changed path or rounding explains a failure better than a coarse step)
+            again = _at_relative_steps(tr, o, w, ad, plan)
+            notes += _coarse_step_note(tr.value(w), h, again, worst)
+            if again is not None and again.ok:
+                extra = {"default_step": float(np.max(h))}
+                fd, h = again.fd, again.step
+                ok, mabs, mrel, worst = again.ok, again.max_abs, again.max_rel, again.worst
     if probes is not None and not _agrees_with_forward(ad, probes, o, tr.value(w).ndim, extra):
         ok = False
         notes.append("reverse and forward mode disagree")
@@ -650,19 +656,50 @@ def _rounding_note(y, h, method: str, mismatch: float) -> list:
 COARSE_STEP = 1e-3
 
 
-def _coarse_step_note(x: np.ndarray, h: np.ndarray, worst: list, method: str) -> list:
-    """A note for a failure where the step is not small beside |x| at the worst element: the
-    default step follows max(1, |x|), so below |x| = 1 it stays put while x shrinks, and a
-    correct derivative of 1/x at 1e-3 fails by 6e-5.  Says what tells the two apart."""
+def _coarse_step(x: np.ndarray, h: np.ndarray, worst: list, method: str) -> bool:
+    """Whether the step at the worst element is not small beside |x| there: the default step
+    follows max(1, |x|), so below |x| = 1 it stays put while x shrinks, and a correct derivative
+    of 1/x at 1e-3 fails by 6e-5 at it."""
     if method == "complex" or not h.size:
-        return []
+        return False
+    at = tuple(worst[len(worst) - x.ndim:]) if x.ndim else ()
+    return float(h[at]) > COARSE_STEP * abs(float(x[at]))
+
+
+class _Again(NamedTuple):
+    """The comparison made again at steps relative to |x| (see _at_relative_steps)."""
+
+    ok: bool
+    max_abs: float
+    max_rel: float
+    worst: list
+    fd: np.ndarray
+    step: np.ndarray
+
+
+def _at_relative_steps(tr: Traced, o: str, w: str, ad, plan: _Plan) -> _Again | None:
+    """The comparison made again with steps that follow |x| where it is below 1 (see
+    stencil.relative_step), or None when a step there takes another path (the differences
+    would mix two branches)."""
+    h = stencil.relative_step(tr.value(w), plan.method)
+    est = fd_estimate(tr, [o], w, plan.method, step=h, max_steps=plan.max_steps)
+    if est.flipped[o]:
+        return None
+    return _Again(*compare(ad, est.jacobian[o], *plan.tol), est.jacobian[o], est.step)
+
+
+def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst: list) -> list:
+    """What the comparison at steps relative to |x| found, said at the default step's worst
+    element (h: the default steps)."""
     at = tuple(worst[len(worst) - x.ndim:]) if x.ndim else ()
     xi, hi = abs(float(x[at])), float(h[at])
-    if hi <= COARSE_STEP * xi:
-        return []
-    return [f"the step {hi:.3g} is not small beside |x| = {xi:.3g} (the default step follows max(1, |x|)): "
-            "near 0, a function like 1/x or log(x) leaves a truncation error that large; --sweep shows the "
-            "error at smaller steps, --method complex (analytic programs) takes no difference"]
+    coarse = f"the default step {hi:.3g} is not small beside |x| = {xi:.3g} (it follows max(1, |x|))"
+    if again is not None and again.ok:
+        return [f"{coarse}: compared at steps relative to |x| instead (up to {float(np.max(again.step)):.3g}), "
+                "where the differences agree"]
+    found = "" if again is None else f"; at steps relative to |x| they disagree too (rel err {again.max_rel:.3g})"
+    return [f"{coarse}{found}: near 0, a function like 1/x or log(x) leaves a large truncation error; "
+            "--sweep shows the error at smaller steps, --method complex (analytic programs) takes no difference"]
 
 
 #: Random directions along which forward mode is compared with the reverse-mode Jacobian.

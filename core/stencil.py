@@ -71,6 +71,16 @@ def default_step(x: np.ndarray, method: str) -> np.ndarray:
     return np.exp2(np.round(np.log2(h)))
 
 
+def relative_step(x: np.ndarray, method: str) -> np.ndarray:
+    """default_step with |x| as the scale where 0 < |x| < 1 (max(1, |x|) elsewhere): for a function
+    that changes on the scale of x itself (1/x, log x near 0), where the default step is coarse."""
+    ax = np.abs(x)
+    scale = np.where((ax > 0) & (ax < 1), np.maximum(ax, 1e-290), np.maximum(1.0, ax))
+    if method == "complex":
+        return COMPLEX_STEP * scale
+    return np.exp2(np.round(np.log2(EPS ** _POWER[method] * scale)))
+
+
 def offsets(method: str, with_error: bool = False) -> tuple:
     """The multiples of the step that method evaluates along each element, in batch order."""
     return (_OFFSETS_WITH_ERROR if with_error else _OFFSETS)[method]

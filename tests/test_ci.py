@@ -704,15 +704,36 @@ def test_junit_classnames_keep_a_file_name_in_one_part(tmp_path, monkeypatch):
         ("gradcalc.check.<expr>", "<expr>")]
 
 
-@pytest.mark.parametrize("program,x", [("1/x", 1e-3), ("log(x)", 1e-4), ("sqrt(x)", 1e-6)])
-def test_a_failure_with_a_step_not_small_beside_x_says_so(program, x):
-    # review MEDIUM 15: correct derivatives fail at small |x| (the step follows max(1, |x|)); the row
-    # points to what tells a wrong rule from a coarse step, and the complex step does pass them
+@pytest.mark.parametrize("program,x", [("1/x", 1e-3), ("log(x)", 1e-4), ("sqrt(x)", 1e-6), ("1/x", -1e-5)])
+def test_a_correct_derivative_at_a_small_x_passes_at_steps_relative_to_x(program, x):
+    # review MEDIUM 15: the default step follows max(1, |x|), and central differences of 1/x at
+    # 1e-3 are off by (h/x)^2 ~ 6e-5 at it; the check compares again at steps relative to |x|
+    # (eps^(1/3) |x| rounded to a power of two) and says so
     r, = gradcalc.check(program, at={"x": x}).results
-    assert not r.ok
-    assert any(n.startswith(f"the step {r.step:.3g} is not small beside |x| = {x:.3g}") and "--sweep" in n
-               and "--method complex" in n for n in r.notes), r.notes
-    assert gradcalc.check(program, at={"x": x}, method="complex").ok
+    assert r.ok, r.notes
+    assert r.step == 2.0 ** round(math.log2(np.finfo(float).eps ** (1 / 3) * abs(x)))
+    assert r.extra["default_step"] == 2.0 ** -17
+    assert r.notes == [f"the default step {2.0 ** -17:.3g} is not small beside |x| = {abs(x):.3g} (it follows "
+                       f"max(1, |x|)): compared at steps relative to |x| instead (up to {r.step:.3g}), where the "
+                       "differences agree"]
+
+
+def test_a_vector_of_mixed_magnitudes_is_compared_at_steps_relative_to_each_element():
+    r, = gradcalc.check("sum(1/x)", at={"x": np.array([1e-3, 2.0, -5e-4])}).results
+    assert r.ok and r.extra["default_step"] == 2.0 ** -16  # (max(1, |x|) = 2 at the second element)
+
+
+def test_a_wrong_rule_at_a_small_x_still_fails(monkeypatch):
+    # log's rules off by 1e-4 (in both modes, so only the differences can tell): at the default
+    # step and at steps relative to |x| alike
+    wrong = (lambda g, ans, x, **_: safe_mul(g, REGISTRY["div"](1.0001, x)),)
+    monkeypatch.setattr(REGISTRY["log"], "vjp", wrong)
+    monkeypatch.setattr(REGISTRY["log"], "jvp", wrong)
+    r, = gradcalc.check("log(x)", at={"x": 1e-4}).results
+    assert not r.ok  # (its numbers are the default step's, where truncation adds 1.8e-3)
+    assert any("at steps relative to |x| they disagree too (rel err 0.0001)" in n and "--sweep" in n
+               for n in r.notes), r.notes
+    assert not gradcalc.check("log(x)", at={"x": 1e-4}, method="complex").ok
 
 
 def test_a_wrong_rule_at_a_large_x_gets_no_step_note(monkeypatch):
