@@ -261,10 +261,15 @@ def _einsum_without_ellipsis(spec: str, operands: tuple) -> tuple:
                              f"'{s}' name {named} axes besides '...'")
         else:
             parts.append((s.index("..."), x.ndim - named))
+    shapes = [x.shape[at:at + n] for x, p in zip(operands, parts) if p for at, n in [p]]
     try:
-        common = broadcast_shapes(*[x.shape[at:at + n] for x, p in zip(operands, parts) if p for at, n in [p]])
+        common = broadcast_shapes(*shapes) if shapes else ()
     except ValueError:
         raise ShapeError(f"einsum: the axes that '...' stands for do not broadcast in {spec!r}") from None
+    if common and arrow and "..." not in out:  # (NumPy refuses to sum them silently)
+        raise UsageError(f"einsum: the output names no '...' for the {len(common)} ax"
+                         f"{'es' if len(common) > 1 else 'is'} '...' stands for in {spec!r}",
+                         hint="add '...' to the output, or sum them after, e.g. sum(einsum('...i->...', x))")
     used = set(spec)
     letters = "".join(c for c in _LETTERS + _LETTERS.upper() if c not in used)[:len(common)]
     if len(letters) < len(common):

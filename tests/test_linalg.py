@@ -54,6 +54,8 @@ def test_contractions_match_numpy(src, ref):
     ("einsum('...i->i...i', A)", "einsum: output subscript 'i' is repeated in '...i->i...i'"),
     ("einsum('...i,...i', A, ones((3, 2)))", "einsum: the axes that '...' stands for do not broadcast in "
      "'...i,...i'"),
+    ("einsum('...i->i', A)", "einsum: the output names no '...' for the 1 axis '...' stands for in "
+     "'...i->i'"),
     ("einsum('ijk', A)", "einsum: operand 1 has shape (2, 2), but its subscripts 'ijk' name 3 axes"),
     ("einsum('ij,jk->m', A, A)", "einsum: output subscript 'm' is not among the operands' in 'ij,jk->m'"),
     ("einsum('ij->ii', A)", "einsum: output subscript 'i' is repeated in 'ij->ii'"),
@@ -589,7 +591,8 @@ def test_factorisations_follow_a_result_written_into_between_runs(src, results):
 _ELLIPSES = [("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 6)]), ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 6)]),
              ("i...->...", [(3, 2)]), ("...ii->...i", [(2, 3, 3)]), ("...i,...i", [(2, 2), (2,)]),
              ("i...j,j->i...", [(2, 3, 4, 5), (5,)]), ("...,...", [(3,), (2, 1)]),
-             ("ij...,j...->i...", [(2, 3, 4), (3, 1)])]
+             ("ij...,j...->i...", [(2, 3, 4), (3, 1)]), ("ij->...ij", [(2, 3)]), ("i,i->...", [(3,), (3,)]),
+             ("...i->i", [(4,)])]
 
 
 @pytest.mark.parametrize("subscripts, shapes", _ELLIPSES)
