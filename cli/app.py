@@ -185,7 +185,7 @@ def _run(opts: Options, body: Callable[[], object]) -> None:
     """Run a command body and show its result; turn errors into messages and exit codes."""
     try:
         try:
-            if opts.save:
+            if opts.save is not None:
                 views.check_writable("--save", opts.save)
             code = _show(body(), opts)
         except MemoryError:  # the machine's limit, not a bug: sizes within the element limit add up
@@ -548,7 +548,7 @@ def check_cmd(
     result passes, 1 when any fails, 2 when a source could not be checked (after the others).
     """
     from gradcalc.suite import check_sources
-    if junit_xml:
+    if junit_xml is not None:
         views.check_writable("--junit-xml", junit_xml)
     point = _at(at, opts) if at else None
     given = dict(at=point, of=of, wrt=wrt, rtol=rtol, atol=atol, max_elements=opts.max_elements,

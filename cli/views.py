@@ -360,12 +360,15 @@ def check_writable(flag: str, path: str) -> None:
     """Refuse, before any work, a report file that could not be written: its folder is missing
     or read-only, or the path is a folder (the work would be done, then lost)."""
     import os
-    folder = os.path.dirname(path) or "."
-    if os.path.isdir(path):
+    if not path:
+        raise unwritable(flag, path, "an empty path names no file")
+    target = os.path.realpath(path)  # (a dangling link is written through to its target)
+    folder = os.path.dirname(target) or "."
+    if os.path.isdir(target):
         raise unwritable(flag, path, "Is a directory")
     if not os.path.isdir(folder):
         raise unwritable(flag, path, "No such file or directory")
-    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+    if not os.access(target if os.path.exists(target) else folder, os.W_OK):
         raise unwritable(flag, path, "Permission denied")
 
 

@@ -752,3 +752,15 @@ def test_an_unwritable_junit_report_is_refused_before_any_work(three, monkeypatc
     assert not ran
     r = user_error("grad", "x^2", "--at", "x=1", "--save", "no/such/g.npz")
     assert r.stderr.startswith("error: --save: cannot write 'no/such/g.npz': No such file or directory")
+
+
+def test_a_dangling_link_or_an_empty_report_path_is_refused_before_any_work(three, monkeypatch):
+    os.symlink(str(three / "no" / "such" / "r.xml"), "dangling.xml")
+    ran = []
+    monkeypatch.setattr("gradcalc.suite.check_sources", lambda *a, **k: ran.append(1))
+    assert user_error("check", "good.grad", "--junit-xml", "dangling.xml").stderr.startswith(
+        "error: --junit-xml: cannot write 'dangling.xml': No such file or directory")
+    assert user_error("check", "good.grad", "--junit-xml", "").stderr.startswith(
+        "error: --junit-xml: cannot write '': an empty path names no file")
+    assert not ran
+    assert "an empty path" in user_error("grad", "x^2", "--at", "x=1", "--save", "").stderr
