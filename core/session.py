@@ -96,8 +96,11 @@ def select_output(tr: Traced, of) -> str:
         if tr.tape.output is None:
             raise tr.output_error or UsageError("the program has no output")
         return tr.tape.output
-    (name,) = select_names(tr, [of] if isinstance(of, str) else of, "of", ())
-    return name
+    names = select_names(tr, [of] if isinstance(of, str) else of, "of", ())
+    if len(names) != 1:  # (grad, jvp, hessian: one output; the CLI words it with the command)
+        raise UsageError(f"{option('of')} names one output here, got {len(names)}", option="of",
+                         hint="jacobian, vjp and check take several outputs")
+    return names[0]
 
 
 def inputs_only(tr: Traced, names, command: str):

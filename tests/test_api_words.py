@@ -94,3 +94,12 @@ def test_a_jvp_is_an_array_of_its_own():
     assert not np.shares_memory(r["_"], t) and r["_"].tolist() == [1.0, 2.0]
     r["_"][:] = 0.0
     assert t.tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("call", [lambda of: gradcalc.grad("u = x^2; v = x^3", at={"x": 1.0}, of=of),
+                                  lambda of: gradcalc.hessian("u = x^2; v = x^3", at={"x": 1.0}, of=of),
+                                  lambda of: gradcalc.jvp("u = x^2; v = x^3", {"x": 1.0}, at={"x": 1.0}, of=of)])
+def test_one_output_asked_as_a_list_of_several_is_a_usage_error(call):
+    with pytest.raises(gradcalc.GradcalcError, match="of names one output here, got 2"):
+        call(["u", "v"])
+    assert call(["v"]).of == "v"  # (a list of one is one output)
