@@ -500,7 +500,7 @@ def _graph_dot(result) -> str:
 #: check --sweep draws the curves of this many results, the worst first; the others get a row.
 SWEEPS_DRAWN = 3
 _SWEEP_RANK = {"wrong derivative": 0, "finite differences are not finite here": 1,
-               "step too small or too large": 2, "not differentiable here": 3}
+               "step too small or too large": 2, "a kink within every step": 3}
 
 
 def _sweep_section(results, precision: int) -> None:
@@ -568,9 +568,9 @@ def _sweep_verdict(w: dict) -> str:
     if verdict == "wrong derivative":
         return (f"verdict: wrong derivative: the error never falls below {w['best_error']:.2g}, at any "
                 f"step, for a derivative of size {scale:.3g}")
-    if verdict == "not differentiable here":
-        return (f"verdict: not differentiable here: a kink or branch lies within every step (best error "
-                f"{w['best_error']:.2g}); see the notes")
+    if verdict == "a kink within every step":
+        return (f"verdict: a kink within every step: a kink or branch lies within even the smallest step, "
+                f"so no step can tell (best error {w['best_error']:.2g}); see the notes")
     if verdict == "step too small or too large":
         return (f"verdict: step too small or too large: the check's step {w['default_step']:.2g} is on "
                 f"the {w['side'] or 'wrong'} side of the V; the best step is {w['best_step']:.2g}")

@@ -50,9 +50,10 @@ WRONG = "wrong derivative"
 BAD_STEP = "step too small or too large"
 OK = "ok"
 NOT_FINITE = "finite differences are not finite here"
-#: A point at a kink or a branch of the program (relu at 0): differences disagree with the
-#: derivative taken there at every step, however small, which is no sign of a wrong rule.
-AT_KINK = "not differentiable here"
+#: A point at a kink or a branch of the program (relu at 0), or within the smallest step of one
+#: (abs at 1e-14): differences disagree with the derivative taken there at every step, which is
+#: no sign of a wrong rule.
+AT_KINK = "a kink within every step"
 
 
 class Sweep(NamedTuple):
