@@ -139,6 +139,8 @@ def breach_text(result) -> str | None:
     why = {"rtol": f"rtol {x['rtol']:g} x |{ref}|", "atol": f"atol {x['atol']:g}",
            "rounding": "rounding allowance"}[x["bound"]]
     where = "at [" + ", ".join(map(str, result.worst_index)) + "]: " if result.worst_index else ""
+    if not (math.isfinite(a) and math.isfinite(r)):  # (no difference to weigh: say which is not finite)
+        return f"{where}ad {a:.10g}, {ref} {r:.10g}: not finite"
     return (f"{where}ad {a:.10g}, {ref} {r:.10g}: |ad - {ref}| = {abs(a - r):.3g} > "
             f"{x['allowed']:.3g} allowed ({x['bound']} bound: {why})")
 

@@ -663,7 +663,8 @@ def _coarse_step(x: np.ndarray, h: np.ndarray, worst: list, method: str) -> bool
     if method == "complex" or not h.size:
         return False
     at = tuple(worst[len(worst) - x.ndim:]) if x.ndim else ()
-    return float(h[at]) > COARSE_STEP * abs(float(x[at]))
+    xi = abs(float(x[at]))
+    return 0 < xi and float(h[at]) > COARSE_STEP * xi  # (at 0 no step is relative to |x|)
 
 
 class _Again(NamedTuple):

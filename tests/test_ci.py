@@ -764,3 +764,9 @@ def test_a_dangling_link_or_an_empty_report_path_is_refused_before_any_work(thre
         "error: --junit-xml: cannot write '': an empty path names no file")
     assert not ran
     assert "an empty path" in user_error("grad", "x^2", "--at", "x=1", "--save", "").stderr
+
+
+def test_a_non_finite_comparison_says_which_side_is_not_finite():
+    # sqrt at 0: reverse mode gives inf (1 / (2 sqrt 0)), central differences nan (sqrt(-h))
+    r, = gradcalc.check("sqrt(x)", at={"x": 0.0}).results
+    assert not r.ok and row_text(r).split(" | ")[1:] == ["ad inf, fd nan: not finite", "non-finite derivative"]
