@@ -205,22 +205,13 @@ def _broadcast_params(shapes, builder, **params):
         x, y = shapes
         if x == y:
             return params
-        if len(x) == len(y):  # equal ranks (a bias (n, 1) beside (n, m)): NumPy's rule axis by axis
-            out = []
-            for p, q in zip(x, y):
-                if p == q or q == 1:
-                    out.append(p)
-                elif p == 1:
-                    out.append(q)
-                else:
-                    raise ShapeError(f"shapes {tuple(x)} and {tuple(y)} do not broadcast")
-            builder.check_size(tuple(out))
-            return params  # (then out has that rank too: nothing to align)
         try:
             out = broadcast_shapes(x, y)
         except ValueError:
             raise ShapeError(f"shapes {tuple(x)} and {tuple(y)} do not broadcast") from None
         builder.check_size(out)
+        if len(x) == len(y):
+            return params  # equal ranks (then out has that rank too: nothing to align)
         return {"nd": (len(x), len(y)), "ond": len(out), **params}
     first = shapes[0]
     for s in shapes:

@@ -231,6 +231,16 @@ def broadcast_shapes(*shapes) -> tuple:
             return a
         if not a:
             return b
+        if len(a) == len(b):  # (a bias (n, 1) beside (n, m): axis by axis, no alignment)
+            out = []
+            for p, q in zip(a, b):
+                if p == q or q == 1:
+                    out.append(p)
+                elif p == 1:
+                    out.append(q)
+                else:
+                    raise ValueError(f"shape mismatch: {shapes} do not broadcast")
+            return tuple(out)
     nd = max(len(s) for s in shapes)
     out = [1] * nd
     for s in shapes:
@@ -445,7 +455,8 @@ class Builder:
     # bind2 and bind1 are bind for the commonest calls, which the interpreter makes directly:
     # operands that are NumPy scalars (a scalar program) go without bind's branches, conversions
     # and checks of shape when the value is a scalar too; anything else takes the general code.
-    # Same value, same equation.
+    # Same value, same equation.  Each writes out the recording that _bind ends with: a shared
+    # helper would cost a call per operation, about a tenth of recording one.
 
     def bind2(self, prim, a: Tracer, b: Tracer) -> Tracer:
         """bind(prim, (a, b), NO_PARAMS) for a broadcasting primitive (one with prim.plain)."""
