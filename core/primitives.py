@@ -18,6 +18,11 @@ Each :class:`Primitive` has
   notes a change of path), ``keeps_finite`` (real finite arguments always give a finite value: tanh,
   sin; the tracer then skips its look for nan and inf, which could only find what
   an operand already had);
+- ``vjp_reads``: the values its VJP rules read, operands by position (0, 1...) and its output
+  as :data:`OUT`; None (the default) when they may read any.  Parameters and shapes are not
+  values: ``sum``'s rule reads none.  A first-order eager backward pass frees, before it
+  starts, every value that no rule will read (``transforms.release_unread``): of W8's
+  six 32 KB arrays a step, the rules read one;
 - ``plain_vjp`` (matmul only): VJP rules whose matrix products skip the look for
   0 * inf terms, for a first-order eager pass that is re-run with the safe rules
   when a result is not finite (``transforms.backward(..., safe_products=False)``).
@@ -53,17 +58,20 @@ from .errors import ShapeError, UsageError, ValueError_
 from .tape import F64_SCALAR, Tracer, all_finite, broadcast_shapes
 
 _ARRAY = np.ndarray
+#: In a primitive's ``vjp_reads``: its output (operands are named by their position).
+OUT = -1
 
 
 class Primitive:
     """One entry of the registry.  Calling it on tracers records an equation."""
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "analytic", "kink",
-                 "branch", "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp", "eager")
+                 "branch", "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp", "eager",
+                 "vjp_reads")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
                  analytic=True, kink=None, branch=None, variadic=False, keeps_finite=False,
-                 plain_vjp=None, eager=None):
+                 plain_vjp=None, eager=None, vjp_reads=None):
         self.name = name
         self.impl = impl
         self.vjp = vjp
@@ -79,6 +87,7 @@ class Primitive:
         self.keeps_finite = keeps_finite
         self.plain_vjp = plain_vjp
         self.eager = eager
+        self.vjp_reads = None if vjp_reads is None else tuple(vjp_reads)
 
     def vjp_rule(self, i: int) -> Callable | None:
         return _rule(self.vjp, i, self.variadic)
@@ -291,7 +300,8 @@ def _zero_rule(g, ans, *args, **_):
 
 
 def _zero_derivative(name, fn, kink):
-    return _def(name, fn, (_zero_rule,), (_zero_rule,), analytic=False, kink=kink, keeps_finite=True)
+    return _def(name, fn, (_zero_rule,), (_zero_rule,), analytic=False, kink=kink, keeps_finite=True,
+                vjp_reads=())
 
 
 def _sigmoid(x):
@@ -308,41 +318,44 @@ _LN2, _LN10 = math.log(2.0), math.log(10.0)
 # (operator.neg is np.negative on arrays, and on a NumPy scalar the same sign flip at a ninth of
 # the ufunc's cost: -x on np.float64)
 neg = _def("neg", operator.neg, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),),
-           keeps_finite=True)
+           keeps_finite=True, vjp_reads=())
 # the value of x with zero derivative
 stop_gradient = _def("stop_gradient", lambda x: x.real.copy() if np.iscomplexobj(x) else x,
                      differentiable=False)
 zeros_like = _def("zeros_like", np.zeros_like, differentiable=False)  # (internal: rules' zeros)
 # (internal) x, as a value of its own: `a = x` names a copy, so that derivatives with respect
 # to a hold x fixed
-copy = _def("copy", lambda x: x, (lambda g, ans, x: g,), (lambda t, ans, x: t,), keeps_finite=True)
+copy = _def("copy", lambda x: x, (lambda g, ans, x: g,), (lambda t, ans, x: t,), keeps_finite=True,
+            vjp_reads=())
 
-abs_ = _unary("abs", np.abs, lambda ans, x: sign(x), analytic=False, kink=_at_zero, keeps_finite=True)
-sqrt = _unary("sqrt", np.sqrt, lambda ans, x: 0.5 / ans)
-cbrt = _unary("cbrt", np.cbrt, lambda ans, x: 1 / (3 * ans * ans), analytic=False)
-exp = _unary("exp", np.exp, lambda ans, x: ans)
-expm1 = _unary("expm1", np.expm1, lambda ans, x: ans + 1)
-exp2 = _unary("exp2", np.exp2, lambda ans, x: ans * _LN2)
-log = _unary("log", np.log, lambda ans, x: 1 / x)
-log1p = _unary("log1p", np.log1p, lambda ans, x: 1 / (1 + x))
-log2 = _unary("log2", np.log2, lambda ans, x: 1 / (x * _LN2))
-log10 = _unary("log10", np.log10, lambda ans, x: 1 / (x * _LN10))
-sin = _unary("sin", np.sin, lambda ans, x: cos(x), keeps_finite=True)
-cos = _unary("cos", np.cos, lambda ans, x: -sin(x), keeps_finite=True)
-tan = _unary("tan", np.tan, lambda ans, x: 1 + ans * ans)
-asin = _unary("asin", np.arcsin, lambda ans, x: 1 / sqrt(1 - x * x))
-acos = _unary("acos", np.arccos, lambda ans, x: -1 / sqrt(1 - x * x))
-atan = _unary("atan", np.arctan, lambda ans, x: 1 / (1 + x * x), keeps_finite=True)
-sinh = _unary("sinh", np.sinh, lambda ans, x: cosh(x))
-cosh = _unary("cosh", np.cosh, lambda ans, x: sinh(x))
-tanh = _unary("tanh", np.tanh, lambda ans, x: 1 - ans * ans, keeps_finite=True)
-asinh = _unary("asinh", np.arcsinh, lambda ans, x: 1 / sqrt(x * x + 1))
-acosh = _unary("acosh", np.arccosh, lambda ans, x: 1 / (sqrt(x - 1) * sqrt(x + 1)))
-atanh = _unary("atanh", np.arctanh, lambda ans, x: 1 / (1 - x * x))
-sigmoid = _unary("sigmoid", _sigmoid, lambda ans, x: ans * (1 - ans), analytic=False, keeps_finite=True)
+abs_ = _unary("abs", np.abs, lambda ans, x: sign(x), analytic=False, kink=_at_zero, keeps_finite=True,
+              vjp_reads=(0,))
+sqrt = _unary("sqrt", np.sqrt, lambda ans, x: 0.5 / ans, vjp_reads=(OUT,))
+cbrt = _unary("cbrt", np.cbrt, lambda ans, x: 1 / (3 * ans * ans), analytic=False, vjp_reads=(OUT,))
+exp = _unary("exp", np.exp, lambda ans, x: ans, vjp_reads=(OUT,))
+expm1 = _unary("expm1", np.expm1, lambda ans, x: ans + 1, vjp_reads=(OUT,))
+exp2 = _unary("exp2", np.exp2, lambda ans, x: ans * _LN2, vjp_reads=(OUT,))
+log = _unary("log", np.log, lambda ans, x: 1 / x, vjp_reads=(0,))
+log1p = _unary("log1p", np.log1p, lambda ans, x: 1 / (1 + x), vjp_reads=(0,))
+log2 = _unary("log2", np.log2, lambda ans, x: 1 / (x * _LN2), vjp_reads=(0,))
+log10 = _unary("log10", np.log10, lambda ans, x: 1 / (x * _LN10), vjp_reads=(0,))
+sin = _unary("sin", np.sin, lambda ans, x: cos(x), keeps_finite=True, vjp_reads=(0,))
+cos = _unary("cos", np.cos, lambda ans, x: -sin(x), keeps_finite=True, vjp_reads=(0,))
+tan = _unary("tan", np.tan, lambda ans, x: 1 + ans * ans, vjp_reads=(OUT,))
+asin = _unary("asin", np.arcsin, lambda ans, x: 1 / sqrt(1 - x * x), vjp_reads=(0,))
+acos = _unary("acos", np.arccos, lambda ans, x: -1 / sqrt(1 - x * x), vjp_reads=(0,))
+atan = _unary("atan", np.arctan, lambda ans, x: 1 / (1 + x * x), keeps_finite=True, vjp_reads=(0,))
+sinh = _unary("sinh", np.sinh, lambda ans, x: cosh(x), vjp_reads=(0,))
+cosh = _unary("cosh", np.cosh, lambda ans, x: sinh(x), vjp_reads=(0,))
+tanh = _unary("tanh", np.tanh, lambda ans, x: 1 - ans * ans, keeps_finite=True, vjp_reads=(OUT,))
+asinh = _unary("asinh", np.arcsinh, lambda ans, x: 1 / sqrt(x * x + 1), vjp_reads=(0,))
+acosh = _unary("acosh", np.arccosh, lambda ans, x: 1 / (sqrt(x - 1) * sqrt(x + 1)), vjp_reads=(0,))
+atanh = _unary("atanh", np.arctanh, lambda ans, x: 1 / (1 - x * x), vjp_reads=(0,))
+sigmoid = _unary("sigmoid", _sigmoid, lambda ans, x: ans * (1 - ans), analytic=False, keeps_finite=True,
+                 vjp_reads=(OUT,))
 relu = _unary("relu", lambda x: np.maximum(x, 0.0), lambda ans, x: gt(x, 0.0), analytic=False,
-              kink=_at_zero, keeps_finite=True)
-softplus = _unary("softplus", _softplus, lambda ans, x: sigmoid(x), analytic=False)
+              kink=_at_zero, keeps_finite=True, vjp_reads=(0,))
+softplus = _unary("softplus", _softplus, lambda ans, x: sigmoid(x), analytic=False, vjp_reads=(0,))
 
 sign = _zero_derivative("sign", np.sign, kink=_at_zero)
 floor = _zero_derivative("floor", np.floor, kink=lambda ans, x: x - np.round(x))
@@ -393,9 +406,11 @@ def _sinc_slope(ans, x):
 
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
-erf = _unary("erf", _pointwise(math.erf), lambda ans, x: _gauss(x), analytic=False, keeps_finite=True)
-erfc = _unary("erfc", _pointwise(math.erfc), lambda ans, x: -_gauss(x), analytic=False, keeps_finite=True)
-sinc = _unary("sinc", np.sinc, _sinc_slope, analytic=False)  # (pi x overflows at 1e308)
+erf = _unary("erf", _pointwise(math.erf), lambda ans, x: _gauss(x), analytic=False, keeps_finite=True,
+             vjp_reads=(0,))
+erfc = _unary("erfc", _pointwise(math.erfc), lambda ans, x: -_gauss(x), analytic=False, keeps_finite=True,
+              vjp_reads=(0,))
+sinc = _unary("sinc", np.sinc, _sinc_slope, analytic=False, vjp_reads=(OUT, 0))  # (pi x overflows at 1e308)
 
 
 # ==========================================================================
@@ -448,16 +463,18 @@ def _zero_nans(r, g, d, zero_operand):
         return _ZERO if r != r and zero_operand(g, d) else r
     if r.dtype.kind != "f":
         return r
-    gv, dv = _repeated(g), _repeated(d)
-    small = gv if gv.size < dv.size else dv
-    if small.size * 4 <= r.size and _finite_nonzero(small):
-        return r
+    if r.size > _SMALL:  # (a look at a small r costs less than finding what the operands repeat)
+        gv, dv = _repeated(g), _repeated(d)
+        small = gv if gv.size < dv.size else dv
+        if small.size * 4 <= r.size and _finite_nonzero(small):
+            return r
     if not all_finite(r):
         r = np.where(zero_operand(g, d) & np.isnan(r), 0.0, r)
     return r
 
 
 _ZERO = np.float64(0.0)
+_SMALL = 1024  # elements of a product that _zero_nans looks at before its operands
 
 
 def _repeated(x):
@@ -481,11 +498,13 @@ def _finite_nonzero(x) -> bool:
     return all_finite(x) and bool(x.all())
 
 
-add = _binary("add", np.add, (lambda g, ans, x, y, **_: g, lambda g, ans, x, y, **_: g), operator.add)
+add = _binary("add", np.add, (lambda g, ans, x, y, **_: g, lambda g, ans, x, y, **_: g), operator.add,
+              vjp_reads=())
 mul = _binary("mul", np.multiply, (lambda g, ans, x, y, **_: safe_mul(g, y),
-                                   lambda g, ans, x, y, **_: safe_mul(g, x)), operator.mul)
+                                   lambda g, ans, x, y, **_: safe_mul(g, x)), operator.mul, vjp_reads=(0, 1))
 div = _binary("div", np.divide, (lambda g, ans, x, y, **_: safe_div(g, y),
-                                 lambda g, ans, x, y, **_: -safe_mul(g, ans / y)), operator.truediv)
+                                 lambda g, ans, x, y, **_: -safe_mul(g, ans / y)), operator.truediv,
+              vjp_reads=(OUT, 1))
 def _multiple_gap(ans, a, b, **_):
     # how far a is from a multiple of b, where a // b and a % b jump
     return a - b * np.round(a / b)
@@ -539,7 +558,7 @@ def _pow_const(x, p):
 
 # x^p for a constant exponent p (x^2 in a program)
 pow_const = _def("pow_const", _pow_const, (_pow_const_rule,), (_pow_const_rule,),
-                 lambda shapes, builder, p: {"p": float(p)})
+                 lambda shapes, builder, p: {"p": float(p)}, vjp_reads=(0,))
 
 
 def _extremum(name, fn, wins):
@@ -663,7 +682,7 @@ def _sum_jvp(t, ans, x, axes, keepdims, xshape):
     return reduce_sum(t, axis=axes, keepdims=keepdims)
 
 
-reduce_sum = _reduction("sum", np.add.reduce, _sum_vjp, _sum_jvp)  # (np.sum calls it, after 1 us of wrapper)
+reduce_sum = _reduction("sum", np.add.reduce, _sum_vjp, _sum_jvp, vjp_reads=())  # (np.sum calls it, after 1 us of wrapper)
 
 
 def _extreme_reduction(name, fn):
@@ -1015,7 +1034,7 @@ def _reshape_eager(x, shape):
 reshape = _def("reshape", lambda x, shape, xshape: x.reshape(_batch(x, len(xshape)) + shape),
                (lambda g, ans, x, shape, xshape: reshape(g, shape=xshape),),
                (lambda t, ans, x, shape, xshape: reshape(t, shape=shape),),
-               _reshape_params, eager=_reshape_eager)
+               _reshape_params, eager=_reshape_eager, vjp_reads=())
 
 
 def _broadcast_to_params(shapes, builder, shape):
@@ -1097,11 +1116,11 @@ def _sum_to_eager(x, shape):
 broadcast_to = _def("broadcast_to", _broadcast_to,
                     (lambda g, ans, x, shape, xshape: sum_to(g, shape=xshape),),
                     (lambda t, ans, x, shape, xshape: broadcast_to(t, shape=shape),),
-                    _broadcast_to_params, eager=_broadcast_to_eager)
+                    _broadcast_to_params, eager=_broadcast_to_eager, vjp_reads=())
 sum_to = _def("sum_to", _sum_to,
               (lambda g, ans, x, drop, keep, shape, xshape: broadcast_to(g, shape=xshape),),
               (lambda t, ans, x, drop, keep, shape, xshape: sum_to(t, shape=shape),),
-              _sum_to_params, eager=_sum_to_eager)
+              _sum_to_params, eager=_sum_to_eager, vjp_reads=())
 
 
 # ==========================================================================
@@ -1301,7 +1320,7 @@ def _index_put_params(shapes, builder, idx, shape, nd=None):
 index = _def("index", _gather,
              (lambda g, ans, x, idx, xshape: index_put(g, idx=idx, shape=xshape),),
              (lambda t, ans, x, idx, xshape: index(t, idx=idx),),
-             _index_params)
+             _index_params, vjp_reads=())
 # (internal) zeros of shape with x added at idx (nd: x's logical rank)
 index_put = _def("index_put", _index_put,
                  (lambda g, ans, x, idx, shape, nd: index(g, idx=idx),),
@@ -1449,7 +1468,7 @@ def _transpose(x, axes):
 transpose = _def("transpose", _transpose,
                  (lambda g, ans, x, axes: transpose(g, axes=tuple(np.argsort(axes))),),
                  (lambda t, ans, x, axes: transpose(t, axes=axes),),
-                 _transpose_params)
+                 _transpose_params, vjp_reads=())
 
 
 def mT(x):
@@ -1587,7 +1606,8 @@ def _matmul_eager(a, b, safe=False):
 matmul = _def("matmul", _matmul, _matmul_vjps(safe_products=True),
               (lambda t, ans, a, b, **_: matmul(t, b, safe=True),
                lambda t, ans, a, b, **_: matmul(a, t, safe=True)),
-              _matmul_params, plain_vjp=_matmul_vjps(safe_products=False), eager=_matmul_eager)
+              _matmul_params, plain_vjp=_matmul_vjps(safe_products=False), eager=_matmul_eager,
+              vjp_reads=(0, 1))
 
 
 def _square_params(shapes, builder):

@@ -299,6 +299,7 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     tan = dict(tangents)
     get = tan.get
     shapes = builder.shapes
+    values = builder.values
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
@@ -307,11 +308,10 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
         if free is not None and i:
             for v in free[i - 1]:  # (those of the equation before: this loop goes on early)
                 tan.pop(v, None)
-        prim = eq.prim
+        out, prim, ea, params, loc = eq  # (unpacked: cheaper than the fields' properties)
         if not prim.differentiable:
             continue
         # The arguments' tangents, unrolled for one or two arguments (as in backward).
-        ea = eq.args
         n = len(ea)
         if n == 1:
             ts = (get(ea[0]),)
@@ -325,11 +325,19 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
             ts = [get(a) for a in ea]
             if all(t is None for t in ts):
                 continue
-        builder.pos = eq.loc
-        rest = _operands(builder, eq, eager)  # the rules' arguments after the tangent
+        builder.pos = loc
+        # The rules' arguments after the tangent (_operands, inlined for an eager pass).
+        if eager:
+            if n == 1:
+                rest = (values[out], values[ea[0]])
+            elif n == 2:
+                rest = (values[out], values[ea[0]], values[ea[1]])
+            else:
+                rest = (values[out], *map(values.__getitem__, ea))
+        else:
+            rest = _operands(builder, eq, eager)
         rules = None if prim.variadic else prim.jvp  # rules[i] is prim.jvp_rule(i), without a call
-        params = eq.params
-        out = None
+        total = None
         for k, t in enumerate(ts):  # (k: the operand; i, the equation, frees tangents above)
             if t is None:
                 continue
@@ -341,14 +349,14 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
             except GradcalcError as err:
                 err.pos = err.pos or eq.pos
                 raise
-            out = c if out is None else out + c
-        if out is not None:
-            shape = shapes[eq.out]
-            if out.shape != shape:  # _fit returns out as it is otherwise
-                out = _fit(out, shape)
-            tan[eq.out] = out
+            total = c if total is None else total + c
+        if total is not None:
+            shape = shapes[out]
+            if total.shape != shape:  # _fit returns total as it is otherwise
+                total = _fit(total, shape)
+            tan[out] = total
             if check:
-                _note_nonfinite(builder, eq, None, out, describe)
+                _note_nonfinite(builder, eq, None, total, describe)
     builder.pos = None
     builder.check_finite = saved
     return tan
