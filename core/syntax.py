@@ -492,10 +492,16 @@ class _Parser:
             if k == closer:
                 return pos, tuple(statements), tuple(reads)
             mark = len(names)
-            rule = assignments.get(kinds[pos + 1]) if k == "name" else None  # NAME = ..., most statements
-            if rule is None:
-                rule = self.statement_rule(pos)
-            pos, node = rule(self, pos, ctx)  # (a call of the rule from here: one frame less per block)
+            after = kinds[pos + 1]
+            if k == "name" and after == "=":  # NAME = e, most statements: the rule assignment, read here
+                at = pos
+                pos, value = self.expr(pos + 2, 0, 1)
+                node = _new(Assign, (self.texts[at], value, self.lcs[at]))
+            else:
+                rule = assignments.get(after) if k == "name" else None  # NAME += e, a, b = e
+                if rule is None:
+                    rule = self.statement_rule(pos)
+                pos, node = rule(self, pos, ctx)  # (a call of the rule from here: one frame less per block)
             statements.append(node)
             reads.append(tuple(names[mark:]))
             k = kinds[pos]
@@ -774,9 +780,24 @@ class _Parser:
                 left = _new(Bool, (_BOOLS[text], self.lcs[pos]))
                 pos += 1
             elif kinds[pos + 1] == "(":  # a call: NAME(arg, ..., key=value, ...)
-                end, args, kwargs = self.arguments(pos + 2, depth)
-                left = _new(Call, (text, args, kwargs, self.lcs[pos]))
-                pos = end
+                k = kinds[pos + 2]
+                if (k == "name" or k == "num") and kinds[pos + 3] == ")" and depth < MAX_DEPTH:
+                    # f(x), f(2): one lone argument (the lexer has matched the brackets: pos + 3 is
+                    # a token), made here, as arguments() would make it
+                    arg = self.texts[pos + 2]
+                    if k == "num":
+                        arg = _new(Num, (self.floats[arg], arg, self.lcs[pos + 2]))
+                    elif arg in _BOOLS:
+                        arg = _new(Bool, (_BOOLS[arg], self.lcs[pos + 2]))
+                    else:
+                        arg = _new(Name, (arg, self.lcs[pos + 2]))
+                        self.note_read(arg)
+                    left = _new(Call, (text, (arg,), (), self.lcs[pos]))
+                    pos += 4
+                else:
+                    end, args, kwargs = self.arguments(pos + 2, depth)
+                    left = _new(Call, (text, args, kwargs, self.lcs[pos]))
+                    pos = end
             else:
                 left = _new(Name, (text, self.lcs[pos]))
                 self.note_read(left)
@@ -786,41 +807,53 @@ class _Parser:
             if prefix is None:
                 self.not_an_operand(pos)
             pos, left = prefix(self, pos, depth)
+        # The operators after the operand.  bp is the binding powers of the token at pos (see
+        # _AFTER_OPERAND), looked up once: a lone right operand's lookahead is the next turn's.
+        lcs, after_operand = self.lcs, _AFTER_OPERAND
         chained = 0
-        while True:
-            at = pos
-            bp = _AFTER_OPERAND.get(kinds[at])  # None for names, numbers, newlines, ')' ...
-            if bp is None:
-                return pos, left
+        bp = after_operand.get(kinds[pos])  # None for names, numbers, newlines, ')' ...
+        while bp is not None:
             lbp, rbp, op = bp
             if lbp <= min_bp:
-                return pos, left
+                break
+            at = pos
             if rbp is None:  # not a binary operator: op is the rule (x[i], ...)
                 chained += 1  # x[..][..]... nests like brackets do
                 if depth + chained > MAX_DEPTH:
                     self.too_deep(at)
                 pos, left = op(self, at, left, depth)
+                bp = after_operand.get(kinds[pos])
                 continue
-            pos = at + 1
+            pos += 1
             k = kinds[pos]
-            if (k == "num" or k == "name") and _LBP.get(kinds[pos + 1], 0) <= rbp and depth < MAX_DEPTH:
-                # A lone number or name (what follows it binds no tighter than this operator),
-                # the commonest right operand: made here, as the call below would make it.
-                text = self.texts[pos]
-                if k == "num":
-                    right = _new(Num, (self.floats[text], text, self.lcs[pos]))
-                elif text in _BOOLS:
-                    right = _new(Bool, (_BOOLS[text], self.lcs[pos]))
-                else:
-                    right = _new(Name, (text, self.lcs[pos]))
-                    self.note_read(right)
-                pos += 1
-            else:
-                pos, right = self.expr(pos, rbp, depth + 1)
-            left = _new(Binary, (op, left, right, self.lcs[at]))
+            if k == "name" or k == "num":
+                bp = after_operand.get(kinds[pos + 1])
+                if (bp is None or bp[0] <= rbp) and depth < MAX_DEPTH:
+                    # A lone number or name (what follows it binds no tighter than this operator),
+                    # the commonest right operand: made here, as the call below would make it.
+                    text = self.texts[pos]
+                    if k == "num":
+                        right = _new(Num, (self.floats[text], text, lcs[pos]))
+                    elif text in _BOOLS:
+                        right = _new(Bool, (_BOOLS[text], lcs[pos]))
+                    else:
+                        right = _new(Name, (text, lcs[pos]))
+                        self.note_read(right)
+                    pos += 1
+                    left = _new(Binary, (op, left, right, lcs[at]))
+                    if lbp == _COMPARISON_BP and kinds[pos] in _COMPARISON_SET:
+                        self.chained_comparison(pos)
+                    continue
+            pos, right = self.expr(pos, rbp, depth + 1)
+            left = _new(Binary, (op, left, right, lcs[at]))
             if lbp == _COMPARISON_BP and kinds[pos] in _COMPARISON_SET:
-                raise SyntaxError_("comparisons cannot be chained", self.lcs[pos],
-                                   hint="combine them with 'and': a < b and b < c")
+                self.chained_comparison(pos)
+            bp = after_operand.get(kinds[pos])
+        return pos, left
+
+    def chained_comparison(self, pos: int):
+        raise SyntaxError_("comparisons cannot be chained", self.lcs[pos],
+                           hint="combine them with 'and': a < b and b < c")
 
     def not_an_operand(self, pos: int):
         """The error for a token that cannot start an expression."""
@@ -894,9 +927,22 @@ class _Parser:
         kinds = self.kinds
         args = []
         while kinds[pos] != ")":
-            if kinds[pos + 1] == "=" and kinds[pos] == "name":
+            k, after = kinds[pos], kinds[pos + 1]
+            if after == "=" and k == "name":
                 return self.keyword_arguments(pos, depth, tuple(args))
-            pos, value = self.expr(pos, 0, depth + 1)
+            if (after == ")" or after == ",") and (k == "num" or k == "name") and depth < MAX_DEPTH:
+                # A lone number or name, the commonest argument: made here, as expr would make it.
+                text = self.texts[pos]
+                if k == "num":
+                    value = _new(Num, (self.floats[text], text, self.lcs[pos]))
+                elif text in _BOOLS:
+                    value = _new(Bool, (_BOOLS[text], self.lcs[pos]))
+                else:
+                    value = _new(Name, (text, self.lcs[pos]))
+                    self.note_read(value)
+                pos += 1
+            else:
+                pos, value = self.expr(pos, 0, depth + 1)
             args.append(value)
             if kinds[pos] != ")":
                 pos = self.expect(pos, ",", "between arguments")

@@ -2,7 +2,9 @@
 
 core/syntax.py's ``expr`` makes a lone number or name on the right of a binary
 operator in place (no recursive call), reads a call's arguments without a
-``call`` rule, and ``arguments`` hands keyword arguments to a rule of their own.
+``call`` rule (a single lone argument, ``f(x)``, without ``arguments`` either),
+``arguments`` makes a lone argument in place and hands keyword arguments to a rule
+of their own, and ``block`` reads ``NAME = e`` without the ``assignment`` rule.
 The reference below is the parser as it was before (a recursive call for every
 operand, one rule per step): both must give the same trees, the same reads, the
 same errors at the same positions, on programs built to hit every binding power,
@@ -18,12 +20,12 @@ from hypothesis import strategies as st
 
 from gradcalc import syntax
 from gradcalc.errors import Source, SyntaxError_
-from gradcalc.syntax import (_AFTER_OPERAND, _BOOLS, _COMPARISON_BP, _COMPARISON_SET, _PREFIX, MAX_DEPTH, Binary,
+from gradcalc.syntax import (_AFTER_OPERAND, _ASSIGNMENTS, _BOOLS, _COMPARISON_BP, _COMPARISON_SET, _PREFIX, MAX_DEPTH, Binary,
                              Bool, Call, Keyword, Name, Num, Program, _Parser)
 
 
 class _Reference(_Parser):
-    """The expression rules as they were: every operand through expr, calls through call()."""
+    """The rules as they were: every operand through expr, calls through call(), statements through their rules."""
 
     def expr(self, pos: int, min_bp: int, depth: int):
         if depth > MAX_DEPTH:
@@ -89,6 +91,29 @@ class _Reference(_Parser):
 
     def arguments(self, pos: int, depth: int):  # (call_on_value's: grad(f)(x))
         return self.reference_arguments(pos, depth)
+
+    def block(self, pos: int, closer: str, ctx):  # every statement through its rule (assignment's too)
+        kinds, names = self.kinds, self.names
+        statements, reads = [], []
+        while True:
+            k = kinds[pos]
+            if k == "newline" or k == ";":
+                pos += 1
+                continue
+            if k == closer:
+                return pos, tuple(statements), tuple(reads)
+            mark = len(names)
+            rule = _ASSIGNMENTS.get(kinds[pos + 1]) if k == "name" else None
+            if rule is None:
+                rule = self.statement_rule(pos)
+            pos, node = rule(self, pos, ctx)
+            statements.append(node)
+            reads.append(tuple(names[mark:]))
+            k = kinds[pos]
+            if k == "newline" or k == ";":
+                pos += 1
+            elif k != closer:
+                self.statement_not_ended(pos)
 
 
 def _exact(node):
