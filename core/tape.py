@@ -52,10 +52,14 @@ def all_finite(value) -> bool:
     itself (a sum of squares: nan and inf carry through it too), which costs
     a third of np.add.reduce's call on a vector of a few hundred elements.
     """
-    if value.dtype.kind == "f":
-        if value.ndim == 0:
+    dtype = value.dtype
+    if dtype.kind == "f":
+        nd = value.ndim
+        if nd == 0:
             return math.isfinite(value)
-        if value.dtype is F64 and value.flags.c_contiguous:
+        if nd == 1 and dtype is F64 and value.size < 16 * _ROW:
+            total = value.dot(value)  # (a vector of any strides: no flags to read, nothing to reshape)
+        elif dtype is F64 and value.flags.c_contiguous:
             flat = value.reshape(-1)
             n = flat.size
             if n >= 16 * _ROW:
