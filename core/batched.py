@@ -29,6 +29,7 @@ it, with +0 off its diagonals.
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -55,9 +56,8 @@ class _Shapes:
     """``builder.shapes[var]`` (what Tracer.shape reads): a slot's logical shape."""
 
     __slots__ = ()
-
-    def __getitem__(self, slot: _Slot) -> tuple:
-        return slot.shape
+    # slot.shape, read in C (no Python frame: the passes read a shape per rule they run)
+    __getitem__ = staticmethod(operator.attrgetter("shape"))
 
 
 _SHAPES = _Shapes()
@@ -81,6 +81,12 @@ class _Values:
 
     def check_size(self, shape) -> None:
         """Refuse a batched value of logical shape ``shape`` over the element budget."""
+        count = self.n if self.n > 1 else 1  # (the base's count: an axis of length 0 counts as 1)
+        for d in shape:
+            if d > 1:
+                count *= d
+        if count <= self.base.max_elements:
+            return  # (the usual case: no message to word)
         size = math.prod(shape)
         self.base.check_size((self.n,) + tuple(shape),
                              what=f"{self.what} ({self.n} rows of {size}-element values)")
@@ -96,11 +102,8 @@ class _Values:
 
 
 def _batched(value, shape: tuple) -> _Slot:
+    """The slot of a batched value computed in full (bands are made as _Slot(None, shape, band))."""
     return _Slot(value, shape)
-
-
-def _banded(band: dict, shape: tuple) -> _Slot:
-    return _Slot(None, shape, band)
 
 
 class BatchedBuilder:
@@ -145,7 +148,7 @@ class BatchedBuilder:
         """A fixed operand: a rule's constant, or the traced point's value it mixes with a seed."""
         if not (value.__class__ is np.ndarray and value.dtype is F64 and value.ndim or value.__class__ is F64_SCALAR):
             value = F64_SCALAR(value) if type(value) is float else _scalar_or_array(value)
-        return Tracer(self, _Slot(value, value.shape, batched=False))
+        return Tracer(self, _Slot(value, value.shape, None, False))
 
     def check_size(self, shape, what=None) -> None:
         """Refuse a batched value over the element budget before it is made (normalize calls
@@ -213,7 +216,7 @@ def _fold_safe_mul(b: BatchedBuilder, args: tuple, params: dict):
     made = {}
     for k, d in g.band.items():
         made[k] = P.safe_multiply(d, c)
-    return _banded(made, g.shape)
+    return _Slot(None, g.shape, made)
 
 
 def _fold_neg(b: BatchedBuilder, args: tuple, params: dict):
@@ -223,7 +226,7 @@ def _fold_neg(b: BatchedBuilder, args: tuple, params: dict):
     made = {}
     for k, d in x.band.items():
         made[k] = -d
-    return _banded(made, x.shape)
+    return _Slot(None, x.shape, made)
 
 
 def _fold_add(b: BatchedBuilder, args: tuple, params: dict):
@@ -233,7 +236,7 @@ def _fold_add(b: BatchedBuilder, args: tuple, params: dict):
     made = dict(x.band)
     for k, d in y.band.items():
         made[k] = made[k] + d if k in made else d
-    return _banded(made, x.shape)
+    return _Slot(None, x.shape, made)
 
 
 def _unit_slice(params: dict, size_param: str):
@@ -254,7 +257,7 @@ def _fold_index(b: BatchedBuilder, args: tuple, params: dict):
     made = {}
     for k, d in x.band.items():
         made[k + start] = d[start:stop]
-    return _banded(made, (stop - start,))
+    return _Slot(None, (stop - start,), made)
 
 
 def _fold_index_put(b: BatchedBuilder, args: tuple, params: dict):
@@ -269,7 +272,7 @@ def _fold_index_put(b: BatchedBuilder, args: tuple, params: dict):
         placed = np.zeros(size, dtype=d.dtype)
         placed[start:stop] = d
         made[k - start] = placed
-    return _banded(made, (size,))
+    return _Slot(None, (size,), made)
 
 
 def _fold_matmul(b: BatchedBuilder, args: tuple, params: dict):
@@ -287,7 +290,7 @@ def _fold_matmul(b: BatchedBuilder, args: tuple, params: dict):
 
 def _fold_copy(b: BatchedBuilder, args: tuple, params: dict):
     x = args[0]
-    return None if x.band is None else _banded(x.band, x.shape)
+    return None if x.band is None else _Slot(None, x.shape, x.band)
 
 
 _FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add, P.copy: _fold_copy,
