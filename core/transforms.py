@@ -42,6 +42,37 @@ def depends(equations, sources) -> set:
     return live
 
 
+def release_unread(builder: Builder, equations, keep) -> int:
+    """Free the values of equations that no VJP rule will read (see ``Primitive.vjp_reads``),
+    for a first-order eager backward pass: its value becomes None, its shape stays.  Kept:
+    ``keep`` (the values the caller still wants: the program's names), values with no axes
+    (nothing to gain, and the inline scalar rules of _reverse look at them), and every value
+    an equation's rules may read, whichever operands turn out to be live.  A pass re-run on
+    the same equations (eager_backward's second pass, with warnings) reads the same values.
+    Traced passes, forward mode and anything else that reads the tape's values must run
+    before, or on a builder never released.  Returns the number of values freed."""
+    read = set(keep)
+    add = read.add
+    for out, prim, args, _, _ in equations:
+        reads = prim.vjp_reads
+        if not prim.differentiable:
+            continue  # (no rule of it runs)
+        if reads is None:
+            add(out)
+            read.update(args)
+        else:
+            for k in reads:
+                add(out if k == P.OUT else args[k])
+    values, shapes = builder.values, builder.shapes
+    freed = 0
+    for eq in equations:
+        v = eq.out
+        if v not in read and shapes[v] and values.get(v) is not None:
+            values[v] = None
+            freed += 1
+    return freed
+
+
 def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False,
              log: list | None = None, check: bool | None = None, finite: set | None = None,
              safe_products: bool = True) -> dict:

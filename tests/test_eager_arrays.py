@@ -151,3 +151,97 @@ def test_sums_of_nan_keep_the_sign_bits_of_sums_made_anew(shape, signs):
     owned: dict = {}
     total = _accumulate(_accumulate(c1, c2, 7, owned), c3, 7, owned)
     assert total.tobytes() == ((c1 + c2) + c3).tobytes()
+
+
+# -- vjp_reads: the values a primitive's VJP rules read ----------------------------------------
+# Each declaration is held to its rules: every rule, called on arrays with the values it does
+# not declare replaced by None, gives the bits it gives with all of them.  (prim, operands'
+# shapes, parameters as a program passes them, (low, high) of the operands' values.)
+_R = (0.1, 0.9)
+_DECLARED = [
+    (P.neg, [(3, 4)], {}, _R), (P.copy, [(3, 4)], {}, _R), (P.sign, [(5,)], {}, (-1, 1)),
+    (P.floor, [(5,)], {}, _R), (P.ceil, [(5,)], {}, _R), (P.round_, [(5,)], {}, _R), (P.trunc, [(5,)], {}, _R),
+    (P.abs_, [(5,)], {}, (-1, 1)), (P.sqrt, [(5,)], {}, _R), (P.cbrt, [(5,)], {}, _R), (P.exp, [(5,)], {}, _R),
+    (P.expm1, [(5,)], {}, _R), (P.exp2, [(5,)], {}, _R), (P.log, [(5,)], {}, _R), (P.log1p, [(5,)], {}, _R),
+    (P.log2, [(5,)], {}, _R), (P.log10, [(5,)], {}, _R), (P.sin, [(5,)], {}, _R), (P.cos, [(5,)], {}, _R),
+    (P.tan, [(5,)], {}, _R), (P.asin, [(5,)], {}, _R), (P.acos, [(5,)], {}, _R), (P.atan, [(5,)], {}, _R),
+    (P.sinh, [(5,)], {}, _R), (P.cosh, [(5,)], {}, _R), (P.tanh, [(5,)], {}, _R), (P.asinh, [(5,)], {}, _R),
+    (P.acosh, [(5,)], {}, (1.1, 2.0)), (P.atanh, [(5,)], {}, _R), (P.sigmoid, [(5,)], {}, (-2, 2)),
+    (P.relu, [(5,)], {}, (-1, 1)), (P.softplus, [(5,)], {}, (-2, 2)), (P.erf, [(5,)], {}, (-2, 2)),
+    (P.erfc, [(5,)], {}, (-2, 2)), (P.sinc, [(5,)], {}, (-2, 2)),
+    (P.add, [(3, 4), (3, 1)], {}, _R), (P.mul, [(3, 4), (4,)], {}, _R), (P.div, [(3, 4), (3, 4)], {}, _R),
+    (P.pow_const, [(3, 4)], {"p": 3.0}, _R), (P.pow_const, [(3, 4)], {"p": 2.0}, _R),
+    (P.reduce_sum, [(3, 4)], {"axis": 0}, _R), (P.reshape, [(3, 4)], {"shape": (2, 6)}, _R),
+    (P.broadcast_to, [(3, 1)], {"shape": (2, 3, 4)}, _R), (P.sum_to, [(2, 3, 4)], {"shape": (3, 1)}, _R),
+    (P.index, [(4, 5)], {"idx": (1, slice(1, 4))}, _R), (P.transpose, [(2, 3, 4)], {"axes": (2, 0, 1)}, _R),
+    (P.matmul, [(3, 4), (4, 2)], {}, _R), (P.matmul, [(4,), (4, 2)], {}, _R), (P.matmul, [(3, 4), (4,)], {}, _R),
+]
+
+
+def test_every_declared_primitive_is_checked_here():
+    declared = {p.name for p in P._REGISTRY.values() if p.vjp_reads is not None}
+    assert declared == {case[0].name for case in _DECLARED}
+
+
+@pytest.mark.parametrize("prim, shapes, params, span", _DECLARED, ids=lambda c: getattr(c, "name", ""))
+def test_a_rule_reads_only_the_values_its_primitive_declares(prim, shapes, params, span):
+    args = [_RNG.uniform(*span, s) for s in shapes]
+    params = prim.normalize([a.shape for a in args], P._UNLIMITED, **params)
+    ans = np.asarray(prim.impl(*args, **params))
+    g = _RNG.standard_normal(ans.shape)
+    full = (ans, *args)
+    # (position i - 1 in full: the output is P.OUT, -1, and operand k is k)
+    masked = tuple(v if i - 1 in prim.vjp_reads else None for i, v in enumerate(full))
+    for rule in prim.vjp:
+        want = rule(g, *full, **params)
+        got = rule(g, *masked, **params)
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+
+
+# grad and vjp free, before their pass, the values no rule reads (transforms.release_unread):
+# the same gradients, values and warnings, bit for bit, as a pass over every value (the
+# general path, release_unread made a no-op here), and a rule reading a freed value would fail.
+_RELEASED = {
+    "an RNN": ("h = h0; loss = 0\nfor t in range(4) {\n  h = tanh(W @ h + U @ X[t] + b)\n  loss += sum(h^2)\n}\nloss",
+               {"W": _RNG.standard_normal((5, 5)), "U": _RNG.standard_normal((5, 3)), "b": _RNG.standard_normal((5, 1)),
+                "X": _RNG.standard_normal((4, 3, 2)), "h0": np.zeros((5, 2))}),
+    "every declared primitive": (
+        "a = exp(x) * sin(x) / cosh(x) + sqrt(x) - log(x)^3\nm = reshape(transpose(M), (2, 3)) @ M\n"
+        "sum(a * sigmoid(-a)) + sum(relu(m) + abs(m) * floor(m)) + sum(sinc(x) * erf(x))",
+        {"x": _RNG.uniform(0.5, 2.0, 3), "M": _RNG.standard_normal((3, 2))}),
+    "a warning: log of 0": ("y = log(x) * w\nz = y @ A\nsum(tanh(z))",
+                            {"x": np.array([0.0, 1.0]), "w": np.array([1.0, 2.0]), "A": np.ones((2, 2))}),
+    "a nan a zero cotangent removes": ("s = sqrt(x - 1)\nsum(s * 0)", {"x": np.array([0.5, 2.0, 3.0])}),
+    # (an infinite gradient: eager_backward runs its pass again, with warnings, on the freed tape)
+    "a gradient of inf": ("s = sqrt(x * 2 + 1)\nsum(exp(s) * 3)", {"x": np.array([-0.5, 1.0])}),
+}
+
+
+@pytest.mark.parametrize("source, at", _RELEASED.values(), ids=_RELEASED.keys())
+def test_a_released_tape_gives_the_gradients_and_warnings_of_the_full_one(monkeypatch, source, at):
+    from gradcalc import session
+    released = gradcalc.grad(source, at=at)
+    seed = np.float64(1.5)
+    vjp_released = gradcalc.vjp(source, seed, at=at)
+    monkeypatch.setattr(session, "release_unread", lambda *a: 0)
+    full = gradcalc.grad(source, at=at)
+    vjp_full = gradcalc.vjp(source, seed, at=at)
+    for a, b in ((released, full), (vjp_released, vjp_full)):
+        assert a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
+        assert np.asarray(a.value).tobytes() == np.asarray(b.value).tobytes()
+        assert a.warnings == b.warnings
+
+
+def test_release_frees_what_no_rule_reads_and_keeps_the_names():
+    from gradcalc.session import quiet, trace_source
+    from gradcalc.transforms import release_unread
+    source, at = _RELEASED["an RNN"]
+    tr = quiet(trace_source)(source, at, 10**8)
+    freed = release_unread(tr.builder, tr.tape.equations, tr.tape.names.values())
+    values = tr.builder.values
+    # a step records W @ h, X[t], U @ X[t], their sum, + b, tanh, ^2 and sum: the rules read
+    # X[t] (U @ X[t]'s) and tanh's value (tanh's, ^2's and the next step's W @ h's)
+    assert freed == 4 * 5
+    kept = [eq.prim.name for eq in tr.tape.equations if values[eq.out] is not None and eq.prim.name != "sum"]
+    assert kept.count("tanh") == 4 and kept.count("index") == 4
+    assert all(values[v] is not None for v in tr.tape.names.values())
