@@ -463,7 +463,11 @@ def _zero_nans(r, g, d, zero_operand):
         return _ZERO if r != r and zero_operand(g, d) else r
     if r.dtype.kind != "f":
         return r
-    if r.size > _SMALL:  # (a look at a small r costs less than finding what the operands repeat)
+    if g.__class__ is F64_SCALAR or d.__class__ is F64_SCALAR:  # a scalar factor: its one value
+        s = g if g.__class__ is F64_SCALAR else d
+        if s != 0 and math.isfinite(s):
+            return r
+    elif r.size > _SMALL:  # (a look at a small r costs less than finding what the operands repeat)
         gv, dv = _repeated(g), _repeated(d)
         small = gv if gv.size < dv.size else dv
         if small.size * 4 <= r.size and _finite_nonzero(small):
@@ -1049,6 +1053,10 @@ def _broadcast_to_params(shapes, builder, shape):
 
 
 def _broadcast_to(x, shape, xshape):
+    if x.ndim == len(xshape):  # unbatched (a traced value): the view made directly, where it can be
+        view = _broadcast_to_eager(x, shape)
+        if view is not None:
+            return view
     batch = _batch(x, len(xshape))
     return np.broadcast_to(_align(x, len(xshape), len(shape)), batch + shape)
 
