@@ -159,14 +159,21 @@ class BatchedBuilder:
         n = len(args)
         plain = False
         if n == 2:  # (unrolled for one or two operands: the usual cases)
-            slots = (args[0].var, args[1].var)
-            plain = prim.plain is not None and not params and slots[0].shape == slots[1].shape
+            x, y = args[0].var, args[1].var
+            slots = (x, y)
+            if prim.plain is not None and not params and x.shape == y.shape:
+                plain = True
+            elif not prim.trivial_params:
+                params = prim.normalize([x.shape, y.shape], self, **params)
         elif n == 1:
-            slots = (args[0].var,)
+            x = args[0].var
+            slots = (x,)
+            if not prim.trivial_params:
+                params = prim.normalize([x.shape], self, **params)
         else:
             slots = tuple([a.var for a in args])
-        if not plain and not prim.trivial_params:
-            params = prim.normalize([s.shape for s in slots], self, **params)
+            if not prim.trivial_params:
+                params = prim.normalize([s.shape for s in slots], self, **params)
         fold = _FOLDS.get(prim)
         if fold is not None:
             made = fold(self, slots, params)
