@@ -16,7 +16,8 @@ Each :class:`Primitive` has
   for a batch ``ans`` of its values at points a step away, whether each row chose
   otherwise than ``base``, the value at the point; ``check`` notes such a step, as it
   notes a change of path), ``keeps_finite`` (real finite arguments always give a finite value: tanh,
-  sin; the tracer then skips its look for nan and inf, which could only find what
+  sin, and what only rearranges its operand's elements: index, reshape, transpose,
+  broadcast_to; the tracer then skips its look for nan and inf, which could only find what
   an operand already had);
 - ``vjp_reads``: the values its VJP rules read, operands by position (0, 1...) and its output
   as :data:`OUT`; None (the default) when they may read any.  Parameters and shapes are not
@@ -668,6 +669,14 @@ def _reduce_params(shapes, builder, axis=None, keepdims=False):
 
 def _unreduce(g, xshape, axes, keepdims):
     """Broadcast a reduced value back to the reduced operand's shape."""
+    if g.__class__ is _ARRAY or g.__class__ is F64_SCALAR:
+        # An eager pass: reshape's and broadcast_to's eager forms, as their calls below would
+        # run them, without two dispatches (W8's sum: 2 of its rule's 5 us); None from either:
+        # the calls below.
+        r = g if keepdims else _reshape_eager(g, _reduced_shape(xshape, axes, True))
+        view = None if r is None else _broadcast_to_eager(r, xshape)
+        if view is not None:
+            return view
     if not keepdims:
         g = reshape(g, shape=_reduced_shape(xshape, axes, True))
     return broadcast_to(g, shape=xshape)
@@ -1038,7 +1047,7 @@ def _reshape_eager(x, shape):
 reshape = _def("reshape", lambda x, shape, xshape: x.reshape(_batch(x, len(xshape)) + shape),
                (lambda g, ans, x, shape, xshape: reshape(g, shape=xshape),),
                (lambda t, ans, x, shape, xshape: reshape(t, shape=shape),),
-               _reshape_params, eager=_reshape_eager, vjp_reads=())
+               _reshape_params, eager=_reshape_eager, vjp_reads=(), keeps_finite=True)
 
 
 def _broadcast_to_params(shapes, builder, shape):
@@ -1124,7 +1133,7 @@ def _sum_to_eager(x, shape):
 broadcast_to = _def("broadcast_to", _broadcast_to,
                     (lambda g, ans, x, shape, xshape: sum_to(g, shape=xshape),),
                     (lambda t, ans, x, shape, xshape: broadcast_to(t, shape=shape),),
-                    _broadcast_to_params, eager=_broadcast_to_eager, vjp_reads=())
+                    _broadcast_to_params, eager=_broadcast_to_eager, vjp_reads=(), keeps_finite=True)
 sum_to = _def("sum_to", _sum_to,
               (lambda g, ans, x, drop, keep, shape, xshape: broadcast_to(g, shape=xshape),),
               (lambda t, ans, x, drop, keep, shape, xshape: sum_to(t, shape=shape),),
@@ -1328,7 +1337,7 @@ def _index_put_params(shapes, builder, idx, shape, nd=None):
 index = _def("index", _gather,
              (lambda g, ans, x, idx, xshape: index_put(g, idx=idx, shape=xshape),),
              (lambda t, ans, x, idx, xshape: index(t, idx=idx),),
-             _index_params, vjp_reads=())
+             _index_params, vjp_reads=(), keeps_finite=True)
 # (internal) zeros of shape with x added at idx (nd: x's logical rank)
 index_put = _def("index_put", _index_put,
                  (lambda g, ans, x, idx, shape, nd: index(g, idx=idx),),
@@ -1476,7 +1485,7 @@ def _transpose(x, axes):
 transpose = _def("transpose", _transpose,
                  (lambda g, ans, x, axes: transpose(g, axes=tuple(np.argsort(axes))),),
                  (lambda t, ans, x, axes: transpose(t, axes=axes),),
-                 _transpose_params, vjp_reads=())
+                 _transpose_params, vjp_reads=(), keeps_finite=True)
 
 
 def mT(x):
@@ -1578,12 +1587,21 @@ def _matmul_vjps(safe_products: bool) -> tuple:
     not finite (a plain product differs from a safe one only by nans, and a nan that a
     later zero operand removes would have been removed from the safe value too; W2's
     gradient: about 0.5 ms of looks saved, at the floor of its target)."""
+    def product(a, b):
+        """matmul(a, b, safe=safe_products); on two arrays (an eager pass), its eager form as that
+        call would run it, without the call's dispatch (1 us of a 128×32 product's 5)."""
+        if a.__class__ is _ARRAY and b.__class__ is _ARRAY:
+            r = _matmul_eager(a, b, safe_products)
+            if r is not None:
+                return r
+        return matmul(a, b, safe=safe_products)
+
     def vjp_a(g, ans, a, b, nda, ndb, safe=False):  # (safe: the forward product's own)
         if ndb == 1:
             return safe_mul(g, b) if nda == 1 else safe_mul(reshape(g, shape=g.shape + (1,)), b)
         if nda == 1:  # g has b's stack axes; the engine sums them away
             return _drop_last(matmul(b, reshape(g, shape=g.shape + (1,)), safe=safe_products))
-        return matmul(g, mT(b), safe=safe_products)
+        return product(g, mT(b))
 
     def vjp_b(g, ans, a, b, nda, ndb, safe=False):
         if nda == 1:
@@ -1593,7 +1611,7 @@ def _matmul_vjps(safe_products: bool) -> tuple:
             return safe_mul(reshape(a, shape=a.shape + (1,)), reshape(g, shape=g.shape[:-1] + (1,) + g.shape[-1:]))
         if ndb == 1 and nda > 2:  # as for a above: a column per stack entry, summed by the engine
             return _drop_last(matmul(mT(a), reshape(g, shape=g.shape + (1,)), safe=safe_products))
-        return matmul(mT(a), g, safe=safe_products)
+        return product(mT(a), g)
 
     return vjp_a, vjp_b
 

@@ -245,3 +245,43 @@ def test_release_frees_what_no_rule_reads_and_keeps_the_names():
     kept = [eq.prim.name for eq in tr.tape.equations if values[eq.out] is not None and eq.prim.name != "sum"]
     assert kept.count("tanh") == 4 and kept.count("index") == 4
     assert all(values[v] is not None for v in tr.tape.names.values())
+
+
+@pytest.mark.parametrize("g_shape, xshape, axis, keepdims", [
+    ((), (128, 32), None, False), ((3,), (3, 4), 1, False), ((1, 4), (3, 4), 0, True), ((2, 1, 4), (2, 5, 4), 1, True),
+    ((), (), None, False), ((4,), (3, 4), 0, False)])
+def test_a_sums_cotangent_is_numpys_broadcast_view(g_shape, xshape, axis, keepdims):
+    # (the eager pass's view, made by reshape's and broadcast_to's eager forms without their calls)
+    g = np.float64(1.25) if not g_shape else _RNG.standard_normal(g_shape)
+    params = P.reduce_sum.normalize([xshape], P._UNLIMITED, axis=axis, keepdims=keepdims)
+    got = P.reduce_sum.vjp[0](g, None, None, **params)
+    kept = tuple(1 if i - len(xshape) in params["axes"] else d for i, d in enumerate(xshape))
+    want = np.broadcast_to(np.reshape(g, kept), xshape)
+    assert np.shape(got) == want.shape and np.array_equal(got, want)
+    if want.ndim:
+        assert got.strides == want.strides and not got.flags.writeable
+
+
+@pytest.mark.parametrize("safe", [True, False])
+def test_matmuls_rules_on_arrays_are_the_products_numpy_makes(safe):
+    a, b, g = _RNG.standard_normal((5, 3)), _RNG.standard_normal((3, 4)), _RNG.standard_normal((5, 4))
+    rules = P.matmul.vjp if safe else P.matmul.plain_vjp
+    da, db = rules[0](g, a @ b, a, b, nda=2, ndb=2), rules[1](g, a @ b, a, b, nda=2, ndb=2)
+    _same(da, _general(P.matmul, g, b.T, safe=True) if safe else np.matmul(g, b.T))
+    _same(db, _general(P.matmul, a.T, g, safe=True) if safe else np.matmul(a.T, g))
+    g[0, 0] = 0.0
+    b[0, 0] = np.inf  # a safe product's zero cotangent meets an inf: its term is 0
+    assert np.isfinite(P.matmul.vjp[0](g, None, a, b, nda=2, ndb=2)[0, 0])
+
+
+@pytest.mark.parametrize("call", [lambda x: P.index(x, idx=(1,)), lambda x: P.reshape(x, shape=(3, 2)),
+                                  lambda x: P.transpose(x, axes=(1, 0)), lambda x: P.broadcast_to(x, shape=(4, 2, 3))])
+def test_what_rearranges_finite_elements_is_finite_and_warns_only_where_a_value_is_made(call):
+    # keeps_finite: the tracer skips its look after index, reshape, transpose and broadcast_to
+    x = np.array([[1.7e308, -1.7e308, 5e-324], [0.0, -0.0, 1.0]])
+    assert np.isfinite(call(x)).all()
+    assert all(p.keeps_finite for p in (P.index, P.reshape, P.transpose, P.broadcast_to))
+    # a -inf made by log is noted there, once, not again where it is rearranged
+    r = gradcalc.grad("y = log(x)\nz = transpose(reshape(y, (3, 2)))\nsum(z[0] * 2)", at={"x": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]})
+    assert r.warnings == ["'log' at line 1, column 5 produced -inf",
+                          "the derivative of 'log' at line 1, column 5 produced inf"]
