@@ -677,8 +677,8 @@ def _unreduce(g, xshape, axes, keepdims):
         view = None if r is None else _broadcast_to_eager(r, xshape)
         if view is not None:
             return view
-    if not keepdims:
-        g = reshape(g, shape=_reduced_shape(xshape, axes, True))
+    if not keepdims and len(axes) < len(xshape):  # (reduced over every axis: g has none, and
+        g = reshape(g, shape=_reduced_shape(xshape, axes, True))  # broadcasts as it is)
     return broadcast_to(g, shape=xshape)
 
 
