@@ -547,12 +547,14 @@ pow_ = _binary("pow", np.power, (lambda g, ans, x, y, **_: safe_mul(g, _pow_dx(x
 
 
 def _pow_const_rule(g, ans, x, p):
-    # d/dx x^p = p x^(p-1), with p = 0 pinned to 0 and p = 1, 2 written without a power
+    # d/dx x^p = p x^(p-1), with p = 0 pinned to 0 and p = 1, 2 written without a power; 2 x as
+    # x + x, the same value bit for bit (both exact, overflowing alike) without a constant 2 that
+    # a traced pass would record and broadcast
     if p == 0:
         return zeros_like(g)
     if p == 1:
         return g
-    return safe_mul(g, p * (x if p == 2 else pow_const(x, p=p - 1)))
+    return safe_mul(g, x + x if p == 2 else p * pow_const(x, p=p - 1))
 
 
 def _pow_const(x, p):
