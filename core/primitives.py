@@ -1065,7 +1065,7 @@ def _broadcast_to_params(shapes, builder, shape):
 
 def _broadcast_to(x, shape, xshape):
     if x.ndim == len(xshape):  # unbatched (a traced value): the view made directly, where it can be
-        view = _broadcast_to_eager(x, shape)
+        view = _broadcast_to_eager(x if x.__class__ is _ARRAY else np.asarray(x), shape)
         if view is not None:
             return view
     batch = _batch(x, len(xshape))
