@@ -297,7 +297,7 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
     n = size
     b.check_size((n, n), what="the Hessian")
     log: list = []
-    one = b.const(np.ones(y.shape))
+    one = b.const(np.ones(y.shape) if y.shape else 1.0)  # (1.0: the NumPy scalar a seed of no axes becomes)
     # (check=False: the passes look for non-finite values once, at the end; see below)
     grads = backward(b, tr.tape.equations, {names[out]: one}, [names[w] for w in wrt], log=log, check=False)
     # Only what the gradient depends on (not the output's own sum, say) gets a tangent rule.

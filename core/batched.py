@@ -129,7 +129,9 @@ class BatchedBuilder:
         for i, s in enumerate(shapes):
             s = tuple(s)
             if len(s) == 1:
-                slot = _Slot(None, s, {start: np.ones(s[0])}, offset=start)
+                ones = np.empty(s[0])
+                ones.fill(1.0)  # (np.ones, without its Python frame)
+                slot = _Slot(None, s, {start: ones}, offset=start)
             else:
                 if blocks is None:
                     blocks = basis(shapes)
