@@ -211,3 +211,99 @@ def test_a_batched_pass_holds_only_its_live_values(call):
     finally:
         tracemalloc.stop()
     assert peak < 16 * 2**20, peak / 2**20
+
+
+# --------------------------------------------------------------------------
+# The speed work of issue 18 on these passes (w6): each shortcut against an oracle outside it.
+
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e308, -1e308, 5e-324, -2.5e-310, 3.0, -7.25])
+
+
+def same_bits(got, want):
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape
+    assert np.array_equal(np.ascontiguousarray(got).view(np.uint64), np.ascontiguousarray(want).view(np.uint64))
+
+
+def test_square_derivative_is_twice_x_bit_for_bit():
+    # x^2's rule computes 2x as x + x: NumPy's 2.0 * x is the oracle, overflow (1e308), -0,
+    # subnormals, inf and nan included, eagerly (grad) and traced (the Hessian's backward pass)
+    got = gradcalc.grad("sum(x^2)", at={"x": SPECIAL})["x"]
+    same_bits(got, 2.0 * SPECIAL)
+    from gradcalc import primitives as P
+    same_bits(P._pow_const_rule(np.ones(SPECIAL.size), None, SPECIAL, 2.0), 2.0 * SPECIAL)
+    x = RNG.standard_normal(6)
+    # d2/dx2 sum(c x^2) = 2c (the rule's x + x differentiated again)
+    c = RNG.standard_normal(6)
+    same_bits(gradcalc.hessian("sum(c * x^2)", at={"c": c, "x": x}, wrt=["x"])["x"]["x"],
+              np.diag(2.0 * c) + 0.0)
+
+
+def _safe_product_oracle(g, d):
+    r = np.multiply(g, d)
+    return np.where(((np.asarray(g) == 0) | (np.asarray(d) == 0)) & np.isnan(r), 0.0, r)
+
+
+@pytest.mark.parametrize("size", [1, 3, 199, 1024, 1025, 5000])
+def test_safe_multiply_against_numpy(size):
+    # safe_mul's product: g * d, with 0 where a zero met inf or nan; every order of its looks
+    # (a scalar factor alone, a small product, the values a broadcast view repeats) against
+    # the NumPy formula, on finite, zero, inf and nan entries
+    from gradcalc import primitives as P
+    rng = np.random.default_rng(size)
+    base = np.concatenate([SPECIAL, rng.standard_normal(size)])[:size]
+    g, d = rng.permutation(base), rng.permutation(base)
+    cases = [(g, d), (g, np.float64(0.0)), (g, np.float64(np.inf)), (g, np.float64(2.5)),
+             (np.float64(0.0), d), (np.float64(np.nan), d), (g, np.broadcast_to(np.float64(0.0), (size,))),
+             (np.broadcast_to(np.array([3.0]), (size,)), d), (g, np.abs(d) + 1.0), (g[::-1], d[::-1])]
+    for a, b in cases:
+        same_bits(P.safe_multiply(a, b), _safe_product_oracle(a, b))
+
+
+def test_all_finite_against_numpy():
+    from gradcalc.tape import all_finite
+    rng = np.random.default_rng(5)
+    for n in [0, 1, 2, 199, 4096, 40000]:
+        v = rng.standard_normal(n)
+        for bad in [None, np.inf, -np.inf, np.nan, 1e200]:  # 1e200: finite, its square overflows
+            w = v.copy()
+            if bad is not None and n:
+                w[rng.integers(n)] = bad
+            for view in (w, w[::2], w[::-1], w.reshape(-1, 1)[:, 0]):
+                assert all_finite(view) == bool(np.isfinite(view).all()), (n, bad)
+    assert all_finite(np.float64(1.0)) and not all_finite(np.float64(np.nan))
+
+
+def test_broadcast_of_a_traced_scalar_is_numpys_view():
+    # a Hessian's seed (a NumPy scalar) broadcast by sum's rule: the view made directly
+    from gradcalc import primitives as P
+    from gradcalc.tape import Builder
+    b = Builder()
+    for v in (np.float64(-0.0), np.float64(2.5), np.array(np.nan), np.array([7.0])):
+        t = P.broadcast_to(b.const(v), shape=(3, 4))
+        want = np.broadcast_to(v, (3, 4))
+        same_bits(t.value, want)
+        assert not t.value.flags.writeable
+
+
+@pytest.mark.parametrize("src, hess", [
+    ("sum(x^3)", lambda x: np.diag(6 * x)),
+    ("mean(x^3)", lambda x: np.diag(6 * x) / x.size),
+    ("prod(x)", lambda x: np.array([[0.0 if i == j else np.prod(np.delete(x, [i, j])) for j in range(x.size)]
+                                    for i in range(x.size)])),
+    ("max(x^2)", lambda x: np.diag((np.arange(x.size) == np.argmax(x * x)) * 2.0)),
+    ("sum(M^2 * x[0])", None),
+])
+def test_reductions_to_a_scalar(src, hess):
+    # the VJP of a reduction over every axis broadcasts the cotangent with no reshape first:
+    # Hessians against closed forms, and reverse-mode Jacobians (a batch of cotangents of no
+    # axes) against forward mode's (which never run that VJP)
+    x, M = RNG.standard_normal(5), RNG.standard_normal((2, 3))
+    at = {"x": x, "M": M} if "M" in src else {"x": x}
+    r = gradcalc.hessian(src, at=at, wrt=["x"])
+    close(r["x"]["x"], np.zeros((5, 5)) if hess is None else hess(x))  # (sum(M^2 x0): linear in x)
+    grad_src = f"g = {src}\ng * x"
+    rev = gradcalc.jacobian(grad_src, at=at, wrt=list(at), mode="rev")
+    fwd = gradcalc.jacobian(grad_src, at=at, wrt=list(at), mode="fwd")
+    for w in at:
+        close(rev["_"][w], fwd["_"][w])
