@@ -533,6 +533,10 @@ class Builder:
                     value = prim.impl(x, y, **params)
             elif prim.trivial_params:
                 value = prim.impl(values[ids[0]]) if n == 1 else prim.impl(*[values[v] for v in ids])
+            elif n == 1:  # (one operand with parameters: index, x^p, sum... without comprehensions)
+                x = values[ids[0]]
+                params = prim.normalize([x.shape], self, **params)
+                value = prim.impl(x, **params)
             else:
                 xs = [values[v] for v in ids]
                 params = prim.normalize([x.shape for x in xs], self, **params)
