@@ -369,6 +369,11 @@ _COMPILE_DEPTH = 32  # levels of an expression compiled (see Interpreter.compile
 _PRIMITIVE = P.Primitive  # (sub is a function: add(a, neg(b)))
 #: The operators whose primitive broadcasts (Builder.bind2 records them).
 _PLAIN = {op: p for op, p in _BINARY.items() if p.__class__ is _PRIMITIVE and p.plain is not None}
+_ARITHMETIC = {op: p for op, p in _PLAIN.items() if op != "^"}  # (x^2's exponent may be a parameter)
+#: The built-ins whose call on one argument records their primitive on it and nothing else
+#: (sin, exp...: Builder.bind1 records them directly; see Interpreter.call).
+_UNARY_PRIMS = {name: fn.prim for name, fn in FUNCTIONS.items()
+                if fn.arity == 1 and fn.prim is not None and fn.prim.trivial_params and name not in _MASK_BUILTINS}
 
 
 def _operator(op: str):
@@ -728,7 +733,8 @@ class Interpreter:
                 acc = self.expr(node)
         for op in reversed(spine):
             o, _, r, loc = op
-            if o == "^":
+            prim = _ARITHMETIC.get(o)
+            if prim is None and o == "^":
                 p = _literal_exponent(op)
                 if p is not None:
                     b.pos = loc
@@ -736,14 +742,29 @@ class Interpreter:
                     continue
             rt = type(r)
             right = numbers.get(r.value) if rt is Num else env.get(r.id) if rt is Name else None
-            if right is None:
-                right = self.binary(r) if rt is Binary else self.expr(r)
+            if right is None and rt is Binary:
+                # 0.1 * x on the right, two leaves: made here, as binary(r) would make it
+                inner = _ARITHMETIC.get(r.op)
+                x, y = r.left, r.right
+                xt, yt = type(x), type(y)
+                x = numbers.get(x.value) if xt is Num else env.get(x.id) if xt is Name else None
+                y = numbers.get(y.value) if yt is Num else env.get(y.id) if yt is Name else None
+                if inner is not None and x is not None and y is not None:
+                    b.pos = r.loc
+                    right = bind2(inner, x, y)
+                else:
+                    right = self.binary(r)
+            elif right is None:
+                right = self.expr(r)
             b.pos = loc
+            if prim is not None:  # + * / // %
+                acc = bind2(prim, acc, right)
+                continue
             if o == "-":  # a - b is add(a, neg(b)) (P.sub), recorded here directly
                 acc = bind2(_ADD, acc, b.bind1(_NEG, right))
                 continue
             prim = _PLAIN.get(o)
-            if prim is not None:
+            if prim is not None:  # x^y
                 acc = bind2(prim, acc, right)
                 continue
             prim = _BINARY.get(o) or _operator(o)
@@ -929,7 +950,22 @@ class Interpreter:
     def call(self, node: Call):
         """A call: of a function of the program (a Tracer, a tuple of them, or _NO_VALUE),
         or of a built-in."""
-        fdef = self.facts.functions.get(node.func)
+        func = node.func
+        prim = _UNARY_PRIMS.get(func)
+        if prim is not None and len(node.args) == 1 and not node.kwargs and func not in self.facts.functions:
+            # sin(x), the usual call: record the primitive directly (what the built-in's fn does)
+            arg = node.args[0]
+            x = self.env.get(arg.id) if type(arg) is Name else None
+            if x is None:
+                x = self.expr(arg)
+            b = self.b
+            b.pos = node.loc
+            try:
+                return b.bind1(prim, x)
+            except GradcalcError as err:
+                _word(err, node)
+                raise
+        fdef = self.facts.functions.get(func)
         if fdef is not None:
             args = [self.expr(a) for a in node.args]
             kwargs = {k.name: self.expr(k.value) for k in node.kwargs}
@@ -952,21 +988,8 @@ class Interpreter:
     def builtin(self, node: Call, fn) -> Tracer:
         if fn.prim is None:  # several primitives (mean: sum, div): messages name the builtin
             self.b.labels[node.loc] = node.func
-        if fn.arity == len(node.args) and not node.kwargs:
+        if fn.arity == len(node.args) and not node.kwargs:  # (sin(x) went by call's shortcut)
             prim = fn.prim
-            if fn.arity == 1 and prim is not None and prim.trivial_params:
-                # sin(x), the usual case: record the primitive directly (what fn.fn does)
-                arg = node.args[0]
-                x = self.env.get(arg.id) if type(arg) is Name else None
-                if x is None:
-                    x = self.expr(arg)
-                b = self.b
-                b.pos = node.loc
-                try:
-                    return b.bind1(prim, x)
-                except GradcalcError as err:
-                    _word(err, node)
-                    raise
             args = [self.expr(a) for a in node.args]
             self.b.pos = node.loc
             if prim is not None:

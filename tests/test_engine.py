@@ -282,3 +282,144 @@ def test_contributions_that_lead_nowhere_change_nothing():
     k = np.sin(2 * np.pi) * 3 + np.sqrt(2 * np.pi)
     r = gradcalc.grad(src, at={"x": 0.3, "y": -1.2}, wrt=["x"])
     assert list(r) == ["x"] and _same_bits(r["x"], k + k)
+
+
+# -- The interpreter's shortcuts against the code they replaced ---------------------------------
+# Interpreter.call records a unary built-in's primitive directly, and Interpreter.binary makes
+# a right operand of two leaves (0.1 * x) without a call of itself.  The methods as they were
+# before those shortcuts are kept here as the oracle: every equation, position, value,
+# warning and error must be the same.
+
+def _binary_before(self, node):
+    from gradcalc.run import _ADD, _BINARY, _MASK_OPS, _NEG, _PLAIN, _PRIMITIVE, P, _literal_exponent, _operator
+    from gradcalc.syntax import Binary, Call, Name, Num
+    from gradcalc.tape import NO_PARAMS, Tracer
+    spine = []
+    while type(node) is Binary:
+        spine.append(node)
+        node = node.left
+    b, env, numbers = self.b, self.env, self.numbers
+    bind2 = b.bind2
+    t = type(node)
+    acc = numbers.get(node.value) if t is Num else env.get(node.id) if t is Name else None
+    if acc is None:
+        if t is Call:
+            acc = self.call(node)
+            if acc.__class__ is not Tracer:
+                acc = self.single(acc, node)
+        else:
+            acc = self.expr(node)
+    for op in reversed(spine):
+        o, _, r, loc = op
+        if o == "^":
+            p = _literal_exponent(op)
+            if p is not None:
+                b.pos = loc
+                acc = b.bind(P.pow_const, (acc,), {"p": p})
+                continue
+        rt = type(r)
+        right = numbers.get(r.value) if rt is Num else env.get(r.id) if rt is Name else None
+        if right is None:
+            right = self.binary(r) if rt is Binary else self.expr(r)
+        b.pos = loc
+        if o == "-":
+            acc = bind2(_ADD, acc, b.bind1(_NEG, right))
+            continue
+        prim = _PLAIN.get(o)
+        if prim is not None:
+            acc = bind2(prim, acc, right)
+            continue
+        prim = _BINARY.get(o) or _operator(o)
+        acc = b.bind(prim, (acc, right), NO_PARAMS) if prim.__class__ is _PRIMITIVE else prim(acc, right)
+        if o in _MASK_OPS:
+            self.masks.add(int(acc.var))
+    return acc
+
+
+def _call_before(self, node):
+    """call() and builtin()'s branch for one argument, as they were; the rest is builtin()."""
+    from gradcalc.errors import NameError_, UsageError, did_you_mean
+    from gradcalc.run import _DERIVATIVES, _MASK_BUILTINS, FUNCTIONS, _word
+    from gradcalc.syntax import Name
+    fdef = self.facts.functions.get(node.func)
+    if fdef is not None:
+        args = [self.expr(a) for a in node.args]
+        kwargs = {k.name: self.expr(k.value) for k in node.kwargs}
+        return self.call_function(node, fdef, args, kwargs)
+    fn = FUNCTIONS.get(node.func)
+    if fn is None:
+        if node.func in _DERIVATIVES:
+            raise UsageError(f"{node.func}(f) is a function: call it on the arguments, "
+                             f"{node.func}(f)(x)", node.pos)
+        hint = did_you_mean(node.func, [*FUNCTIONS, *self.facts.functions])
+        if node.func in self.env:
+            hint = f"'{node.func}' is a value, not a function; use '*' to multiply"
+        raise NameError_(f"unknown function '{node.func}'", node.pos, hint=hint)
+    if node.func in _MASK_BUILTINS:
+        out = self.builtin(node, fn)
+        self.masks.add(int(out.var))
+        return out
+    prim = fn.prim
+    if fn.arity == len(node.args) == 1 and not node.kwargs and prim is not None and prim.trivial_params:
+        arg = node.args[0]
+        x = self.env.get(arg.id) if type(arg) is Name else None
+        if x is None:
+            x = self.expr(arg)
+        b = self.b
+        b.pos = node.loc
+        try:
+            return b.bind1(prim, x)
+        except GradcalcError as err:
+            _word(err, node)
+            raise
+    return self.builtin(node, fn)
+
+
+def _walked_before(src, point):
+    """_tape_and_values of src with binary() and call() as they were before their shortcuts."""
+    from gradcalc.run import Interpreter
+    saved = Interpreter.binary, Interpreter.call
+    try:
+        Interpreter.binary, Interpreter.call = _binary_before, _call_before
+        return _tape_and_values(src, point)
+    finally:
+        Interpreter.binary, Interpreter.call = saved
+
+
+_CALLS = ("sin", "cos", "exp", "log", "sqrt", "tanh", "abs", "sigmoid", "relu", "floor", "sign",
+          "erf", "softplus", "sum", "any", "mean", "maximum", "det", "nosuch", "grad")
+
+
+@st.composite
+def call_programs(draw):
+    """Straight-line statements of calls (of every kind: unary primitives, others, unknown
+    names, a wrong number of arguments) and operators with nested operands on both sides."""
+    names = ["x", "y"]
+    lines = ["input x, y"]
+    for k in range(draw(st.integers(1, 5))):
+        leaf = lambda: draw(st.sampled_from(names + ["0.1", "2", "1.01"]))  # noqa: E731
+        f = draw(st.sampled_from(_CALLS))
+        args = ", ".join(leaf() for _ in range(draw(st.sampled_from((1, 1, 1, 2, 0)))))
+        op1, op2, op3 = (draw(st.sampled_from(("+", "-", "*", "/", "^", "<", "%"))) for _ in range(3))
+        lines.append(f"v{k} = {f}({args}) {op1} {leaf()} {op2} ({leaf()} {op3} {leaf()})")
+        names.append(f"v{k}")
+    return "\n".join(lines)
+
+
+@settings(max_examples=150, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(call_programs(), st.sampled_from(([0.5, -2.0], [[1.5, 0.25]], [0.0, 3.0], [[1.0, 2.0], [3.0, 4.0]])))
+def test_call_and_operator_shortcuts_record_what_the_code_before_them_recorded(src, xy):
+    """Scalars, 1-element arrays and 2x2 matrices (det's shape error, sum's array), with the
+    equations, values, warnings and errors of the interpreter before its shortcuts."""
+    x, y = xy if len(xy) == 2 else (xy[0], xy[0])
+    for point in ({"x": x, "y": y}, {"x": [x], "y": [y]} if np.ndim(x) == 0 else {"x": x, "y": y}):
+        assert _tape_and_values(src, point) == _walked_before(src, point), src
+
+
+@settings(max_examples=100, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scalar_programs())
+def test_random_scalar_programs_record_what_the_code_before_the_shortcuts_recorded(case):
+    src, point = case
+    assert _tape_and_values(src, point) == _walked_before(src, point), src
