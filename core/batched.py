@@ -182,7 +182,12 @@ class BatchedBuilder:
             if made is not None:
                 return Tracer(self, made)
         values = self.values
-        xs = [values[s] for s in slots]
+        if n == 2:
+            xs = (values[x], values[y])
+        elif n == 1:
+            xs = (values[x],)
+        else:
+            xs = [values[s] for s in slots]
         try:
             value = prim.plain(*xs) if plain else prim.impl(*xs, **params)
         except np.linalg.LinAlgError as err:
