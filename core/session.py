@@ -119,9 +119,9 @@ def eager_backward(tr: Traced, seeds: dict, wrt: list, release: bool = False) ->
     transforms.backward's safe_products).  Only when a result is not finite does a second
     pass look for the rule that made it so, to name it in a warning, with safe matrix
     products; its results are returned.  ``release``: the caller reads no value of the tape
-    afterwards but its names' (grad, vjp), so the values no rule reads are freed first
-    (transforms.release_unread: W8's tape keeps 40 of its 199 KB a step)."""
-    if release:
+    afterwards but its names' (grad, vjp), so on a tape of large arrays the values no rule
+    reads are freed first (transforms.release_unread: W8's keeps 40 of its 199 KB a step)."""
+    if release and tr.builder.holds_large_arrays():
         release_unread(tr.builder, tr.tape.equations, tr.tape.names.values())
     args = (tr.builder, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
     finite: set = set()  # results certified finite by backward: no need to look at them

@@ -209,7 +209,7 @@ _RELEASED = {
         "a = exp(x) * sin(x) / cosh(x) + sqrt(x) - log(x)^3\nm = reshape(transpose(M), (2, 3)) @ M\n"
         "sum(a * sigmoid(-a)) + sum(relu(m) + abs(m) * floor(m)) + sum(sinc(x) * erf(x))",
         {"x": _RNG.uniform(0.5, 2.0, 3), "M": _RNG.standard_normal((3, 2))}),
-    "a warning: log of 0": ("y = log(x) * w\nz = y @ A\nsum(tanh(z))",
+    "a warning: log of 0": ("y = log(x) * w + 1\nz = y @ A\nsum(tanh(z))",
                             {"x": np.array([0.0, 1.0]), "w": np.array([1.0, 2.0]), "A": np.ones((2, 2))}),
     "a nan a zero cotangent removes": ("s = sqrt(x - 1)\nsum(s * 0)", {"x": np.array([0.5, 2.0, 3.0])}),
     # (an infinite gradient: eager_backward runs its pass again, with warnings, on the freed tape)
@@ -219,10 +219,15 @@ _RELEASED = {
 
 @pytest.mark.parametrize("source, at", _RELEASED.values(), ids=_RELEASED.keys())
 def test_a_released_tape_gives_the_gradients_and_warnings_of_the_full_one(monkeypatch, source, at):
-    from gradcalc import session
+    from gradcalc import session, tape
+    monkeypatch.setattr(tape, "LARGE_TAPE", 1)  # (these small arrays count as a large tape here)
+    freed = []
+    release = session.release_unread
+    monkeypatch.setattr(session, "release_unread", lambda *a: freed.append(release(*a)))
     released = gradcalc.grad(source, at=at)
     seed = np.float64(1.5)
     vjp_released = gradcalc.vjp(source, seed, at=at)
+    assert len(freed) == 2 and freed[0] > 0
     monkeypatch.setattr(session, "release_unread", lambda *a: 0)
     full = gradcalc.grad(source, at=at)
     vjp_full = gradcalc.vjp(source, seed, at=at)
@@ -230,6 +235,18 @@ def test_a_released_tape_gives_the_gradients_and_warnings_of_the_full_one(monkey
         assert a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
         assert np.asarray(a.value).tobytes() == np.asarray(b.value).tobytes()
         assert a.warnings == b.warnings
+
+
+def test_only_a_tape_of_large_arrays_is_released(monkeypatch):
+    # (a pass over a long scalar tape would cost more than it frees: W7's 100,000 equations, 30 ms)
+    from gradcalc import session
+    calls = []
+    monkeypatch.setattr(session, "release_unread", lambda *a: calls.append(1))
+    gradcalc.grad("s = x\nfor i in range(100) {\n  s = sin(s) * 1.01\n}\ns", at={"x": 0.5})
+    gradcalc.grad("sum(tanh(x) ^ 2)", at={"x": np.ones(10)})
+    assert calls == []
+    gradcalc.grad("sum(tanh(x) ^ 2)", at={"x": np.ones((1024, 1024))})
+    assert calls == [1]
 
 
 def test_release_frees_what_no_rule_reads_and_keeps_the_names():
