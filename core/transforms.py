@@ -113,6 +113,8 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     for v in wanted:
         if v not in found:
             found[v] = ct.get(v)
+        if found[v].__class__ is float:  # (a sum the inline rules made: the NumPy scalar of its bits)
+            found[v] = F64_SCALAR(found[v])
     return found
 
 
@@ -141,12 +143,18 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
             found[out] = g
         if g is None:
             continue
-        op = inline.get(prim) if g.__class__ is F64_SCALAR else None
+        kind = g.__class__
+        op = inline.get(prim) if kind is float or kind is F64_SCALAR else None
         if op is not None:
             # The registry's rule on NumPy scalars, written out: the same operations in the same
-            # order (safe_mul's "0 where g or d is 0 and g * d is nan" as an if), so the same bits.
+            # order (safe_mul's "0 where g or d is 0 and g * d is nan" as an if), so the same bits,
+            # on Python floats: their + - * / are the IEEE operations NumPy's scalars run, nan
+            # operands included (tests/test_engine.py compares the bits); backward() makes the
+            # results NumPy scalars again.
             x = values[ea[0]]
             if x.__class__ is F64_SCALAR:
+                if kind is not float:
+                    g = _float(g)
                 if op <= _DIV:  # two operands
                     y = values[ea[1]]
                     if y.__class__ is F64_SCALAR:
@@ -154,19 +162,14 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
                         if op == _ADD:
                             ca = cb = g
                         elif op == _MUL:
+                            x, y = _float(x), _float(y)
                             ca, cb = g * y, g * x
                             if ca != ca and (g == 0 or y == 0):
-                                ca = _ZERO
+                                ca = 0.0
                             if cb != cb and (g == 0 or x == 0):
-                                cb = _ZERO
-                        else:  # safe_div(g, y) and -safe_mul(g, ans / y)
-                            d = values[out] / y
-                            ca, cb = g / y, g * d
-                            if ca != ca and g == 0:
-                                ca = _ZERO
-                            if cb != cb and (g == 0 or d == 0):
-                                cb = _ZERO
-                            cb = -cb
+                                cb = 0.0
+                        else:
+                            ca, cb = _div_rule(g, values[out], y)
                         prev = get(a)  # (a first, then b: x * x sums in the registry's order)
                         ct[a] = ca if prev is None else prev + ca
                         prev = get(b)
@@ -180,16 +183,18 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
                         c = -g
                     elif op == _COPY:
                         c = g
-                    else:
-                        d = _scalar_derivative(op, values[out], x, params)
+                    else:  # (sin's cos(x) here: the commonest, without a call)
+                        d = _float(_cos(x) if op == _SIN else _scalar_derivative(op, values[out], x, params))
                         c = g * d
                         if c != c and (g == 0 or d == 0):
-                            c = _ZERO
+                            c = 0.0
                     prev = get(a)
                     ct[a] = c if prev is None else prev + c
                     if finite:
                         finite.discard(a)
                     continue
+        if g.__class__ is float:
+            g = F64_SCALAR(g)  # (the registry's rules take NumPy's scalar)
         if live is None:
             live = depends(equations, wanted)
         if traced:
@@ -203,7 +208,25 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
 _ADD, _MUL, _DIV, _NEG, _COPY, _SIN, _COS, _EXP, _LOG, _SQRT, _TANH, _POW2 = range(12)
 _SCALAR_OPS = {P.add: _ADD, P.mul: _MUL, P.div: _DIV, P.neg: _NEG, P.copy: _COPY, P.sin: _SIN,
                P.cos: _COS, P.exp: _EXP, P.log: _LOG, P.sqrt: _SQRT, P.tanh: _TANH, P.pow_const: _POW2}
-_ZERO = np.float64(0.0)
+_float = float
+_cos = np.cos
+
+
+def _div_rule(g: float, ans, y) -> tuple:
+    """The inline rule of x / y (see _reverse): safe_div(g, y) and -safe_mul(g, ans / y), as
+    Python floats.  A division by zero, which Python refuses, is done on NumPy's scalars."""
+    if y == 0:
+        d = ans / y
+        ca, cb = F64_SCALAR(g) / y, g * d
+    else:
+        y = _float(y)
+        d = _float(ans) / y
+        ca, cb = g / y, g * d
+    if ca != ca and g == 0:
+        ca = 0.0
+    if cb != cb and (g == 0 or d == 0):
+        cb = 0.0
+    return _float(ca), -_float(cb)
 
 
 def _scalar_derivative(op: int, ans, x, params):
