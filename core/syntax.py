@@ -761,45 +761,42 @@ class _Parser:
 
     # -- expressions -----------------------------------------------------------------
     def expr(self, pos: int, min_bp: int, depth: int):
-        """An expression whose infix operators all bind tighter than min_bp: an operand,
-        then the operators after it, in a loop.  Numbers, names and calls, most operands,
-        are read here, and so is a binary operator's right operand when it is a lone
-        number or name (a call of expr saved on each: frames are most of a long
-        program's parse); _PREFIX has the rules of the other operands."""
+        """An expression whose infix operators all bind tighter than min_bp: an operand, then the
+        operators after it, in a loop.  Numbers, names, calls, and a lone number or name right of an
+        operator are read here (no frame each); _PREFIX has the rules of the other operands."""
         if depth > MAX_DEPTH:
             self.too_deep(pos)
-        kinds = self.kinds
+        kinds, lcs, after_operand = self.kinds, self.lcs, _AFTER_OPERAND
         k = kinds[pos]
         if k == "num":
             text = self.texts[pos]
-            left = _new(Num, (self.floats[text], text, self.lcs[pos]))
+            left = _new(Num, (self.floats[text], text, lcs[pos]))
             pos += 1
         elif k == "name":
             text = self.texts[pos]
             if text in _BOOLS:
-                left = _new(Bool, (_BOOLS[text], self.lcs[pos]))
+                left = _new(Bool, (_BOOLS[text], lcs[pos]))
                 pos += 1
             elif kinds[pos + 1] == "(":  # a call: NAME(arg, ..., key=value, ...)
                 k = kinds[pos + 2]
                 if (k == "name" or k == "num") and kinds[pos + 3] == ")" and depth < MAX_DEPTH:
-                    # f(x), f(2): one lone argument (the lexer has matched the brackets: pos + 3 is
-                    # a token), made here, as arguments() would make it
+                    # f(x), f(2): one lone argument, made here (the lexer matched the brackets)
                     arg = self.texts[pos + 2]
                     if k == "num":
-                        arg = _new(Num, (self.floats[arg], arg, self.lcs[pos + 2]))
+                        arg = _new(Num, (self.floats[arg], arg, lcs[pos + 2]))
                     elif arg in _BOOLS:
-                        arg = _new(Bool, (_BOOLS[arg], self.lcs[pos + 2]))
+                        arg = _new(Bool, (_BOOLS[arg], lcs[pos + 2]))
                     else:
-                        arg = _new(Name, (arg, self.lcs[pos + 2]))
+                        arg = _new(Name, (arg, lcs[pos + 2]))
                         self.note_read(arg)
-                    left = _new(Call, (text, (arg,), (), self.lcs[pos]))
+                    left = _new(Call, (text, (arg,), (), lcs[pos]))
                     pos += 4
                 else:
                     end, args, kwargs = self.arguments(pos + 2, depth)
-                    left = _new(Call, (text, args, kwargs, self.lcs[pos]))
+                    left = _new(Call, (text, args, kwargs, lcs[pos]))
                     pos = end
             else:
-                left = _new(Name, (text, self.lcs[pos]))
+                left = _new(Name, (text, lcs[pos]))
                 self.note_read(left)
                 pos += 1
         else:
@@ -807,9 +804,7 @@ class _Parser:
             if prefix is None:
                 self.not_an_operand(pos)
             pos, left = prefix(self, pos, depth)
-        # The operators after the operand.  bp is the binding powers of the token at pos (see
-        # _AFTER_OPERAND), looked up once: a lone right operand's lookahead is the next turn's.
-        lcs, after_operand = self.lcs, _AFTER_OPERAND
+        # bp: the binding powers of the token at pos; a lone right operand's lookahead is the next turn's
         chained = 0
         bp = after_operand.get(kinds[pos])  # None for names, numbers, newlines, ')' ...
         while bp is not None:
@@ -824,31 +819,26 @@ class _Parser:
                 pos, left = op(self, at, left, depth)
                 bp = after_operand.get(kinds[pos])
                 continue
-            pos += 1
+            pos = at + 1
             k = kinds[pos]
-            if k == "name" or k == "num":
-                bp = after_operand.get(kinds[pos + 1])
-                if (bp is None or bp[0] <= rbp) and depth < MAX_DEPTH:
-                    # A lone number or name (what follows it binds no tighter than this operator),
-                    # the commonest right operand: made here, as the call below would make it.
-                    text = self.texts[pos]
-                    if k == "num":
-                        right = _new(Num, (self.floats[text], text, lcs[pos]))
-                    elif text in _BOOLS:
-                        right = _new(Bool, (_BOOLS[text], lcs[pos]))
-                    else:
-                        right = _new(Name, (text, lcs[pos]))
-                        self.note_read(right)
-                    pos += 1
-                    left = _new(Binary, (op, left, right, lcs[at]))
-                    if lbp == _COMPARISON_BP and kinds[pos] in _COMPARISON_SET:
-                        self.chained_comparison(pos)
-                    continue
-            pos, right = self.expr(pos, rbp, depth + 1)
+            if (k == "name" or k == "num") and depth < MAX_DEPTH and \
+                    ((bp := after_operand.get(kinds[pos + 1])) is None or bp[0] <= rbp):
+                # a lone number or name (what follows binds no tighter than op), made as expr would
+                text = self.texts[pos]
+                if k == "num":
+                    right = _new(Num, (self.floats[text], text, lcs[pos]))
+                elif text in _BOOLS:
+                    right = _new(Bool, (_BOOLS[text], lcs[pos]))
+                else:
+                    right = _new(Name, (text, lcs[pos]))
+                    self.note_read(right)
+                pos += 1
+            else:
+                pos, right = self.expr(pos, rbp, depth + 1)
+                bp = after_operand.get(kinds[pos])
             left = _new(Binary, (op, left, right, lcs[at]))
             if lbp == _COMPARISON_BP and kinds[pos] in _COMPARISON_SET:
                 self.chained_comparison(pos)
-            bp = after_operand.get(kinds[pos])
         return pos, left
 
     def chained_comparison(self, pos: int):
