@@ -439,25 +439,29 @@ class Interpreter:
         if self.local_names is not None:
             self.env[name] = value
             return
-        if value.var in self.literal_vars:  # `a = 2`: a name of its own, not every 2's constant
-            value = self.b.const(self.b.values[value.var])
-        elif value.var < before:  # `a = x` made nothing new: a's own copy, so that --wrt a is
-            self.b.pos = loc       # the derivative through a alone, x held fixed
+        var = value.var
+        if var in self.literal_vars:  # `a = 2`: a name of its own, not every 2's constant
+            value = self.b.const(self.b.values[var])
+            var = value.var
+        elif var < before:  # `a = x` made nothing new: a's own copy, so that --wrt a is
+            self.b.pos = loc  # the derivative through a alone, x held fixed
             value = P.copy(value)
+            var = value.var
         self.env[name] = value
-        self.names[name] = value.var
+        self.names[name] = var
         self.positions[name] = loc
 
     def assign(self, st: Assign) -> None:
+        name, node, loc = st  # (unpacked: cheaper than the fields' descriptors)
         before = self.b._next
         if self.loops:  # run again and again: compiled once
             done = self.compiled_values.get(id(st))
             if done is None:
-                done = self.compiled_values[id(st)] = (st, self.compiled(st.value, _COMPILE_DEPTH))
+                done = self.compiled_values[id(st)] = (st, self.compiled(node, _COMPILE_DEPTH))
             value = done[1]()
         else:
-            value = self.binary(st.value) if type(st.value) is Binary else self.expr(st.value)
-        self.bind(st.name, value, st.loc, before)
+            value = self.binary(node) if type(node) is Binary else self.expr(node)
+        self.bind(name, value, loc, before)
 
     def aug_assign(self, st: AugAssign) -> None:
         before = self.b._next
@@ -950,16 +954,16 @@ class Interpreter:
     def call(self, node: Call):
         """A call: of a function of the program (a Tracer, a tuple of them, or _NO_VALUE),
         or of a built-in."""
-        func = node.func
+        func, args, kwargs, loc = node
         prim = _UNARY_PRIMS.get(func)
-        if prim is not None and len(node.args) == 1 and not node.kwargs and func not in self.facts.functions:
+        if prim is not None and len(args) == 1 and not kwargs and func not in self.facts.functions:
             # sin(x), the usual call: record the primitive directly (what the built-in's fn does)
-            arg = node.args[0]
+            arg = args[0]
             x = self.env.get(arg.id) if type(arg) is Name else None
             if x is None:
                 x = self.expr(arg)
             b = self.b
-            b.pos = node.loc
+            b.pos = loc
             try:
                 return b.bind1(prim, x)
             except GradcalcError as err:

@@ -459,3 +459,15 @@ def test_python_float_arithmetic_is_numpys_scalar_arithmetic_bit_for_bit():
 @pytest.mark.parametrize("x", [0.0, -0.0, 2.5, -1e308, float("inf"), float("nan")])
 def test_inline_rules_on_floats_agree_with_one_element_arrays(src, x):
     _compare(gradcalc.grad, src, {"x": x})
+
+
+@pytest.mark.parametrize("src", ["input x\na = 2\nb = x * 2\nout = a * b", "input x\nb = x * 2\na = 2\nout = a * b",
+                                 "input x\na = x\nb = x * 2\nout = a * b"])
+def test_a_name_assigned_a_literal_or_a_name_has_a_variable_of_its_own(src):
+    """Interpreter.bind: `a = 2` (whether or not 2 was written before) and `a = x` give a its own
+    variable, so that the derivative with respect to a holds every other 2 (or x) fixed:
+    d(a * b)/da = b = 2x, whatever else reads the same literal or name (x's derivative is total:
+    2a, plus b through a when a = x)."""
+    r = gradcalc.grad(src, at={"x": 3.0}, wrt=["a", "x"])
+    assert float(r["a"]) == 6.0
+    assert float(r["x"]) == (2.0 * 2.0 if "a = 2" in src else 2.0 * 3.0 + 6.0)
