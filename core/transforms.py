@@ -120,9 +120,8 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
 
 def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, log, check: bool,
              finite, safe_products: bool) -> dict:
-    """The loop of :func:`backward`: runs the VJP rules newest first, summing cotangents
-    into ct (consumed as it goes); returns {wanted var: its cotangent} for each wanted
-    var an equation defines.
+    """The loop of :func:`backward`: runs the VJP rules newest first, summing cotangents into
+    ct (consumed as it goes); returns {wanted var: its cotangent} for each one an equation defines.
 
     An eager pass without warnings (the usual first pass) runs the commonest scalar rules inline
     (see _SCALAR_OPS): on a scalar program the call of a rule, and the dispatch of the primitives
@@ -146,11 +145,9 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
         kind = g.__class__
         op = inline.get(prim) if kind is float or kind is F64_SCALAR else None
         if op is not None:
-            # The registry's rule on NumPy scalars, written out: the same operations in the same
-            # order (safe_mul's "0 where g or d is 0 and g * d is nan" as an if), so the same bits,
-            # on Python floats: their + - * / are the IEEE operations NumPy's scalars run, nan
-            # operands included (tests/test_engine.py compares the bits); backward() makes the
-            # results NumPy scalars again.
+            # The registry's rule, written out: the same operations in the same order (safe_mul's
+            # "0 where g or d is 0 and g * d is nan" as an if) on Python floats, whose + - * / are
+            # NumPy's scalars' IEEE operations (tests/test_engine.py compares the bits).
             x = values[ea[0]]
             if x.__class__ is F64_SCALAR:
                 if kind is not float:
