@@ -229,6 +229,18 @@ def test_the_samples_parse_as_the_reference_parses_them():
         _agree(path.read_text(encoding="utf-8"))
 
 
+def test_calls_of_one_lone_argument_and_plain_assignments_parse_as_the_reference_parses_them():
+    # expr's f(x) path (a number, a name, a literal true/False, then what may follow the ')'),
+    # arguments' lone arguments, and block's NAME = e, each beside what must not take them
+    calls = ["f(x)", "f(2)", "f(1e3)", "f(true)", "f(False)", "f(None)", "f(x)[0]", "f(x)(y)", "f(x)^2", "f(x) if c else d",
+             "f(x, y)", "f(x,)", "f(x + 1)", "f(x[0])", "f(g(x))", "f(x)(k=1)", "f(k=x)", "f(x, k=2)", "f(2x)", "f(x y)",
+             "f(x", "f()", "f(-x)", "f(x)*g(y) + h(2)", "true(x)", "f(x) < g(y) < 1"]
+    for call in calls:
+        for text in [call, f"v = {call}", f"v = 1 + {call}", f"v += {call}", f"v = {call}\nw = v", f"v == {call}",
+                     f"v = ; {call}", f"v = {call} w = 1", f"for i in range(2) {{ v = {call} }}"]:
+            _agree(text)
+
+
 def test_a_long_recurrence_parses_as_the_reference_parses_it():
     text = "\n".join(["input x0 = 0.5"] + [f"x{i + 1} = sin(x{i})*1.01 + 0.1*x{i}" for i in range(300)])
     _agree(text)
