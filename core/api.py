@@ -307,7 +307,7 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
     batch = BatchedBuilder(b, n, what="the forward pass over the backward pass for the Hessian")
     seeds = batch.seeds([tr.value(w).shape for w in wrt])
     tan = forward(b, grad_eqns, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
-                  keep=keep)
+                  keep=keep, fold=batch.jvp)
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
     cols = [None if t is None else batch.rows(t) for t in outs]
     hess = {}

@@ -198,6 +198,21 @@ class BatchedBuilder:
                 self.check_size(value.shape[1:])
         return Tracer(self, _batched(value, value.shape[1:]))
 
+    def jvp(self, prim, ts: tuple, params: dict, rest: tuple):
+        """An equation's tangent from its operands' tangents ts (None for an operand without one)
+        where each is a band of this builder and prim's JVP rules are folds (see _JVP): the
+        tracer its rules would make, made without running them (the rule, the primitive's call,
+        a constant's tracer and the parameters normalised again cost more than the fold).
+        ``params`` are the equation's (normalised), ``rest`` its (ans, *operands) values.  None
+        otherwise: transforms.forward runs the rules."""
+        fold = _JVP.get(prim)
+        if fold is None:
+            return None
+        for t in ts:
+            if t is not None and (t.__class__ is not Tracer or t.builder is not self or t.var.band is None):
+                return None
+        return fold(self, ts, params, rest)
+
     def rows(self, t):
         """t's batch as an array of shape (batch,) + t.shape (a value that does not depend on
         the seeds: the same in every row)."""
@@ -309,6 +324,56 @@ def _fold_copy(b: BatchedBuilder, args: tuple, params: dict):
 
 _FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add, P.copy: _fold_copy,
           P.index: _fold_index, P.index_put: _fold_index_put, P.matmul: _fold_matmul}
+
+
+# Equations whose JVP rules, on bands, come down to the folds above: each entry makes what the
+# rules' calls make (the same folds, in the same order, on the same operands), or returns None
+# for the rules to run.  tests/test_batched.py checks each against the registry's rules.
+
+def _jvp_of(fold):
+    """neg, index, index_put: the rule applies the primitive to the tangent with the equation's
+    own parameters (normalised when traced, as the rule's call would normalise them again)."""
+    def jvp(b, ts, params, rest):
+        made = fold(b, (ts[0].var,), params)
+        return None if made is None else Tracer(b, made)
+    return jvp
+
+
+def _jvp_copy(b, ts, params, rest):
+    return ts[0]  # (the rule returns the tangent itself)
+
+
+def _jvp_add(b, ts, params, rest):
+    t0, t1 = ts
+    if params:
+        return None  # operands of unequal rank: the rules' tangents broadcast
+    if t0 is None or t1 is None:
+        return t0 if t1 is None else t1  # (each rule returns its tangent itself)
+    if t0.var.shape != t1.var.shape:
+        return None
+    return Tracer(b, _fold_add(b, (t0.var, t1.var), params))
+
+
+def _jvp_product(b, ts, params, rest):
+    """mul, safe_mul: each tangent times the other operand's value (safe_mul(t, factor)), summed."""
+    total = None
+    for k, t in enumerate(ts):
+        if t is None:
+            continue
+        g, f = t.var, b.const(rest[2 - k]).var  # (rest: ans, then the operands)
+        if f.shape != g.shape:
+            if f.shape not in ((), (1,)):
+                return None
+            b.check_size(g.shape)  # (what the rule's call checks, normalising its parameters)
+        made = _fold_safe_mul(b, (g, f), {})
+        if made is None:
+            return None
+        total = Tracer(b, made if total is None else _fold_add(b, (total.var, made), {}))
+    return total
+
+
+_JVP = {P.neg: _jvp_of(_fold_neg), P.index: _jvp_of(_fold_index), P.index_put: _jvp_of(_fold_index_put),
+        P.copy: _jvp_copy, P.add: _jvp_add, P.mul: _jvp_product, P.safe_mul: _jvp_product}
 
 
 def _band_dense(band: dict, n: int):

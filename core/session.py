@@ -179,7 +179,7 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
         batch = BatchedBuilder(b, n, what="the forward pass for the Jacobian")
         seeds = batch.seeds([tr.value(w).shape for w in wrt])
         tan = forward(b, tr.tape.equations, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
-                      keep={names[o] for o in outs})
+                      keep={names[o] for o in outs}, fold=batch.jvp)
         cols = [None if tan.get(names[o]) is None else batch.rows(tan[names[o]]) for o in outs]
         reach = {w: depends(tr.tape.equations, [names[w]]) for w in wrt}
         for o, c in zip(outs, cols):

@@ -339,13 +339,16 @@ def _finite_product(c, g, other) -> bool:
 
 
 def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
-            check: bool | None = None, describe=None, keep=None) -> dict:
+            check: bool | None = None, describe=None, keep=None, fold=None) -> dict:
     """Forward mode: tangents {var: value} of inputs -> tangents of every reached variable.
 
     Traced or eager, as for :func:`backward`; ``describe(eq)`` names an equation
     in non-finite warnings (default: "the derivative of 'prim'").  With ``keep`` (the
     variables wanted afterwards), each other tangent is dropped after its last use, so that
     an eager pass on a batch of tangents holds only what is live (see :mod:`.batched`).
+    ``fold(prim, tangents, params, (ans, *args))`` (an eager batched pass: see
+    ``BatchedBuilder.jvp``) gives an equation's tangent where it makes, without running
+    the rules, what they would make; None where it does not, and the rules run.
     """
     tan = dict(tangents)
     get = tan.get
@@ -387,9 +390,13 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
                 rest = (values[out], *map(values.__getitem__, ea))
         else:
             rest = _operands(builder, eq, eager)
+        try:
+            total = None if fold is None else fold(prim, ts, params, rest)
+        except GradcalcError as err:
+            err.pos = err.pos or eq.pos
+            raise
         rules = None if prim.variadic else prim.jvp  # rules[i] is prim.jvp_rule(i), without a call
-        total = None
-        for k, t in enumerate(ts):  # (k: the operand; i, the equation, frees tangents above)
+        for k, t in enumerate(ts if total is None else ()):  # (k: the operand; i, the equation, frees)
             if t is None:
                 continue
             rule = prim.jvp_rule(k) if rules is None else rules[k]

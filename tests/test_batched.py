@@ -4,6 +4,8 @@ bands through slices, sums, broadcasting, stacks, fixed matrices and non-linear 
 with wrt sets of vectors, matrices and scalars together, in both modes of the Jacobian."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -307,3 +309,50 @@ def test_reductions_to_a_scalar(src, hess):
     fwd = gradcalc.jacobian(grad_src, at=at, wrt=list(at), mode="fwd")
     for w in at:
         close(rev["_"][w], fwd["_"][w])
+
+
+def _tangent_rows(src, at, fold: bool):
+    """The forward pass over the backward pass of a Hessian (as api.hessian runs it), its
+    equations' tangents folded by BatchedBuilder.jvp (fold=True) or all made by the rules."""
+    from gradcalc.batched import BatchedBuilder
+    from gradcalc.session import trace_source
+    from gradcalc.transforms import backward, forward, needed
+    with np.errstate(all="ignore"):
+        tr = trace_source(src, at, 10**8)
+        b, names = tr.builder, tr.tape.names
+        wrt = list(tr.tape.inputs)
+        grads = backward(b, tr.tape.equations, {names[tr.tape.output]: b.const(1.0)}, [names[w] for w in wrt],
+                         check=False)
+        keep = {g.var for g in grads.values() if g is not None}
+        n = sum(tr.value(w).size for w in wrt)
+        batch = BatchedBuilder(b, n, what="a test's pass")
+        seeds = batch.seeds([tr.value(w).shape for w in wrt])
+        tan = forward(b, tuple(needed(b.equations, keep)), {names[w]: s for w, s in zip(wrt, seeds)},
+                      eager=True, check=False, keep=keep, fold=batch.jvp if fold else None)
+        return [None if grads[names[w]] is None or grads[names[w]].var not in tan
+                else np.array(batch.rows(tan[grads[names[w]].var])) for w in wrt]
+
+
+@pytest.mark.parametrize("src", [
+    "sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)",
+    "sum(sin(x[1:] * x[:-1])) + sum(x * c)^2",
+    "sum(c * x * x) - sum(x[2:] * x[:-2] * c[1:-1])",
+    "sum((x[1:] * c[:-1] - x[:-1]) * (x * c)[1:])",
+    "y = x; z = -y[1:] + y[:-1]; sum(z * z * c[1:]) + sum(y * 0 * c)",
+    "sum(x[::2] * x[1::2]) + sum(x * inf * 0)",
+    "sum(x * x * s) + s * sum(x)",
+])
+def test_folded_tangents_are_the_rules_tangents(src):
+    # BatchedBuilder.jvp makes, for neg, copy, add, index, index_put, mul and safe_mul on bands,
+    # the tangents the registry's JVP rules make: compared bit for bit with the pass that runs the
+    # rules on every equation (factors with zeros, inf and nan among them; x[::2] is no band fold)
+    c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
+    x = np.array([0.5, -0.0, 2.0, -1.0, 0.0, 4.0, -3.0, 1e-310])
+    at = {"x": x, "c": c, "s": 1.25}
+    at = {k: v for k, v in at.items() if re.search(rf"\b{k}\b", src)}
+    folded, ruled = _tangent_rows(src, at, True), _tangent_rows(src, at, False)
+    assert len(folded) == len(ruled)
+    for f, r in zip(folded, ruled):
+        assert (f is None) == (r is None)
+        if f is not None:
+            same_bits(f, r)
