@@ -345,12 +345,10 @@ def _jvp_copy(b, ts, params, rest):
 
 def _jvp_add(b, ts, params, rest):
     t0, t1 = ts
-    if params:
-        return None  # operands of unequal rank: the rules' tangents broadcast
     if t0 is None or t1 is None:
-        return t0 if t1 is None else t1  # (each rule returns its tangent itself)
-    if t0.var.shape != t1.var.shape:
-        return None
+        return t0 if t1 is None else t1  # (each rule returns its tangent itself; forward fits it)
+    if params or t0.var.shape != t1.var.shape:
+        return None  # (tangents that broadcast against each other)
     return Tracer(b, _fold_add(b, (t0.var, t1.var), params))
 
 

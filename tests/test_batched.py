@@ -341,6 +341,7 @@ def _tangent_rows(src, at, fold: bool):
     "y = x; z = -y[1:] + y[:-1]; sum(z * z * c[1:]) + sum(y * 0 * c)",
     "sum(x[::2] * x[1::2]) + sum(x * inf * 0)",
     "sum(x * x * s) + s * sum(x)",
+    "sum((C + x)^2 * C) + sum((s + x) * x)",
 ])
 def test_folded_tangents_are_the_rules_tangents(src):
     # BatchedBuilder.jvp makes, for neg, copy, add, index, index_put, mul and safe_mul on bands,
@@ -348,7 +349,7 @@ def test_folded_tangents_are_the_rules_tangents(src):
     # rules on every equation (factors with zeros, inf and nan among them; x[::2] is no band fold)
     c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
     x = np.array([0.5, -0.0, 2.0, -1.0, 0.0, 4.0, -3.0, 1e-310])
-    at = {"x": x, "c": c, "s": 1.25}
+    at = {"x": x, "c": c, "s": 1.25, "C": np.arange(16.0).reshape(2, 8) - 3}  # (C + x: a tangent broadcast)
     at = {k: v for k, v in at.items() if re.search(rf"\b{k}\b", src)}
     folded, ruled = _tangent_rows(src, at, True), _tangent_rows(src, at, False)
     assert len(folded) == len(ruled)
