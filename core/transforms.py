@@ -181,7 +181,7 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
                     elif op == _COPY:
                         c = g
                     else:  # (sin's cos(x) here: the commonest, without a call)
-                        d = _float(_cos(x) if op == _SIN else _scalar_derivative(op, values[out], x, params))
+                        d = _cos_float(x) if op == _SIN else _float(_scalar_derivative(op, values[out], x, params))
                         c = g * d
                         if c != c and (g == 0 or d == 0):
                             c = 0.0
@@ -207,6 +207,20 @@ _SCALAR_OPS = {P.add: _ADD, P.mul: _MUL, P.div: _DIV, P.neg: _NEG, P.copy: _COPY
                P.cos: _COS, P.exp: _EXP, P.log: _LOG, P.sqrt: _SQRT, P.tanh: _TANH, P.pow_const: _POW2}
 _float = float
 _cos = np.cos
+
+
+def _cos_float(x) -> float:
+    """cos(x) for sin's inline rule, as a Python float with NumPy's bits: on this build NumPy's
+    float64 cos loop calls the C library's cos, which math.cos calls too (gdb: DOUBLE_cos_X86_V4
+    and math_1 reach glibc's __cos_fma; tests/test_engine.py compares them), at a sixth of the
+    cost on a scalar.  math refuses an infinity, where NumPy gives nan."""
+    try:
+        return _math_cos(x)
+    except ValueError:
+        return _float(_cos(x))
+
+
+_math_cos = math.cos
 
 
 def _div_rule(g: float, ans, y) -> tuple:
