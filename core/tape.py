@@ -375,7 +375,7 @@ class Builder:
     def holds_large_arrays(self) -> bool:
         """Whether the arrays this builder recorded hold LARGE_TAPE elements or more (a recording
         builder: see _bind): where freeing the values no derivative pass reads is worth a pass
-        over the tape (transforms.release_unread; on W7's 100,000 scalar equations it would
+        over the tape (transforms.unread_values; on W7's 100,000 scalar equations it would
         cost 30 ms and free nothing)."""
         return self.record and self._held < 0
 

@@ -198,9 +198,10 @@ def test_a_rule_reads_only_the_values_its_primitive_declares(prim, shapes, param
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
 
 
-# grad and vjp free, before their pass, the values no rule reads (transforms.release_unread):
-# the same gradients, values and warnings, bit for bit, as a pass over every value (the
-# general path, release_unread made a no-op here), and a rule reading a freed value would fail.
+# grad and vjp free the values no rule reads as their pass reaches them (transforms.unread_values,
+# backward's release): the same gradients, values and warnings, bit for bit, as a pass over every
+# value (the general path: unread_values made to give None here), and a rule reading a freed
+# value would fail.
 _RELEASED = {
     "an RNN": ("h = h0; loss = 0\nfor t in range(4) {\n  h = tanh(W @ h + U @ X[t] + b)\n  loss += sum(h^2)\n}\nloss",
                {"W": _RNG.standard_normal((5, 5)), "U": _RNG.standard_normal((5, 3)), "b": _RNG.standard_normal((5, 1)),
@@ -222,13 +223,13 @@ def test_a_released_tape_gives_the_gradients_and_warnings_of_the_full_one(monkey
     from gradcalc import session, tape
     monkeypatch.setattr(tape, "LARGE_TAPE", 1)  # (these small arrays count as a large tape here)
     freed = []
-    release = session.release_unread
-    monkeypatch.setattr(session, "release_unread", lambda *a: freed.append(release(*a)))
+    unread = session.unread_values
+    monkeypatch.setattr(session, "unread_values", lambda *a: freed.append(unread(*a)) or freed[-1])
     released = gradcalc.grad(source, at=at)
     seed = np.float64(1.5)
     vjp_released = gradcalc.vjp(source, seed, at=at)
-    assert len(freed) == 2 and freed[0] > 0
-    monkeypatch.setattr(session, "release_unread", lambda *a: 0)
+    assert len(freed) == 2 and freed[0]
+    monkeypatch.setattr(session, "unread_values", lambda *a: None)
     full = gradcalc.grad(source, at=at)
     vjp_full = gradcalc.vjp(source, seed, at=at)
     for a, b in ((released, full), (vjp_released, vjp_full)):
@@ -241,7 +242,7 @@ def test_only_a_tape_of_large_arrays_is_released(monkeypatch):
     # (a pass over a long scalar tape would cost more than it frees: W7's 100,000 equations, 30 ms)
     from gradcalc import session
     calls = []
-    monkeypatch.setattr(session, "release_unread", lambda *a: calls.append(1))
+    monkeypatch.setattr(session, "unread_values", lambda *a: calls.append(1))
     gradcalc.grad("s = x\nfor i in range(100) {\n  s = sin(s) * 1.01\n}\ns", at={"x": 0.5})
     gradcalc.grad("sum(tanh(x) ^ 2)", at={"x": np.ones(10)})
     assert calls == []
@@ -251,17 +252,22 @@ def test_only_a_tape_of_large_arrays_is_released(monkeypatch):
 
 def test_release_frees_what_no_rule_reads_and_keeps_the_names():
     from gradcalc.session import quiet, trace_source
-    from gradcalc.transforms import release_unread
+    from gradcalc.transforms import backward, unread_values
     source, at = _RELEASED["an RNN"]
     tr = quiet(trace_source)(source, at, 10**8)
-    freed = release_unread(tr.builder, tr.tape.equations, tr.tape.names.values())
+    unread = unread_values(tr.builder, tr.tape.equations, tr.tape.names.values())
+    names = {n: tr.tape.names[n] for n in ("W", "U", "b")}
+    found = quiet(backward)(tr.builder, tr.tape.equations, {tr.tape.names["loss"]: np.float64(1.0)},
+                            list(names.values()), eager=True, release=unread)
     values = tr.builder.values
     # a step records W @ h, X[t], U @ X[t], their sum, + b, tanh, ^2 and sum: the rules read
     # X[t] (U @ X[t]'s) and tanh's value (tanh's, ^2's and the next step's W @ h's)
-    assert freed == 4 * 5
+    assert len(unread) == 4 * 5 and all(values[v] is None for v in unread)
     kept = [eq.prim.name for eq in tr.tape.equations if values[eq.out] is not None and eq.prim.name != "sum"]
     assert kept.count("tanh") == 4 and kept.count("index") == 4
     assert all(values[v] is not None for v in tr.tape.names.values())
+    r = gradcalc.grad(source, at=at, wrt=list(names))
+    assert all(found[v].tobytes() == r[n].tobytes() for n, v in names.items())
 
 
 @pytest.mark.parametrize("g_shape, xshape, axis, keepdims", [
