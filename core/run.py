@@ -547,17 +547,17 @@ class Interpreter:
         and the lookup of their compiled values done once per loop (see end_loop)."""
         done = self.compiled_values.get(id(body))
         if done is None:
-            steps = tuple((st, self.compiled(st.value, _COMPILE_DEPTH) if type(st) is Assign else None)
-                          for st in body)
+            steps = tuple((st, self.compiled(st.value, _COMPILE_DEPTH), st.name, st.loc) if type(st) is Assign
+                          else (st, None, None, None) for st in body)
             done = self.compiled_values[id(body)] = (body, steps)
         b = self.b
         try:
-            for st, value in done[1]:
+            for st, value, name, loc in done[1]:
                 if value is None:
                     _STATEMENTS[type(st)](self, st)
                 else:
                     before = b._next
-                    self.bind(st.name, value(), st.loc, before)
+                    self.bind(name, value(), loc, before)
         except _Break:
             return False
         except _Continue:
@@ -801,41 +801,16 @@ class Interpreter:
             return literal
         loc = node.loc if depth > 0 else None
         if t is Binary and loc is not None:
-            left, p = self.compiled(node.left, depth - 1), _literal_exponent(node)
-            if p is not None:  # x^2: the exponent is a parameter (never evaluated as a value)
-                params = {"p": p}
-
-                def power():
-                    x = left()
-                    b.pos = loc
-                    return b.bind(P.pow_const, (x,), params)
-                return power
-            right, op = self.compiled(node.right, depth - 1), node.op
-            if op == "-":
-                def subtract():
-                    x, y = left(), right()
-                    b.pos = loc
-                    return b.bind2(_ADD, x, b.bind1(_NEG, y))
-                return subtract
-            prim = _PLAIN.get(op)
-            if prim is not None:
-                def apply():
-                    x, y = left(), right()
-                    b.pos = loc
-                    return b.bind2(prim, x, y)
-                return apply
-            prim = _BINARY.get(op)
-            if prim is not None and prim.__class__ is _PRIMITIVE and op not in _MASK_OPS:
-                def apply_params():
-                    x, y = left(), right()
-                    b.pos = loc
-                    return b.bind(prim, (x, y), NO_PARAMS)
-                return apply_params
+            compiled = self.compiled_binary(node, depth, loc)
+            if compiled is not None:
+                return compiled
         elif t is Unary and node.op == "-" and loc is not None:
-            operand = self.compiled(node.operand, depth - 1)
+            operand, operand_name = self.compiled(node.operand, depth - 1), _name_id(node.operand)
 
             def negate():
-                x = operand()
+                x = self.env.get(operand_name)  # (as in apply_names)
+                if x is None:
+                    x = operand()
                 b.pos = loc
                 return b.bind1(_NEG, x)
             return negate
@@ -843,9 +818,12 @@ class Interpreter:
             fn = None if node.func in self.facts.functions else FUNCTIONS.get(node.func)
             if fn is not None and fn.prim is not None and fn.arity == 1 and node.func not in _MASK_BUILTINS:
                 arg, prim, trivial = self.compiled(node.args[0], depth - 1), fn.prim, fn.prim.trivial_params
+                arg_name = _name_id(node.args[0])
 
                 def builtin():
-                    x = arg()
+                    x = self.env.get(arg_name)  # (as in apply_names)
+                    if x is None:
+                        x = arg()
                     b.pos = loc
                     try:
                         return b.bind1(prim, x) if trivial else b.bind(prim, (x,), NO_PARAMS)
@@ -854,6 +832,55 @@ class Interpreter:
                         raise
                 return builtin
         return lambda: self.expr(node)
+
+    def compiled_binary(self, node: Binary, depth: int, loc):
+        """compiled() of an operator (x op y, x - y, x^2), or None where expr() must run it."""
+        b = self.b
+        left, p = self.compiled(node.left, depth - 1), _literal_exponent(node)
+        if p is not None:  # x^2: the exponent is a parameter (never evaluated as a value)
+            params = {"p": p}
+
+            def power():
+                x = left()
+                b.pos = loc
+                return b.bind(P.pow_const, (x,), params)
+            return power
+        right, op = self.compiled(node.right, depth - 1), node.op
+        if op == "-":
+            def subtract():
+                x, y = left(), right()
+                b.pos = loc
+                return b.bind2(_ADD, x, b.bind1(_NEG, y))
+            return subtract
+        prim = _PLAIN.get(op)
+        names = _name_id(node.left), _name_id(node.right)
+        if prim is not None and names == (None, None):
+            def apply():
+                x, y = left(), right()
+                b.pos = loc
+                return b.bind2(prim, x, y)
+            return apply
+        if prim is not None:  # c * om: a name's value read here (left() or right(): when it has none)
+            lname, rname = names
+
+            def apply_names():
+                x = self.env.get(lname)  # (None where that side is no name: no name is None)
+                if x is None:
+                    x = left()
+                y = self.env.get(rname)
+                if y is None:
+                    y = right()
+                b.pos = loc
+                return b.bind2(prim, x, y)
+            return apply_names
+        prim = _BINARY.get(op)
+        if prim is not None and prim.__class__ is _PRIMITIVE and op not in _MASK_OPS:
+            def apply_params():
+                x, y = left(), right()
+                b.pos = loc
+                return b.bind(prim, (x, y), NO_PARAMS)
+            return apply_params
+        return None
 
     def unary(self, node: Unary) -> Tracer:
         x = self.expr(node.operand)
@@ -1200,6 +1227,11 @@ def _word(err: GradcalcError, node: Call) -> None:
         template, _ = err.worded(option)  # (the message with its options still marked)
         err.message = f"{node.func}(): {template}"
         err.args = (err.message,)
+
+
+def _name_id(node) -> str | None:
+    """A Name node's name, else None."""
+    return node.id if type(node) is Name else None
 
 
 def _literal_exponent(op: Binary):
