@@ -56,7 +56,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError, UsageError, ValueError_
-from .tape import F64_SCALAR, Tracer, all_finite, broadcast_shapes
+from .tape import F64, F64_SCALAR, Tracer, all_finite, broadcast_shapes
 
 _ARRAY = np.ndarray
 #: In a primitive's ``vjp_reads``: its output (operands are named by their position).
@@ -671,6 +671,14 @@ def _reduce_params(shapes, builder, axis=None, keepdims=False):
 
 def _unreduce(g, xshape, axes, keepdims):
     """Broadcast a reduced value back to the reduced operand's shape."""
+    nd = len(xshape)
+    if g.__class__ is F64_SCALAR and len(axes) == nd and not keepdims:
+        # The cotangent of a sum over every axis (the usual loss) in an eager pass: the view the
+        # two eager forms below make of it (g as an array of ones' shape, every stride 0, read
+        # only), made directly: their checks hold for any such g and shape.
+        view = np.ndarray(xshape, F64, g.reshape((1,) * nd), 0, (0,) * nd)
+        view.flags.writeable = False
+        return view
     if g.__class__ is _ARRAY or g.__class__ is F64_SCALAR:
         # An eager pass: reshape's and broadcast_to's eager forms, as their calls below would
         # run them, without two dispatches (W8's sum: 2 of its rule's 5 us); None from either:
@@ -679,7 +687,7 @@ def _unreduce(g, xshape, axes, keepdims):
         view = None if r is None else _broadcast_to_eager(r, xshape)
         if view is not None:
             return view
-    if not keepdims and len(axes) < len(xshape):  # (reduced over every axis: g has none, and
+    if not keepdims and len(axes) < nd:  # (reduced over every axis: g has none, and
         g = reshape(g, shape=_reduced_shape(xshape, axes, True))  # broadcasts as it is)
     return broadcast_to(g, shape=xshape)
 
@@ -1506,19 +1514,20 @@ def mT(x):
 
 def _matmul_params(shapes, builder, safe=False):
     a, b = shapes
-    if len(a) == 0 or len(b) == 0:
+    nda, ndb = len(a), len(b)  # (once: read five times below)
+    if nda == 0 or ndb == 0:
         raise ShapeError("matmul needs arrays of at least one dimension; use * for scalars")
     ka = a[-1]
-    kb = b[-2] if len(b) >= 2 else b[-1]
+    kb = b[-2] if ndb >= 2 else b[-1]
     if ka != kb:
         raise ShapeError(f"matmul shapes {tuple(a)} and {tuple(b)} do not match: {ka} != {kb}")
-    if len(a) > 2 or len(b) > 2:
+    if nda > 2 or ndb > 2:
         try:
             stack = broadcast_shapes(a[:-2], b[:-2])
         except ValueError:
             raise ShapeError(f"matmul stacks {tuple(a)} and {tuple(b)} do not broadcast") from None
         builder.check_size(stack + a[-2:-1] + b[-1:])
-    return {"nda": len(a), "ndb": len(b), "safe": bool(safe)} if safe else {"nda": len(a), "ndb": len(b)}
+    return {"nda": nda, "ndb": ndb, "safe": bool(safe)} if safe else {"nda": nda, "ndb": ndb}
 
 
 def _matmul(a, b, nda, ndb, safe=False):

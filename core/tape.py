@@ -544,6 +544,10 @@ class Builder:
                 x = values[ids[0]]
                 params = prim.normalize([x.shape], self, **params)
                 value = prim.impl(x, **params)
+            elif n == 2:  # (two with parameters or unequal shapes: matmul, a bias...: the same, unrolled)
+                x, y = values[ids[0]], values[ids[1]]
+                params = prim.normalize([x.shape, y.shape], self, **params)
+                value = prim.impl(x, y, **params)
             else:
                 xs = [values[v] for v in ids]
                 params = prim.normalize([x.shape for x in xs], self, **params)
@@ -584,6 +588,11 @@ class Builder:
         if self.check_finite and not (
                 math.isfinite(value) if scalar else (prim.keeps_finite and dtype is F64) or all_finite(value)):
             self._note_nonfinite(prim, args, value)
+        if self.record:  # Tracer(self, var), without a call of its __init__ (as in bind2)
+            t = _new_object(Tracer)
+            t.builder = self
+            t.var = var
+            return t
         return self.new_tracer(self, var)
 
     def op_name(self, prim, loc) -> str:

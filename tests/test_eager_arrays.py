@@ -272,7 +272,9 @@ def test_release_frees_what_no_rule_reads_and_keeps_the_names():
 
 @pytest.mark.parametrize("g_shape, xshape, axis, keepdims", [
     ((), (128, 32), None, False), ((3,), (3, 4), 1, False), ((1, 4), (3, 4), 0, True), ((2, 1, 4), (2, 5, 4), 1, True),
-    ((), (), None, False), ((4,), (3, 4), 0, False)])
+    ((), (), None, False), ((4,), (3, 4), 0, False),
+    # a NumPy scalar summed over every axis: the view _unreduce makes directly (empty axes too)
+    ((), (0, 3), None, False), ((), (2, 3, 4), None, False), ((), (7,), 0, False), ((), (2, 3), (0, 1), False)])
 def test_a_sums_cotangent_is_numpys_broadcast_view(g_shape, xshape, axis, keepdims):
     # (the eager pass's view, made by reshape's and broadcast_to's eager forms without their calls)
     g = np.float64(1.25) if not g_shape else _RNG.standard_normal(g_shape)
@@ -281,6 +283,7 @@ def test_a_sums_cotangent_is_numpys_broadcast_view(g_shape, xshape, axis, keepdi
     kept = tuple(1 if i - len(xshape) in params["axes"] else d for i, d in enumerate(xshape))
     want = np.broadcast_to(np.reshape(g, kept), xshape)
     assert np.shape(got) == want.shape and np.array_equal(got, want)
+    assert np.asarray(got).tobytes() == want.tobytes()  # (bit for bit)
     if want.ndim:
         assert got.strides == want.strides and not got.flags.writeable
 
