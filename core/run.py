@@ -364,7 +364,7 @@ _BINARY = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div, "@": P.matmul, "^": P
 _MASK_OPS = frozenset(("<", "<=", ">", ">=", "==", "!=", "and", "or"))
 _MASK_BUILTINS = frozenset(("any", "all"))
 _AUGMENTED = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div}
-_ADD, _NEG = P.add, P.neg
+_ADD, _NEG, _INDEX = P.add, P.neg, P.index
 _COMPILE_DEPTH = 32  # levels of an expression compiled (see Interpreter.compiled); deeper: expr()
 _PRIMITIVE = P.Primitive  # (sub is a function: add(a, neg(b)))
 #: The operators whose primitive broadcasts (Builder.bind2 records them).
@@ -465,7 +465,9 @@ class Interpreter:
 
     def aug_assign(self, st: AugAssign) -> None:
         before = self.b._next
-        old = self.expr(Name(st.name, st.loc))
+        old = self.env.get(st.name)  # (expr(Name(st.name, st.loc)), without making the node first)
+        if old is None:
+            old = self.name(Name(st.name, st.loc))
         right = self.expr(st.value)
         self.b.pos = st.loc
         self.bind(st.name, _AUGMENTED[st.op](old, right), st.loc, before)
@@ -895,7 +897,7 @@ class Interpreter:
         x = self.expr(node.value)
         idx = self.index_items(node.items)
         self.b.pos = node.loc
-        return P.index(x, idx=idx)
+        return x.builder.bind(_INDEX, (x,), {"idx": idx})  # (what P.index(x, idx=idx) does on a tracer)
 
     def conditional(self, node: CondExpr) -> Tracer:
         """``a if c else b``: only the chosen side runs."""

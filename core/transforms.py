@@ -29,7 +29,14 @@ def _fit(c, shape: tuple):
             return P.broadcast_to(c, shape=shape)
     except ValueError:
         pass
+    if c.__class__ is np.ndarray:  # (an eager pass: sum_to's eager form, as its call would run it)
+        r = _sum_to_eager(c, shape)
+        if r is not None:
+            return r
     return P.sum_to(c, shape=shape)
+
+
+_sum_to_eager = P._sum_to_eager
 
 
 def depends(equations, sources) -> set:
@@ -299,13 +306,16 @@ def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, ch
             _note_nonfinite(builder, eq, g, c)
         prev = ct.get(a)
         if finite is not None:
-            if prim is P.matmul and prev is None and _finite_product(c, g, head[3 - i]):
+            if prim is _MATMUL and prev is None and _finite_product(c, g, head[3 - i]):
                 finite.add(a)
             elif finite:
                 finite.discard(a)  # a sum of contributions is not certified
         ct[a] = c if prev is None else _accumulate(prev, c, a, owned)
     if log is not None:
         log.append((eq, first, len(builder.equations)))
+
+
+_MATMUL = P.matmul
 
 
 def _accumulate(prev, c, a, owned: dict | None):
