@@ -1657,13 +1657,16 @@ def _square_params(shapes, builder):
 def _adjugate(a):
     """adj(A) = det(A) inv(A), also where A is singular: with A = U diag(s) V^T,
     adj(A) = det(U) det(V) V diag(c) U^T, c_i the product of the other singular values."""
+    r = None
     try:  # LU where A is invertible: as exact as det(A) * inv(A) gets
         with np.errstate(all="ignore"):
             r = np.linalg.det(a)[..., None, None] * np.linalg.inv(a)
         if np.isfinite(r).all():
             return r
     except np.linalg.LinAlgError:
-        pass
+        r = None
+    if not np.isfinite(a).all():  # (no SVD of inf: it would not return, see _finite_svd)
+        return np.full(a.shape, np.nan) if r is None else r
     u, s, vh = np.linalg.svd(a)
     c = _prod_others(s, (-1,), None)
     sign = np.linalg.det(u) * np.linalg.det(vh)
@@ -1954,7 +1957,20 @@ def _svd_vt_vjp(g, ans, a):
     return ga
 
 
-_svd = _Factorisations(lambda a: np.linalg.svd(a, full_matrices=False))
+def _finite_svd(a):
+    """LAPACK's SVD refuses what it cannot factor: its iteration on a matrix holding inf never
+    returns (NumPy's svd and pinv hang on one), and on nan NumPy raises 'SVD did not converge';
+    both are refused here, with that error, before LAPACK is called."""
+    if not np.isfinite(a).all():
+        raise np.linalg.LinAlgError("SVD did not converge: the matrix holds inf or nan")
+
+
+def _reduced_svd(a):
+    _finite_svd(a)
+    return np.linalg.svd(a, full_matrices=False)
+
+
+_svd = _Factorisations(_reduced_svd)
 _qr = _Factorisations(np.linalg.qr)
 
 
@@ -2049,9 +2065,15 @@ def _pinv_vjp(g, ans, a):
 
 PINV_RCOND = 1e-15  # NumPy's default cutoff: singular values below it times the largest count as 0
 
+
+def _pinv(a):
+    _finite_svd(a)
+    return np.linalg.pinv(a, rcond=PINV_RCOND)
+
+
 # the pseudo-inverse with NumPy's default cutoff; its derivative holds the rank fixed (Golub and
 # Pereyra)
-pinv = _def("pinv", lambda a: np.linalg.pinv(a, rcond=PINV_RCOND), (_pinv_vjp,), (_pinv_jvp,),
+pinv = _def("pinv", _pinv, (_pinv_vjp,), (_pinv_jvp,),
             _matrix_params, analytic=False)
 
 

@@ -621,3 +621,49 @@ def test_einsum_ellipsis_as_numpy_and_its_gradient_by_differences(subscripts, sh
 def _einsum_sum(subscripts, ops, k, step, w) -> float:
     """sum(einsum(subscripts, *ops) * w) by NumPy, operand k moved by step."""
     return float(np.sum(np.einsum(subscripts, *[o + step if j == k else o for j, o in enumerate(ops)]) * w))
+
+
+# ==========================================================================
+# A matrix holding inf or nan: LAPACK's SVD would not return on inf
+# ==========================================================================
+
+_INF_MATRIX = "B=[[0,2,7],[inf,1,0],[2,1,0]]"
+
+
+def _gradcalc_within(seconds: float, *args):
+    """The CLI run in a process of its own, which must end within seconds (a hang fails the test
+    instead of stopping the suite)."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "gradcalc", *args], capture_output=True, text=True,
+                          timeout=seconds)
+
+
+def test_det_gradient_at_a_matrix_holding_inf_answers_with_nan_and_a_warning():
+    # det's derivative is adj(B); the LU route gives det(B) inv(B) = inf * (...), not finite, and
+    # the SVD route it fell back on never returned on inf (found by review)
+    r = _gradcalc_within(60, "grad", "det(B)", "--at", _INF_MATRIX, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    got = np.array(json.loads(r.stdout)["gradient"]["B"], dtype=object)
+    assert got.shape == (3, 3) and any(v in ("nan", "inf", "-inf") for v in got.ravel())
+    assert "the derivative of 'det'" in r.stderr and "produced nan" in r.stderr
+
+
+@pytest.mark.parametrize("src, name", [("sum(svd(B)[1])", "svd"), ("sum(pinv(B))", "pinv"),
+                                       ("sum(svd(B, compute_uv=false))", "svd")])
+@pytest.mark.parametrize("bad", ["inf", "nan"])
+def test_factorisations_by_svd_refuse_a_matrix_holding_inf_or_nan(src, name, bad):
+    # NumPy raises 'SVD did not converge' on nan, and never returns on inf: both are refused
+    r = _gradcalc_within(60, "eval", src, "--at", _INF_MATRIX.replace("inf", bad))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert f"'{name}': svd did not converge: the matrix holds inf or nan" in r.stderr
+    assert "^" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_det_gradient_at_a_finite_singular_matrix_still_takes_the_svd_route():
+    # adj(B) of a rank-2 matrix by the SVD (LU's inv fails): against the cofactors written out
+    B = np.array([[1.0, 2, 3], [2, 4, 6], [1, 0, 1]])
+    got = gradcalc.grad("det(B)", at={"B": B})["B"]
+    cof = np.array([[np.linalg.det(np.delete(np.delete(B, i, 0), j, 1)) * (-1) ** (i + j) for j in range(3)]
+                    for i in range(3)])
+    np.testing.assert_allclose(got, cof, atol=1e-12)
