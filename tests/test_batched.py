@@ -227,6 +227,7 @@ def same_bits(got, want):
     assert np.array_equal(np.ascontiguousarray(got).view(np.uint64), np.ascontiguousarray(want).view(np.uint64))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (inf and nan on purpose; gradcalc runs under np.errstate)
 def test_square_derivative_is_twice_x_bit_for_bit():
     # x^2's rule computes 2x as x + x: NumPy's 2.0 * x is the oracle, overflow (1e308), -0,
     # subnormals, inf and nan included, eagerly (grad) and traced (the Hessian's backward pass)
@@ -246,6 +247,7 @@ def _safe_product_oracle(g, d):
     return np.where(((np.asarray(g) == 0) | (np.asarray(d) == 0)) & np.isnan(r), 0.0, r)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (inf and nan on purpose; gradcalc runs under np.errstate)
 @pytest.mark.parametrize("size", [1, 3, 199, 1024, 1025, 5000])
 def test_safe_multiply_against_numpy(size):
     # safe_mul's product: g * d, with 0 where a zero met inf or nan; every order of its looks
@@ -262,6 +264,7 @@ def test_safe_multiply_against_numpy(size):
         same_bits(P.safe_multiply(a, b), _safe_product_oracle(a, b))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (inf and nan on purpose; gradcalc runs under np.errstate)
 def test_all_finite_against_numpy():
     from gradcalc.tape import all_finite
     rng = np.random.default_rng(5)

@@ -87,6 +87,7 @@ def test_primitives_without_a_symbolic_form_are_internal_and_listed_with_a_reaso
 # ==========================================================================
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (inf and nan on purpose; gradcalc runs under np.errstate)
 def test_plain_products_are_asked_for_by_argument():
     # d/da of sum(a @ w) with w = [[inf], [1]] and a cotangent of 0 on the product: a safe
     # product keeps the zero contribution zero, a plain one makes 0 * inf = nan of it
