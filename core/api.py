@@ -87,7 +87,8 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
         if lacks_a_point(source, at):
             return closed_form_alone("grad", source, at, of, wrt, max_elements=max_elements,
                                      max_steps=max_steps)
-    tr = trace_source(source, at, max_elements, max_steps=max_steps)
+    # (symbolic reads the tape's values after the pass: nothing is freed then)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps, release=not symbolic)
     out = select_output(tr, of)
     wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     y = tr.value(out)
@@ -96,7 +97,6 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
                          tr.tape.positions.get(out), name=out,
                          hint=f"use 'gradcalc jacobian', 'gradcalc vjp {option('cotangent')} ...', or "
                               f"'grad {option('sum')}' for the gradient of its sum").located(tr.program.source)
-    # (symbolic reads the tape's values after the pass: no release then)
     values = eager_backward(tr, {tr.tape.names[out]: np.ones(y.shape)}, wrt, release=not symbolic)
     gradient, missing = _unconnected(tr, wrt, values, unconnected,
                                      lambda n: tr.value(n).shape, f"'{out}'")
@@ -120,7 +120,7 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
     ``cotangent`` is an array for one output, or {output name: array} for
     several (the result is then the sum of their VJPs).  A scalar broadcasts.
     """
-    tr = trace_source(source, at, max_elements, max_steps=max_steps)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps, release=True)
     if isinstance(cotangent, dict):
         outs = select_names(tr, list(cotangent) if of is None else of, "of", ())
         _cotangents_name_outputs(tr, list(cotangent), outs, of)

@@ -56,11 +56,9 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError, UsageError, ValueError_
-from .tape import F64, F64_SCALAR, Tracer, all_finite, broadcast_shapes
+from .tape import F64, F64_SCALAR, OUT, Tracer, all_finite, broadcast_shapes
 
 _ARRAY = np.ndarray
-#: In a primitive's ``vjp_reads``: its output (operands are named by their position).
-OUT = -1
 
 
 class Primitive:

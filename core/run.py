@@ -1287,13 +1287,16 @@ def _not_an_input(name: str, known: dict, assigned: dict) -> UsageError:
 
 def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAULT_MAX_ELEMENTS,
           sample=None, check_finite: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
-          record: bool = True) -> Traced:
+          record: bool = True, release: bool = False) -> Traced:
     """Run program at the point ``at`` (name -> array), recording the path it takes.
 
     Inputs not in ``at`` take their declared default; without one, ``sample``
     (name, shape) -> array supplies a value if given, else it is an error.  With
     ``record=False`` no tape is kept (see :class:`~.tape.Builder`): the values of the
     program's names (their last values) and its warnings are all the result holds.
+    With ``release=True``, arrays that no VJP rule reads are freed as the run drops
+    them (see ``Builder.release_unread``): for a tape read by a first-order eager
+    backward pass alone.
     """
     at = dict(at or {})
     try:
@@ -1314,7 +1317,11 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
                 env[info.name] = b.input(_input_value(info, at, sample, max_elements, known))
             input_vars = {i.name: env[i.name].var for i in inputs}
             run = Interpreter(b, env, facts, max_steps=max_steps)
-            run.block(program.statements)
+            b.release_unread(release)
+            try:
+                run.block(program.statements)
+            finally:
+                b.release_unread(False)  # (before the names' tracers go with env)
         names = {**input_vars, **run.names}
         positions = {**{i.name: to_loc(*i.pos) for i in inputs}, **run.positions}
         output = facts.output if facts.output in names else None

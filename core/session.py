@@ -49,11 +49,13 @@ def parse(source: str | Program, label: str = "<expr>") -> Program:
     return source if isinstance(source, Program) else parse_text(source, label)
 
 
-def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_STEPS, record=True) -> Traced:
-    """Parse and trace source at at; with record=False, keeping no tape (values only: eval)."""
+def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_STEPS, record=True,
+                 release=False) -> Traced:
+    """Parse and trace source at at; with record=False, keeping no tape (values only: eval); with
+    release=True, freeing the arrays no VJP rule reads (for one eager backward pass: grad, vjp)."""
     program = parse(source)
     return trace(program, as_arrays(at), max_elements=max_elements, sample=sample, max_steps=max_steps,
-                 record=record)
+                 record=record, release=release)
 
 
 def as_arrays(at) -> dict:

@@ -203,7 +203,7 @@ class Tracer:
     once, as it loads (see ``primitives._tracer_arithmetic``).
     """
 
-    __slots__ = ("builder", "var")
+    __slots__ = ("builder", "var", "__weakref__")  # (weak references: see _Unread)
     __array_ufunc__ = None  # numpy defers to our reflected operators
 
     def __init__(self, builder: "Builder", var: int):
@@ -327,6 +327,74 @@ class _Lifetimes:
             self.release(var)
 
 
+#: In a primitive's ``vjp_reads``: its output (operands are named by their position).
+OUT = -1
+
+
+class _Watch(weakref.ref):
+    """A weak reference to the tracer of a value no rule has read yet (see :class:`_Unread`)."""
+
+    __slots__ = ("var",)
+
+
+class _Unread:
+    """The values a recording builder may free while it records, for a pass that reads no value
+    but those the VJP rules read (grad and vjp: see :meth:`Builder.release_unread`): an array
+    that no recorded equation's rules read (``Primitive.vjp_reads``) is freed (its value None,
+    its shape kept) as soon as no tracer refers to it, for then nothing can read it again.  A
+    200-step RNN then holds what its backward pass reads, 40 KB a step, instead of every
+    intermediate, 200 KB a step.  Inside :meth:`Builder.recording` (a derivative the program
+    takes itself, whose passes read the call's values), nothing is freed until the outermost
+    block ends.  The same idea as :class:`_Lifetimes`, for a builder that keeps its tape."""
+
+    __slots__ = ("values", "watched", "held", "dead", "gone", "__weakref__")
+
+    def __init__(self, values: dict):
+        self.values = values
+        self.watched: dict[int, _Watch] = {}  # var -> a watch on its tracer, while no rule reads it
+        self.held = 0  # recording blocks open
+        self.dead: list[int] = []  # variables whose tracer went while held
+        self_ref = weakref.ref(self)
+
+        def gone(watch):  # (a closure over a weak reference: the watches must not keep self alive)
+            unread = self_ref()
+            if unread is not None:
+                unread.release(watch.var)
+        self.gone = gone
+
+    def note(self, prim, ids: tuple, var: int, t: "Tracer", watch: bool) -> None:
+        """An equation var = prim(*ids) was recorded: the operands its rules read are read; var
+        is watched (``watch``: an array) unless they read it too."""
+        watched = self.watched
+        reads = prim.vjp_reads
+        if reads is None:  # (its rules may read any operand, and its output)
+            for v in ids:
+                watched.pop(v, None)
+            return
+        for k in reads:
+            if k != OUT:
+                watched.pop(ids[k], None)
+        if watch and OUT not in reads:
+            w = watched[var] = _Watch(t, self.gone)
+            w.var = var
+
+    def release(self, var: int) -> None:
+        if self.held:
+            self.dead.append(var)
+        elif self.watched.pop(var, None) is not None:
+            self.values[var] = None
+
+    def release_dead(self) -> None:
+        dead, self.dead = self.dead, []
+        for var in dead:
+            self.release(var)
+
+    def stop(self) -> None:
+        """Free nothing more (the watches go before their tracers: no callback runs)."""
+        self.watched.clear()
+        self.dead.clear()
+
+
 class Builder:
     """Records equations while computing their values on concrete inputs.
 
@@ -367,6 +435,19 @@ class Builder:
         self._next = 0
         # elements of the arrays recorded so far, until a tape holds LARGE_TAPE of them (see _bind)
         self._held = 0 if record else -1
+        self.unread: _Unread | None = None  # see release_unread
+
+    def release_unread(self, on: bool) -> None:
+        """Start (on=True) or stop freeing, while recording, the arrays no VJP rule reads once
+        nothing refers to them (see :class:`_Unread`): for a trace whose only reader afterwards
+        is a first-order eager backward pass (grad, vjp), and the program's names (the
+        values their tracers hold at the stop).  Forward mode, a traced pass over the tape
+        and anything else that reads its values need the builder never released."""
+        if on and self.record:
+            self.unread = _Unread(self.values)
+        elif self.unread is not None:
+            self.unread.stop()
+            self.unread = None
 
     def operations(self) -> int:
         """The operations recorded so far, kept on the tape or not (what max_steps counts)."""
@@ -383,10 +464,11 @@ class Builder:
     def recording(self):
         """Record the equations made in the block, and free no value until it ends, on a
         builder that keeps no tape (blocks nested in it record into its list); on a
-        recording builder, nothing changes."""
-        lifetimes = self.lifetimes
+        recording builder, free no value until it ends (see release_unread)."""
+        lifetimes = self.lifetimes or self.unread  # (what frees values: neither, one or the other)
         outermost = lifetimes is not None and not lifetimes.held
-        if outermost:
+        dropping = outermost and not self.record
+        if dropping:
             dropped = self.equations
             self.equations, self.dropped = [], len(dropped)
         if lifetimes is not None:
@@ -396,9 +478,10 @@ class Builder:
         finally:
             if lifetimes is not None:
                 lifetimes.held -= 1
-            if outermost:
+            if dropping:
                 dropped.count += len(self.equations)
                 self.equations, self.dropped = dropped, 0  # (the block's equations go, and what they held)
+            if outermost:
                 lifetimes.release_dead()
 
     def owns(self, t: "Tracer") -> bool:
@@ -592,6 +675,8 @@ class Builder:
             t = _new_object(Tracer)
             t.builder = self
             t.var = var
+            if self.unread is not None:
+                self.unread.note(prim, ids, var, t, not scalar)
             return t
         return self.new_tracer(self, var)
 

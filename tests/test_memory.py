@@ -246,3 +246,121 @@ def test_a_reverse_pass_keeps_no_cotangent_sum_past_its_equation():
     finally:
         tracemalloc.stop()
     assert peak / (64 * 64 * 8 * 100) < 3.6
+
+
+# -- grad and vjp: arrays no rule reads are freed while the run records ------------------------------
+
+RNN = "input W, b, h0\nh = h0\nloss = 0\nfor t in range({n}) {{\n  h = tanh(W @ h + b)\n  loss += sum(h^2)\n}}\nloss\n"
+
+
+def _rnn_at(k=16, batch=8):
+    rng = np.random.default_rng(0)
+    return {"W": rng.standard_normal((k, k)) / 4, "b": rng.standard_normal((k, 1)), "h0": rng.standard_normal((k, batch))}
+
+
+@quiet
+def _released(source, at):
+    return trace_source(source, at, 10**8, release=True)
+
+
+def test_grad_frees_while_recording_the_arrays_no_rule_reads():
+    # One step: W @ h (add reads neither operand), W @ h + b (tanh reads its output, not its
+    # operand), tanh (kept), h^2 (read by nothing: sum reads no value), its sum (a scalar: kept).
+    tr = _released(RNN.format(n=1), _rnn_at())
+    values = tr.builder.values
+    freed = [eq.prim.name for eq in tr.tape.equations if values[eq.out] is None]
+    assert freed == ["matmul", "add", "pow_const"]
+    assert all(values[v] is not None for v in tr.tape.names.values())  # the names keep theirs
+    assert all(tr.builder.shapes[eq.out] == (16, 8) for eq in tr.tape.equations if values[eq.out] is None)
+    # a run that records for anything else keeps them all
+    kept = traced(RNN.format(n=1), _rnn_at())
+    assert all(v is not None for v in kept.builder.values.values())
+
+
+def _results_alike(a, b) -> None:
+    assert list(a) == list(b)
+    for k in a:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        assert x.shape == y.shape and x.tobytes() == y.tobytes(), k  # bit for bit, nan's included
+    assert a.warnings == b.warnings
+    va, vb = (r.value if isinstance(r.value, dict) else {"": r.value} for r in (a, b))
+    assert list(va) == list(vb)
+    assert all(np.asarray(va[k]).tobytes() == np.asarray(vb[k]).tobytes() for k in va)
+
+
+_W = np.random.default_rng(1).standard_normal((4, 4)) / 2
+FREED = {  # array programs whose grad frees values while recording: the same results as keeping all
+    "an RNN": (RNN.format(n=5), _rnn_at(4, 3), ["W", "b", "h0"]),
+    "a call per step, two results": (
+        "input W, x\ndef step(h) {\n  z = W @ h\n  return tanh(z), sum(z^2)\n}\nh = x\ns = 0\n"
+        "for t in range(3) {\n  h, q = step(h)\n  s = s + q\n}\ns + sum(h)\n", {"W": _W, "x": np.ones((4, 2))}, None),
+    "rows of a value never named": ("input W, x\ns = 0\nfor r in W @ x { s = s + sum(exp(r)) }\ns",
+                                    {"W": _W, "x": np.arange(8.0).reshape(4, 2) / 8}, None),
+    "grad(f) of an array function": ("input W, x\ndef f(v) = sum(tanh(W @ v)^2)\ng = grad(f)(x)\nsum(g * g) + sum(W)",
+                                     {"W": _W, "x": np.linspace(-1, 1, 4)}, None),
+    "jacobian(f)": ("input W, x\ndef f(v) = tanh(W @ v * 2)\nJ = jacobian(f)(x)\nsum(J^2)",
+                    {"W": _W, "x": np.linspace(-1, 1, 4)}, None),
+    "an index assignment": ("input x\nv = x * 2\nv[0] = sum(v^2)\nsum(exp(v))", {"x": np.linspace(0, 1, 5)}, None),
+    "a while loop": ("input W, x\nv = x\nk = 0\nwhile k < 3 { v = sin(W @ v + 1); k += 1 }\nsum(v^3)",
+                     {"W": _W, "x": np.linspace(-1, 1, 4)}, None),
+    "with respect to a name inside": ("input W, x\na = W @ x\nb = tanh(a)\nsum(b^2)",
+                                      {"W": _W, "x": np.linspace(-1, 1, 4)}, ["a", "W"]),
+    "nan and its warning": ("input x\ny = log(exp(x - 1) - 1.5) * (x @ x)\nsum(sqrt(y))", {"x": np.linspace(0.5, 3, 6)}, None),
+}
+
+
+@pytest.mark.parametrize("source, at, wrt", FREED.values(), ids=FREED.keys())
+def test_grad_that_frees_values_gives_what_keeping_them_all_gives(monkeypatch, source, at, wrt):
+    from gradcalc.tape import Builder
+    freed = gradcalc.grad(source, at=at, wrt=wrt)
+    assert any(v is None for v in _released(source, at).builder.values.values())
+    monkeypatch.setattr(Builder, "release_unread", lambda self, on: None)
+    _results_alike(freed, gradcalc.grad(source, at=at, wrt=wrt))
+
+
+def test_vjp_that_frees_values_gives_what_keeping_them_all_gives(monkeypatch):
+    from gradcalc.tape import Builder
+    source = "input W, x\na = W @ x\nb = sin(a)\nc = exp(a) * 2\nd = c + b"
+    at, cts = {"W": _W, "x": np.linspace(-1, 1, 4)}, {"b": np.arange(4.0), "c": np.ones(4)}
+    freed = gradcalc.vjp(source, cts, at=at)
+    monkeypatch.setattr(Builder, "release_unread", lambda self, on: None)
+    _results_alike(freed, gradcalc.vjp(source, cts, at=at))
+
+
+def test_a_long_rnns_grad_holds_what_its_backward_pass_reads():
+    # 100 steps of 64x64 arrays: the pass reads each step's tanh and nothing else the step
+    # makes (W @ h, the sum with b, h^2: freed as the run drops them).  Kept, they were 4.1
+    # arrays a step at the peak; freed, under 2.
+    import tracemalloc
+    at = _rnn_at(64, 64)
+    gradcalc.grad(RNN.format(n=100), at=at, wrt=["W"])
+    tracemalloc.start()
+    try:
+        gradcalc.grad(RNN.format(n=100), at=at, wrt=["W"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak / (64 * 64 * 8 * 100) < 2.0
+
+
+def test_a_released_builder_frees_an_unread_array_when_its_tracer_goes():
+    from gradcalc import primitives as P
+    from gradcalc.tape import Builder
+
+    b = Builder()
+    b.release_unread(True)
+    x = b.input(np.ones(3))
+    y = P.exp(P.neg(x))  # exp reads its output: neg's value is never read
+    z = P.sin(y)  # sin reads its operand: y is kept
+    neg = b.equations[0].out
+    assert b.values[neg] is None and b.values[y.var] is not None
+    w = P.neg(z)
+    with b.recording():  # (what grad(f)(x) in a program runs in): nothing is freed until it ends
+        del w
+        assert b.values[b.equations[-1].out] is not None
+    assert b.values[b.equations[-1].out] is None
+    v = P.neg(z)
+    b.release_unread(False)  # stopped: what is left stays (the names' values)
+    del v
+    assert b.values[b.equations[-1].out] is not None
+    assert b.shapes[neg] == (3,)
