@@ -24,19 +24,21 @@ def _fit(c, shape: tuple):
     """Sum a broadcast cotangent down to shape, or broadcast a tangent up to it."""
     if c.shape == shape:
         return c
+    if c.__class__ is np.ndarray:
+        # An eager pass: a cotangent that sums down to shape is summed as sum_to's eager form
+        # does (it cannot also broadcast up to it: that would need c.shape == shape).
+        axes = _summed_axes(c.shape, shape)
+        if axes is not None:
+            return _sum_to(c, *axes, shape, c.shape)
     try:
         if broadcast_shapes(c.shape, shape) == shape:
             return P.broadcast_to(c, shape=shape)
     except ValueError:
         pass
-    if c.__class__ is np.ndarray:  # (an eager pass: sum_to's eager form, as its call would run it)
-        r = _sum_to_eager(c, shape)
-        if r is not None:
-            return r
     return P.sum_to(c, shape=shape)
 
 
-_sum_to_eager = P._sum_to_eager
+_summed_axes, _sum_to = P._summed_axes, P._sum_to
 
 
 def depends(equations, sources) -> set:

@@ -322,3 +322,96 @@ def test_what_rearranges_finite_elements_is_finite_and_warns_only_where_a_value_
     r = gradcalc.grad("y = log(x)\nz = transpose(reshape(y, (3, 2)))\nsum(z[0] * 2)", at={"x": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]})
     assert r.warnings == ["'log' at line 1, column 5 produced -inf",
                           "the derivative of 'log' at line 1, column 5 produced inf"]
+
+
+def _safe_mul_in_numpy(g, d):
+    """safe_mul written out: g * d, and 0 where g or d is 0 and the product is nan."""
+    r = np.multiply(g, d)
+    fix = ((np.asarray(g) == 0) | (np.asarray(d) == 0)) & np.isnan(r)
+    return np.where(fix, 0.0, r) if fix.any() else r
+
+
+def _awkward(shape):
+    """Normal values with zeros, infinities and nans strewn in (an elementwise rule's hard cases)."""
+    x = _RNG.standard_normal(shape)
+    flat = x.reshape(-1)
+    flat[::7] = 0.0
+    flat[3::11] = np.inf
+    flat[5::13] = -np.inf
+    flat[2::17] = np.nan
+    return x
+
+
+# (derivative written out, primitive): the factor each rule multiplies its cotangent by
+_DERIVATIVES = [(lambda ans, x: 1 - ans * ans, P.tanh), (lambda ans, x: ans, P.exp), (lambda ans, x: np.cos(x), P.sin),
+                (lambda ans, x: 0.5 / ans, P.sqrt), (lambda ans, x: 1 / x, P.log), (lambda ans, x: ans * (1 - ans), P.sigmoid)]
+
+
+@pytest.mark.parametrize("deriv, prim", _DERIVATIVES)
+@pytest.mark.parametrize("shape", [(6,), (64, 32), (3, 0)])
+@pytest.mark.parametrize("seed", ["array", "sum's view", "scalar"])
+def test_an_elementwise_rule_on_arrays_is_safe_mul_written_out(deriv, prim, shape, seed):
+    # (_unary's rule calls safe_mul's function directly on two arrays of one shape: the values,
+    # the zeros where a zero met inf or nan, and the nans elsewhere are NumPy's own)
+    x = np.abs(_awkward(shape))  # (log and sqrt of 0 and inf: their factors are inf and 0)
+    ans = prim.impl(x)
+    if seed == "array":
+        g = _awkward(shape)
+    elif seed == "sum's view":  # the cotangent of a sum: a read-only view of one value, 0 here
+        g = P.reduce_sum.vjp[0](np.float64(0.0), None, None, axes=tuple(range(-len(shape), 0)), keepdims=False,
+                                xshape=shape)
+    else:
+        g = np.float64(2.5)
+    want = _safe_mul_in_numpy(g, deriv(ans, x))
+    _same(prim.vjp[0](g, ans, x), want)
+    _same(prim.jvp[0](g, ans, x), want)
+
+
+@pytest.mark.parametrize("shape", [(5,), (40, 30)])
+def test_x_squared_rule_on_arrays_is_safe_mul_of_twice_x(shape):
+    x, g = _awkward(shape), _awkward(shape)
+    _same(P.pow_const.vjp[0](g, x * x, x, p=2.0), _safe_mul_in_numpy(g, x + x))
+
+
+@pytest.mark.parametrize("g_shape, d_shape", [((40, 30), (40, 30)), ((40, 30), (30,)), ((1, 30), (40, 30)), ((), (40, 30)),
+                                              ((1025,), (1025,)), ((40, 1), (1, 30)), ((3,), (3,))])
+@pytest.mark.parametrize("view", [False, True])
+def test_safe_multiply_on_arrays_is_safe_mul_written_out(g_shape, d_shape, view):
+    # (_zero_nans looks at r, or at what an operand repeats where that is smaller: either way the
+    # same values; here operands of their own, broadcast views, a smaller operand, a 0-d array)
+    g, d = _awkward(g_shape), _awkward(d_shape)
+    if view:
+        g = np.broadcast_to(g, np.broadcast_shapes(g_shape, d_shape))
+    for a, b in ((g, d), (d, g), (np.abs(g) + 1, d), (g, np.abs(d) + 1)):
+        _same(P.safe_multiply(a, b), _safe_mul_in_numpy(a, b))
+        _same(P.safe_mul(a, b), _safe_mul_in_numpy(a, b))
+
+
+def _rnn_by_hand(W, U, b, X, h0):
+    """The gradient of sum over t of sum(h_t^2), h_t = tanh(W h_{t-1} + U X_t + b), by
+    backpropagation through time written out in NumPy, in the order of gradcalc's rules."""
+    hs = [h0]
+    for x in X:
+        hs.append(np.tanh(W @ hs[-1] + U @ x + b))
+    dW = dU = db = dh = None
+    for t in range(len(X) - 1, -1, -1):
+        h = hs[t + 1]
+        dh = 2 * h if dh is None else dh + 2 * h
+        dz = dh * (1 - h * h)
+        parts = (dz @ hs[t].T, dz @ X[t].T, dz.sum(axis=1, keepdims=True))
+        dW, dU, db = parts if dW is None else (dW + parts[0], dU + parts[1], db + parts[2])
+        dh = W.T @ dz
+    return dW, dU, db
+
+
+_RNN = "h = h0\nloss = 0\nfor t in range(6) {\n  h = tanh(W @ h + U @ X[t] + b)\n  loss += sum(h^2)\n}\nloss"
+
+
+def test_an_rnns_gradient_is_backpropagation_through_time_by_hand_bit_for_bit():
+    # 40×30 arrays: more than the 1,024 elements below which safe_mul looks at products at once
+    at = {"W": _RNG.standard_normal((40, 40)) / 6, "U": _RNG.standard_normal((40, 5)), "b": _RNG.standard_normal((40, 1)),
+          "X": _RNG.standard_normal((6, 5, 30)), "h0": _RNG.standard_normal((40, 30))}
+    r = gradcalc.grad(_RNN, at=at, wrt=["W", "U", "b"])
+    for name, want in zip(("W", "U", "b"), _rnn_by_hand(**at)):
+        _same(r[name], want)
+    assert r.warnings == []
