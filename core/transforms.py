@@ -318,6 +318,7 @@ def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, ch
 
 
 _MATMUL = P.matmul
+_add = np.add
 
 
 def _accumulate(prev, c, a, owned: dict | None):
@@ -339,7 +340,7 @@ def _accumulate(prev, c, a, owned: dict | None):
         # (not one element: there NumPy's in-place add keeps c's nan, sign bit included, where
         # prev + c keeps prev's; from two elements on, and for strided or broadcast c, both
         # keep prev's: checked up to 4,096 elements)
-        return np.add(prev, c, out=prev)
+        return _add(prev, c, prev)  # (out given by position: the keyword costs a third of a small add)
     total = prev + c
     if total.__class__ is np.ndarray and total.dtype is F64:
         owned[a] = id(total)

@@ -347,30 +347,50 @@ _DERIVATIVES = [(lambda ans, x: 1 - ans * ans, P.tanh), (lambda ans, x: ans, P.e
                 (lambda ans, x: 0.5 / ans, P.sqrt), (lambda ans, x: 1 / x, P.log), (lambda ans, x: ans * (1 - ans), P.sigmoid)]
 
 
+def _seed(kind, shape):
+    """A cotangent of shape: an array of awkward values, the cotangent of a sum (a read-only view
+    of one value: 'view 0.0', 'view inf'...), or a NumPy scalar."""
+    if kind == "array":
+        return _awkward(shape)
+    if kind.startswith("view"):
+        return P.reduce_sum.vjp[0](np.float64(kind[5:]), None, None, axes=tuple(range(-len(shape), 0)),
+                                   keepdims=False, xshape=shape)
+    return np.float64(2.5)
+
+
+_SEEDS = ["array", "view 0.0", "view -2.5", "view inf", "view nan", "scalar"]
+
+
 @pytest.mark.parametrize("deriv, prim", _DERIVATIVES)
 @pytest.mark.parametrize("shape", [(6,), (64, 32), (3, 0)])
-@pytest.mark.parametrize("seed", ["array", "sum's view", "scalar"])
+@pytest.mark.parametrize("seed", _SEEDS)
 def test_an_elementwise_rule_on_arrays_is_safe_mul_written_out(deriv, prim, shape, seed):
-    # (_unary's rule calls safe_mul's function directly on two arrays of one shape: the values,
-    # the zeros where a zero met inf or nan, and the nans elsewhere are NumPy's own)
+    # (_unary's rule calls safe_mul's function directly on two arrays of one shape, a view of
+    # one value as that value: the products, the zeros where a zero met inf or nan, and the
+    # nans elsewhere are NumPy's own)
     x = np.abs(_awkward(shape))  # (log and sqrt of 0 and inf: their factors are inf and 0)
     ans = prim.impl(x)
-    if seed == "array":
-        g = _awkward(shape)
-    elif seed == "sum's view":  # the cotangent of a sum: a read-only view of one value, 0 here
-        g = P.reduce_sum.vjp[0](np.float64(0.0), None, None, axes=tuple(range(-len(shape), 0)), keepdims=False,
-                                xshape=shape)
-    else:
-        g = np.float64(2.5)
+    g = _seed(seed, shape)
     want = _safe_mul_in_numpy(g, deriv(ans, x))
     _same(prim.vjp[0](g, ans, x), want)
     _same(prim.jvp[0](g, ans, x), want)
 
 
 @pytest.mark.parametrize("shape", [(5,), (40, 30)])
-def test_x_squared_rule_on_arrays_is_safe_mul_of_twice_x(shape):
-    x, g = _awkward(shape), _awkward(shape)
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_x_squared_rule_on_arrays_is_safe_mul_of_twice_x(shape, seed):
+    x, g = _awkward(shape), _seed(seed, shape)
     _same(P.pow_const.vjp[0](g, x * x, x, p=2.0), _safe_mul_in_numpy(g, x + x))
+
+
+@pytest.mark.parametrize("x_shape, y_shape", [((40, 30), (40, 30)), ((40, 30), (30,)), ((1, 30), (40, 30)), ((6,), (6,))])
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_mul_rules_on_arrays_are_safe_mul_written_out(x_shape, y_shape, seed):
+    # (the cotangent has the product's shape; where an operand is smaller, the engine sums it)
+    x, y = _awkward(x_shape), _awkward(y_shape)
+    g = _seed(seed, np.broadcast_shapes(x_shape, y_shape))
+    _same(P.mul.vjp[0](g, x * y, x, y), _safe_mul_in_numpy(g, y))
+    _same(P.mul.vjp[1](g, x * y, x, y), _safe_mul_in_numpy(g, x))
 
 
 @pytest.mark.parametrize("g_shape, d_shape", [((40, 30), (40, 30)), ((40, 30), (30,)), ((1, 30), (40, 30)), ((), (40, 30)),
