@@ -1317,12 +1317,11 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
                 env[info.name] = b.input(_input_value(info, at, sample, max_elements, known))
             input_vars = {i.name: env[i.name].var for i in inputs}
             run = Interpreter(b, env, facts, max_steps=max_steps)
-            b.release_unread(release)
-            try:
-                run.block(program.statements)
-            finally:
-                b.release_unread(False)  # (before the names' tracers go with env)
+            if release:
+                b.release_unread()
+            run.block(program.statements)
         names = {**input_vars, **run.names}
+        b.stop_freeing(names.values())  # (before the names' tracers go with env)
         positions = {**{i.name: to_loc(*i.pos) for i in inputs}, **run.positions}
         output = facts.output if facts.output in names else None
         tape = b.tape(input_vars, names, output, positions)

@@ -203,7 +203,7 @@ class Tracer:
     once, as it loads (see ``primitives._tracer_arithmetic``).
     """
 
-    __slots__ = ("builder", "var", "__weakref__")  # (weak references: see _Unread)
+    __slots__ = ("builder", "var", "__weakref__")  # (weak references: see _Lifetimes)
     __array_ufunc__ = None  # numpy defers to our reflected operators
 
     def __init__(self, builder: "Builder", var: int):
@@ -281,90 +281,71 @@ class _NoConsts(dict):
         pass
 
 
-class _Var(int):
-    """A variable of a builder that keeps no tape, as its tracers, names and equations hold
-    it: when the last reference to it goes, its value is freed (see :class:`_Lifetimes`).
-    Each such builder has a subclass of its own whose ``lifetimes`` is a weak reference to
-    the builder's :class:`_Lifetimes` (an int subclass has no room for an attribute)."""
-
-    __slots__ = ()
-    lifetimes: Any = None
-
-    def __del__(self):
-        lifetimes = self.lifetimes()
-        if lifetimes is not None:
-            lifetimes.release(self)
-
-
-class _Lifetimes:
-    """How long the values of a builder that keeps no tape live: as long as something refers
-    to their variable (a tracer, a name of the program, a recorded equation).  The builder's
-    dicts are keyed by plain ints, so that only the :class:`_Var` held elsewhere decides.
-    Inside :meth:`Builder.recording`, nothing is freed until the outermost block ends."""
-
-    __slots__ = ("values", "shapes", "held", "dead", "var", "__weakref__")
-
-    def __init__(self, values: dict, shapes: dict):
-        self.values, self.shapes = values, shapes
-        self.held = 0  # recording blocks open
-        self.dead: list[int] = []  # variables released while held
-        # (the class holds this object weakly: a class lives in reference cycles, until a collection)
-        self.var = type("Var", (_Var,), {"__slots__": (), "lifetimes": weakref.ref(self)})
-
-    def tracer(self, builder: "Builder", var: int) -> "Tracer":
-        return Tracer(builder, self.var(var))
-
-    def release(self, var) -> None:
-        if self.held:
-            self.dead.append(int(var))
-        else:
-            self.values.pop(var, None)
-            self.shapes.pop(var, None)
-
-    def release_dead(self) -> None:
-        dead, self.dead = self.dead, []
-        for var in dead:
-            self.release(var)
-
-
 #: In a primitive's ``vjp_reads``: its output (operands are named by their position).
 OUT = -1
+#: The fewest elements of an array that a recording builder frees while it records (see
+#: Builder.release_unread): below, the watch costs more than the memory is worth (a grad of a
+#: loop over 3-element vectors took 5.5% more instructions with every array watched; with this,
+#: 0.997x the time before release_unread, side by side).
+WATCHED_ELEMENTS = 1024
 
 
 class _Watch(weakref.ref):
-    """A weak reference to the tracer of a value no rule has read yet (see :class:`_Unread`)."""
+    """A weak reference to the tracer of a value a builder may free (see :class:`_Lifetimes`)."""
 
     __slots__ = ("var",)
 
 
-class _Unread:
-    """The values a recording builder may free while it records, for a pass that reads no value
-    but those the VJP rules read (grad and vjp: see :meth:`Builder.release_unread`): an array
-    that no recorded equation's rules read (``Primitive.vjp_reads``) is freed (its value None,
-    its shape kept) as soon as no tracer refers to it, for then nothing can read it again.  A
-    200-step RNN then holds what its backward pass reads, 40 KB a step, instead of every
-    intermediate, 200 KB a step.  Inside :meth:`Builder.recording` (a derivative the program
-    takes itself, whose passes read the call's values), nothing is freed until the outermost
-    block ends.  The same idea as :class:`_Lifetimes`, for a builder that keeps its tape."""
+class _Lifetimes:
+    """How long a builder keeps the values it may free: while their tracer lives.  Two uses:
 
-    __slots__ = ("values", "watched", "held", "dead", "gone", "__weakref__")
+    - A builder that keeps no tape (eval, ``every=True``) frees every value when its tracer goes,
+      and forgets its variable: a long loop runs in bounded memory.  When the run ends,
+      :meth:`Builder.stop_freeing` keeps the values of the program's names alone.
+    - A recording builder whose tape only a first-order eager backward pass reads (grad, vjp:
+      ``every=False``, :meth:`Builder.release_unread`) frees, while it records, an array that no
+      recorded equation's rules read (``Primitive.vjp_reads``, see :meth:`note`) when its tracer
+      goes: nothing can read it again.  Its value becomes None; its shape stays.  A 200-step RNN
+      then holds what its backward pass reads, 40 KB a step, instead of every intermediate.
 
-    def __init__(self, values: dict):
-        self.values = values
-        self.watched: dict[int, _Watch] = {}  # var -> a watch on its tracer, while no rule reads it
+    A tracer made of a variable by a derivative pass (``Tracer(builder, var)``) is not watched and
+    keeps nothing alive (see :meth:`owns`); inside :meth:`Builder.recording` (a derivative the
+    program takes itself, whose passes read the call's values), nothing is freed until the
+    outermost block ends.  The watches hold this object through a weak reference, so that it
+    forms no reference cycle (gradcalc pauses the cycle collector while it runs)."""
+
+    __slots__ = ("values", "shapes", "every", "watched", "held", "dead", "gone", "__weakref__")
+
+    def __init__(self, values: dict, shapes: dict, every: bool):
+        self.values, self.shapes, self.every = values, shapes, every
+        self.watched: dict[int, _Watch] = {}  # var -> the watch on the tracer that keeps its value
         self.held = 0  # recording blocks open
         self.dead: list[int] = []  # variables whose tracer went while held
-        self_ref = weakref.ref(self)
+        lifetimes = weakref.ref(self)
 
-        def gone(watch):  # (a closure over a weak reference: the watches must not keep self alive)
-            unread = self_ref()
-            if unread is not None:
-                unread.release(watch.var)
+        def gone(watch):
+            this = lifetimes()
+            if this is not None:
+                this.release(watch.var)
         self.gone = gone
 
-    def note(self, prim, ids: tuple, var: int, t: "Tracer", watch: bool) -> None:
-        """An equation var = prim(*ids) was recorded: the operands its rules read are read; var
-        is watched (``watch``: an array) unless they read it too."""
+    def tracer(self, builder: "Builder", var: int) -> "Tracer":
+        """A new, watched tracer of var (a builder that keeps no tape makes every tracer so)."""
+        t = _new_object(Tracer)
+        t.builder = builder
+        t.var = var
+        self.watch(var, t)
+        return t
+
+    def watch(self, var: int, t: "Tracer") -> None:
+        w = self.watched[var] = _Watch(t, self.gone)
+        w.var = var
+
+    def note(self, prim, ids: tuple, var: int, t: "Tracer", array: bool) -> None:
+        """``every=False``: the equation var = prim(*ids) was recorded; the operands its rules read
+        are kept from now on, and var is watched if it is an array they do not read."""
+        if not prim.differentiable:
+            return  # (no rule of it runs: it reads nothing, and its output is no array worth it)
         watched = self.watched
         reads = prim.vjp_reads
         if reads is None:  # (its rules may read any operand, and its output)
@@ -374,17 +355,28 @@ class _Unread:
         for k in reads:
             if k != OUT:
                 watched.pop(ids[k], None)
-        if watch and OUT not in reads:
-            w = watched[var] = _Watch(t, self.gone)
-            w.var = var
+        if array and OUT not in reads:
+            self.watch(var, t)
+
+    def owns(self, t: "Tracer") -> bool:
+        """Whether t is the tracer that keeps its value alive."""
+        watch = self.watched.get(t.var)
+        return watch is not None and watch() is t
 
     def release(self, var: int) -> None:
+        """var's tracer went: free its value (unless a rule has read it since), or once the
+        outermost recording block ends."""
         if self.held:
             self.dead.append(var)
         elif self.watched.pop(var, None) is not None:
-            self.values[var] = None
+            if self.every:
+                self.values.pop(var, None)
+                self.shapes.pop(var, None)
+            else:
+                self.values[var] = None
 
     def release_dead(self) -> None:
+        """The end of the outermost recording block: release the variables whose tracers went."""
         dead, self.dead = self.dead, []
         for var in dead:
             self.release(var)
@@ -418,7 +410,9 @@ class Builder:
         self.equations: list[Equation] = [] if record else _Dropped()
         self.dropped = 0  # equations counted beside self.equations (see recording())
         self.consts: dict[int, np.ndarray] = {} if record else _NoConsts()
-        self.lifetimes = None if record else _Lifetimes(self.values, self.shapes)
+        # what frees values (see _Lifetimes): every value on a builder that keeps no tape; on a
+        # recording one, nothing, or the arrays no rule reads (release_unread)
+        self.lifetimes = None if record else _Lifetimes(self.values, self.shapes, every=True)
         self.new_tracer = Tracer if record else self.lifetimes.tracer
         self.max_elements = max_elements
         self.check_finite = check_finite
@@ -435,19 +429,29 @@ class Builder:
         self._next = 0
         # elements of the arrays recorded so far, until a tape holds LARGE_TAPE of them (see _bind)
         self._held = 0 if record else -1
-        self.unread: _Unread | None = None  # see release_unread
 
-    def release_unread(self, on: bool) -> None:
-        """Start (on=True) or stop freeing, while recording, the arrays no VJP rule reads once
-        nothing refers to them (see :class:`_Unread`): for a trace whose only reader afterwards
-        is a first-order eager backward pass (grad, vjp), and the program's names (the
-        values their tracers hold at the stop).  Forward mode, a traced pass over the tape
-        and anything else that reads its values need the builder never released."""
-        if on and self.record:
-            self.unread = _Unread(self.values)
-        elif self.unread is not None:
-            self.unread.stop()
-            self.unread = None
+    def release_unread(self) -> None:
+        """Free, from now on while recording, the arrays of WATCHED_ELEMENTS or more that no VJP
+        rule reads, once nothing refers to them (see :class:`_Lifetimes`): for a trace whose only readers afterwards are a
+        first-order eager backward pass (grad, vjp) and the program's names (the values their
+        tracers hold at :meth:`stop_freeing`).  Forward mode, a traced pass over the tape and
+        anything else that reads its values need a builder that never released."""
+        if self.record:
+            self.lifetimes = _Lifetimes(self.values, self.shapes, every=False)
+
+    def stop_freeing(self, names=None) -> None:
+        """Free nothing more: the end of a run.  A builder that keeps no tape keeps the values of
+        ``names`` (the variables of the program's names) alone."""
+        lifetimes = self.lifetimes
+        if lifetimes is None:
+            return
+        if not self.record:
+            keep = set(names or ())
+            for var in [v for v in self.values if v not in keep]:
+                del self.values[var], self.shapes[var]
+            self.new_tracer = Tracer
+        lifetimes.stop()
+        self.lifetimes = None
 
     def operations(self) -> int:
         """The operations recorded so far, kept on the tape or not (what max_steps counts)."""
@@ -465,7 +469,7 @@ class Builder:
         """Record the equations made in the block, and free no value until it ends, on a
         builder that keeps no tape (blocks nested in it record into its list); on a
         recording builder, free no value until it ends (see release_unread)."""
-        lifetimes = self.lifetimes or self.unread  # (what frees values: neither, one or the other)
+        lifetimes = self.lifetimes
         outermost = lifetimes is not None and not lifetimes.held
         dropping = outermost and not self.record
         if dropping:
@@ -487,7 +491,7 @@ class Builder:
     def owns(self, t: "Tracer") -> bool:
         """Whether t keeps its value alive: always on a recording builder; on one that keeps
         no tape, unless a derivative pass made t of a recorded variable (inside recording())."""
-        return self.lifetimes is None or type(t.var) is self.lifetimes.var
+        return self.record or self.lifetimes is None or self.lifetimes.owns(t)
 
     # -- variables ------------------------------------------------------------
     def _new(self, value) -> Tracer:
@@ -549,8 +553,9 @@ class Builder:
     # bind2 and bind1 are bind for the commonest calls, which the interpreter makes directly:
     # operands that are NumPy scalars (a scalar program) go without bind's branches, conversions
     # and checks of shape when the value is a scalar too; anything else takes the general code.
-    # Same value, same equation.  Each writes out the recording that _bind ends with: a shared
-    # helper would cost a call per operation, about a tenth of recording one.
+    # Same value, same equation.  Each writes out the recording that _bind ends with (but the
+    # note to release_unread's lifetimes: a scalar is never watched, and a scalar operand is no
+    # watched array): a shared helper would cost a call per operation, about a tenth of recording one.
 
     def bind2(self, prim, a: Tracer, b: Tracer) -> Tracer:
         """bind(prim, (a, b), NO_PARAMS) for a broadcasting primitive (one with prim.plain)."""
@@ -675,8 +680,11 @@ class Builder:
             t = _new_object(Tracer)
             t.builder = self
             t.var = var
-            if self.unread is not None:
-                self.unread.note(prim, ids, var, t, not scalar)
+            lifetimes = self.lifetimes
+            if lifetimes is not None:  # (release_unread: an array large enough is watched)
+                big = not scalar and value.size >= WATCHED_ELEMENTS
+                if big or lifetimes.watched:
+                    lifetimes.note(prim, ids, var, t, big)
             return t
         return self.new_tracer(self, var)
 

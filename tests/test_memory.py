@@ -263,18 +263,35 @@ def _released(source, at):
     return trace_source(source, at, 10**8, release=True)
 
 
+@pytest.fixture
+def watch_every_array(monkeypatch):
+    """Small test programs free their arrays too (below WATCHED_ELEMENTS, none is watched)."""
+    from gradcalc import tape
+    monkeypatch.setattr(tape, "WATCHED_ELEMENTS", 1)
+
+
+def _freed(tr) -> list:
+    return [eq.prim.name for eq in tr.tape.equations if tr.builder.values[eq.out] is None]
+
+
 def test_grad_frees_while_recording_the_arrays_no_rule_reads():
     # One step: W @ h (add reads neither operand), W @ h + b (tanh reads its output, not its
     # operand), tanh (kept), h^2 (read by nothing: sum reads no value), its sum (a scalar: kept).
-    tr = _released(RNN.format(n=1), _rnn_at())
-    values = tr.builder.values
-    freed = [eq.prim.name for eq in tr.tape.equations if values[eq.out] is None]
-    assert freed == ["matmul", "add", "pow_const"]
-    assert all(values[v] is not None for v in tr.tape.names.values())  # the names keep theirs
-    assert all(tr.builder.shapes[eq.out] == (16, 8) for eq in tr.tape.equations if values[eq.out] is None)
+    tr = _released(RNN.format(n=1), _rnn_at(32, 32))
+    assert _freed(tr) == ["matmul", "add", "pow_const"]
+    assert all(tr.builder.values[v] is not None for v in tr.tape.names.values())  # the names keep theirs
+    assert all(tr.builder.shapes[eq.out] == (32, 32) for eq in tr.tape.equations if tr.builder.values[eq.out] is None)
     # a run that records for anything else keeps them all
-    kept = traced(RNN.format(n=1), _rnn_at())
+    kept = traced(RNN.format(n=1), _rnn_at(32, 32))
     assert all(v is not None for v in kept.builder.values.values())
+    # arrays under WATCHED_ELEMENTS (16 x 8) are not worth watching
+    assert _freed(_released(RNN.format(n=1), _rnn_at(16, 8))) == []
+
+
+def test_a_mask_reads_nothing(watch_every_array):
+    # greater has no rule, so v + 1 goes once its tracer does; where reads its operands
+    tr = _released("input x\nv = exp(x + 1)\nm = (x * 2) > 0\nsum(where(m, v, 0))", {"x": np.linspace(-1, 1, 5)})
+    assert _freed(tr) == ["add", "mul"]
 
 
 def _results_alike(a, b) -> None:
@@ -310,20 +327,20 @@ FREED = {  # array programs whose grad frees values while recording: the same re
 
 
 @pytest.mark.parametrize("source, at, wrt", FREED.values(), ids=FREED.keys())
-def test_grad_that_frees_values_gives_what_keeping_them_all_gives(monkeypatch, source, at, wrt):
+def test_grad_that_frees_values_gives_what_keeping_them_all_gives(monkeypatch, watch_every_array, source, at, wrt):
     from gradcalc.tape import Builder
     freed = gradcalc.grad(source, at=at, wrt=wrt)
     assert any(v is None for v in _released(source, at).builder.values.values())
-    monkeypatch.setattr(Builder, "release_unread", lambda self, on: None)
+    monkeypatch.setattr(Builder, "release_unread", lambda self: None)
     _results_alike(freed, gradcalc.grad(source, at=at, wrt=wrt))
 
 
-def test_vjp_that_frees_values_gives_what_keeping_them_all_gives(monkeypatch):
+def test_vjp_that_frees_values_gives_what_keeping_them_all_gives(monkeypatch, watch_every_array):
     from gradcalc.tape import Builder
     source = "input W, x\na = W @ x\nb = sin(a)\nc = exp(a) * 2\nd = c + b"
     at, cts = {"W": _W, "x": np.linspace(-1, 1, 4)}, {"b": np.arange(4.0), "c": np.ones(4)}
     freed = gradcalc.vjp(source, cts, at=at)
-    monkeypatch.setattr(Builder, "release_unread", lambda self, on: None)
+    monkeypatch.setattr(Builder, "release_unread", lambda self: None)
     _results_alike(freed, gradcalc.vjp(source, cts, at=at))
 
 
@@ -343,12 +360,12 @@ def test_a_long_rnns_grad_holds_what_its_backward_pass_reads():
     assert peak / (64 * 64 * 8 * 100) < 2.0
 
 
-def test_a_released_builder_frees_an_unread_array_when_its_tracer_goes():
+def test_a_released_builder_frees_an_unread_array_when_its_tracer_goes(watch_every_array):
     from gradcalc import primitives as P
     from gradcalc.tape import Builder
 
     b = Builder()
-    b.release_unread(True)
+    b.release_unread()
     x = b.input(np.ones(3))
     y = P.exp(P.neg(x))  # exp reads its output: neg's value is never read
     z = P.sin(y)  # sin reads its operand: y is kept
@@ -360,7 +377,7 @@ def test_a_released_builder_frees_an_unread_array_when_its_tracer_goes():
         assert b.values[b.equations[-1].out] is not None
     assert b.values[b.equations[-1].out] is None
     v = P.neg(z)
-    b.release_unread(False)  # stopped: what is left stays (the names' values)
+    b.stop_freeing()  # stopped: what is left stays (the names' values)
     del v
     assert b.values[b.equations[-1].out] is not None
     assert b.shapes[neg] == (3,)
