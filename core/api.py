@@ -17,7 +17,7 @@ from .results import Result, symbolic_part
 from .session import (eager_backward, inputs_only, jacobian_blocks, own_arrays, parse,
                       quiet, select_names, select_output, trace_source)
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
-from .transforms import backward, forward, needed, rows_to_jacobian
+from .transforms import backward, forward, needed_and_frees, rows_to_jacobian
 
 __all__ = ["parse", "evaluate", "grad", "vjp", "jvp", "jacobian", "hessian", "graph", "Result"]
 
@@ -296,18 +296,13 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
                       command="hessian", of=out, value=y, warnings=_warnings(tr))
     n = size
     b.check_size((n, n), what="the Hessian")
-    log: list = []
-    one = b.const(np.ones(y.shape) if y.shape else 1.0)  # (1.0: the NumPy scalar a seed of no axes becomes)
     # (check=False: the passes look for non-finite values once, at the end; see below)
-    grads = backward(b, tr.tape.equations, {names[out]: one}, [names[w] for w in wrt], log=log, check=False)
-    # Only what the gradient depends on (not the output's own sum, say) gets a tangent rule.
-    keep = {g.var for g in grads.values() if g is not None}
-    grad_eqns = tuple(needed(b.equations, keep))
+    grads, grad_eqns, free = _gradient_equations(tr, out, wrt)
     # The tangent pass runs once, eagerly, on every column of the identity at once.
     batch = BatchedBuilder(b, n, what="the forward pass over the backward pass for the Hessian")
     seeds = batch.seeds([tr.value(w).shape for w in wrt])
     tan = forward(b, grad_eqns, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
-                  keep=keep, fold=batch.jvp)
+                  free=free, fold=batch.jvp)
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
     cols = [None if t is None else batch.rows(t) for t in outs]
     hess = {}
@@ -325,7 +320,11 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
                 hess[wi][wj] = rows_to_jacobian(c[start:start + k], ishape, jshape)
             start += k
     if any(not np.isfinite(v).all() for wi, row in hess.items() if wi not in checked for v in row.values()):
-        # Name the culprit: the first rule whose derivative is not finite, forward over backward.
+        # Name the culprit: the first rule whose derivative is not finite, forward over backward:
+        # the backward pass recorded again, the same equations (on new variables), with a log
+        # of which operation's rule made each (which the usual, finite, case never reads).
+        log: list = []
+        _, grad_eqns, _ = _gradient_equations(tr, out, wrt, log)
         origin = {b.equations[k].out: b.op_name(eq.prim, eq.loc) for eq, first, end in log
                   for k in range(first, end)}
         before = len(b.warnings)
@@ -334,6 +333,19 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
         if len(b.warnings) == before:
             _nonfinite(hess, "hessian", tr, of=out)
     return Result(hess, command="hessian", of=out, value=y, warnings=_warnings(tr))
+
+
+def _gradient_equations(tr: Traced, out: str, wrt: list, log: list | None = None) -> tuple:
+    """The traced backward pass of a Hessian: (its cotangents {wrt var: tracer or None}, the
+    equations they depend on, and what each of those is the last to read; see
+    transforms.needed_and_frees).  Only what the gradient depends on (not the output's own sum,
+    say) gets a tangent rule.  ``log``: see backward."""
+    names, b = tr.tape.names, tr.builder
+    shape = tr.value(out).shape
+    one = b.const(np.ones(shape) if shape else 1.0)  # (1.0: the NumPy scalar a seed of no axes becomes)
+    grads = backward(b, tr.tape.equations, {names[out]: one}, [names[w] for w in wrt], log=log, check=False)
+    eqns, free = needed_and_frees(b.equations, {g.var for g in grads.values() if g is not None})
+    return grads, eqns, free
 
 
 def _second_derivative_of(b, eq, origin: dict) -> str:

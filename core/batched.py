@@ -36,7 +36,9 @@ import numpy as np
 from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import ValueError_
-from .tape import F64, F64_SCALAR, LARGE_BATCH, Tracer, _scalar_or_array, all_finite
+from .tape import F64, F64_SCALAR, LARGE_BATCH, NO_PARAMS, Tracer, _scalar_or_array, all_finite
+
+_new_object = object.__new__
 from .transforms import basis
 
 
@@ -101,6 +103,13 @@ class _Values:
         return np.eye(self.n)[:, k:k + m] if k is not None else _band_dense(slot.band, self.n)
 
 
+def _fixed(value) -> _Slot:
+    """The slot of a fixed value (see BatchedBuilder.const), as the tape keeps values."""
+    if not (value.__class__ is np.ndarray and value.dtype is F64 and value.ndim or value.__class__ is F64_SCALAR):
+        value = F64_SCALAR(value) if type(value) is float else _scalar_or_array(value)
+    return _Slot(value, value.shape, None, False)
+
+
 def _batched(value, shape: tuple) -> _Slot:
     """The slot of a batched value computed in full (bands are made as _Slot(None, shape, band))."""
     return _Slot(value, shape)
@@ -148,9 +157,7 @@ class BatchedBuilder:
 
     def const(self, value) -> Tracer:
         """A fixed operand: a rule's constant, or the traced point's value it mixes with a seed."""
-        if not (value.__class__ is np.ndarray and value.dtype is F64 and value.ndim or value.__class__ is F64_SCALAR):
-            value = F64_SCALAR(value) if type(value) is float else _scalar_or_array(value)
-        return Tracer(self, _Slot(value, value.shape, None, False))
+        return Tracer(self, _fixed(value))
 
     def check_size(self, shape, what=None) -> None:
         """Refuse a batched value over the element budget before it is made (normalize calls
@@ -198,21 +205,6 @@ class BatchedBuilder:
                 self.check_size(value.shape[1:])
         return Tracer(self, _batched(value, value.shape[1:]))
 
-    def jvp(self, prim, ts: tuple, params: dict, rest: tuple):
-        """An equation's tangent from its operands' tangents ts (None for an operand without one)
-        where each is a band of this builder and prim's JVP rules are folds (see _JVP): the
-        tracer its rules would make, made without running them (the rule, the primitive's call,
-        a constant's tracer and the parameters normalised again cost more than the fold).
-        ``params`` are the equation's (normalised), ``rest`` its (ans, *operands) values.  None
-        otherwise: transforms.forward runs the rules."""
-        fold = _JVP.get(prim)
-        if fold is None:
-            return None
-        for t in ts:
-            if t is not None and (t.__class__ is not Tracer or t.builder is not self or t.var.band is None):
-                return None
-        return fold(self, ts, params, rest)
-
     def rows(self, t):
         """t's batch as an array of shape (batch,) + t.shape (a value that does not depend on
         the seeds: the same in every row)."""
@@ -225,7 +217,17 @@ class BatchedBuilder:
         """True when t is a band of finite diagonals: its rows hold no nan or inf (zeros off the
         diagonals), known without a look at batch × size values."""
         band = t.var.band if type(t) is Tracer else None
-        return band is not None and all(map(all_finite, band.values()))
+        if band is None:
+            return False
+        # One look at every diagonal at once (all_finite's for a vector, summed): the sum of their
+        # sums of squares is finite when no entry is nan or inf; each is looked at on its own only
+        # when it is not (or overflowed).
+        total = 0.0
+        for d in band.values():
+            if d.dtype is not F64:
+                return all(map(all_finite, band.values()))
+            total += d.dot(d)
+        return math.isfinite(total) or all(map(all_finite, band.values()))
 
 
 # The folds, one per primitive: each makes the slot of the result from its operands' slots
@@ -326,52 +328,101 @@ _FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add, P.copy
           P.index: _fold_index, P.index_put: _fold_index_put, P.matmul: _fold_matmul}
 
 
-# Equations whose JVP rules, on bands, come down to the folds above: each entry makes what the
-# rules' calls make (the same folds, in the same order, on the same operands), or returns None
-# for the rules to run.  tests/test_batched.py checks each against the registry's rules.
+# Equations whose JVP rules, on bands, come down to the folds above (BatchedBuilder.jvp,
+# handed to transforms.forward as its fold=): each entry takes the operands' tangents ts (None
+# for an operand without one), the equation's parameters (normalised when traced, as the
+# rules' calls would normalise them again), its operands' variables and the tape's values, and
+# makes what the rules' calls make (the same folds, in the same order, on the same operands)
+# where each tangent is a band, without the rule, the primitive's call and a constant's tracer;
+# None otherwise, and the rules run.  tests/test_batched.py checks each against the rules.
 
 def _jvp_of(fold):
     """neg, index, index_put: the rule applies the primitive to the tangent with the equation's
-    own parameters (normalised when traced, as the rule's call would normalise them again)."""
-    def jvp(b, ts, params, rest):
-        made = fold(b, (ts[0].var,), params)
-        return None if made is None else Tracer(b, made)
+    own parameters."""
+    def jvp(ts, params, args, values):
+        t = ts[0]
+        if t.__class__ is Tracer:
+            s = t.var
+            if s.__class__ is _Slot and s.band is not None:
+                b = t.builder
+                made = fold(b, (s,), params)
+                if made is not None:
+                    r = _new_object(Tracer)  # Tracer(b, made), without a call of its __init__
+                    r.builder, r.var = b, made
+                    return r
+        return None
     return jvp
 
 
-def _jvp_copy(b, ts, params, rest):
-    return ts[0]  # (the rule returns the tangent itself)
+def _jvp_copy(ts, params, args, values):
+    t = ts[0]  # (the rule returns the tangent itself)
+    return t if t.__class__ is Tracer and t.var.__class__ is _Slot and t.var.band is not None else None
 
 
-def _jvp_add(b, ts, params, rest):
+def _jvp_add(ts, params, args, values):
     t0, t1 = ts
-    if t0 is None or t1 is None:
-        return t0 if t1 is None else t1  # (each rule returns its tangent itself; forward fits it)
-    if params or t0.var.shape != t1.var.shape:
-        return None  # (tangents that broadcast against each other)
-    return Tracer(b, _fold_add(b, (t0.var, t1.var), params))
+    if t0 is None or t1 is None:  # (each rule returns its tangent itself; forward fits it)
+        return _jvp_copy((t1 if t0 is None else t0,), params, args, values)
+    if t0.__class__ is not Tracer or t1.__class__ is not Tracer or params:
+        return None  # (params: operands of unequal rank, whose tangents broadcast)
+    b = t0.builder
+    made = _fold_add(b, (t0.var, t1.var), params) if t0.var.__class__ is t1.var.__class__ is _Slot else None
+    if made is None:
+        return None
+    r = _new_object(Tracer)
+    r.builder, r.var = b, made
+    return r
 
 
-def _jvp_product(b, ts, params, rest):
+def _jvp_product(ts, params, args, values):
     """mul, safe_mul: each tangent times the other operand's value (safe_mul(t, factor)), summed."""
+    t0, t1 = ts
+    for t in ts:
+        if t is not None and not (t.__class__ is Tracer and t.var.__class__ is _Slot and t.var.band is not None):
+            return None
+    b = (t1 if t0 is None else t0).builder
     total = None
-    for k, t in enumerate(ts):
-        if t is None:
+    for g, other in ((t0, args[1]), (t1, args[0])):
+        if g is None:
             continue
-        g, f = t.var, b.const(rest[2 - k]).var  # (rest: ans, then the operands)
+        g = g.var
+        f = _fixed(values[other])
         if f.shape != g.shape:
             if f.shape not in ((), (1,)):
                 return None
             b.check_size(g.shape)  # (what the rule's call checks, normalising its parameters)
-        made = _fold_safe_mul(b, (g, f), {})
+        made = _fold_safe_mul(b, (g, f), NO_PARAMS)
         if made is None:
             return None
-        total = Tracer(b, made if total is None else _fold_add(b, (total.var, made), {}))
-    return total
+        total = made if total is None else _fold_add(b, (total, made), NO_PARAMS)
+    r = _new_object(Tracer)
+    r.builder, r.var = b, total
+    return r
+
+
+def _jvp_pow_const(ts, params, args, values):
+    """x^p for a constant p: the rule's safe_mul(t, x + x if p == 2 else p * pow_const(x, p=p - 1)),
+    its factor computed as the rule computes it on the operand's value (p = 1: the tangent itself;
+    p = 0: the rule, whose zeros are no band)."""
+    t = ts[0]
+    p = params["p"]
+    if p == 0 or not (t.__class__ is Tracer and t.var.__class__ is _Slot and t.var.band is not None):
+        return None
+    if p == 1:
+        return t
+    x = values[args[0]]
+    made = _fold_safe_mul(t.builder, (t.var, _fixed(x + x if p == 2 else p * P.pow_const(x, p=p - 1))), NO_PARAMS)
+    if made is None:
+        return None
+    r = _new_object(Tracer)
+    r.builder, r.var = t.builder, made
+    return r
 
 
 _JVP = {P.neg: _jvp_of(_fold_neg), P.index: _jvp_of(_fold_index), P.index_put: _jvp_of(_fold_index_put),
-        P.copy: _jvp_copy, P.add: _jvp_add, P.mul: _jvp_product, P.safe_mul: _jvp_product}
+        P.copy: _jvp_copy, P.add: _jvp_add, P.mul: _jvp_product, P.safe_mul: _jvp_product,
+        P.pow_const: _jvp_pow_const}
+BatchedBuilder.jvp = _JVP  # (a table: see transforms.forward's fold)
 
 
 def _band_dense(band: dict, n: int):

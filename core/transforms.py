@@ -365,16 +365,18 @@ def _finite_product(c, g, other) -> bool:
 
 
 def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
-            check: bool | None = None, describe=None, keep=None, fold=None) -> dict:
+            check: bool | None = None, describe=None, keep=None, fold=None, free=None) -> dict:
     """Forward mode: tangents {var: value} of inputs -> tangents of every reached variable.
 
     Traced or eager, as for :func:`backward`; ``describe(eq)`` names an equation
     in non-finite warnings (default: "the derivative of 'prim'").  With ``keep`` (the
     variables wanted afterwards), each other tangent is dropped after its last use, so that
-    an eager pass on a batch of tangents holds only what is live (see :mod:`.batched`).
-    ``fold(prim, tangents, params, (ans, *args))`` (an eager batched pass: see
-    ``BatchedBuilder.jvp``) gives an equation's tangent where it makes, without running
-    the rules, what they would make; None where it does not, and the rules run.
+    an eager pass on a batch of tangents holds only what is live (see :mod:`.batched`);
+    ``free``, those variables equation by equation, as :func:`needed_and_frees` gives them
+    with the equations (then keep is not needed).
+    ``fold`` (an eager batched pass: ``BatchedBuilder.jvp``), {prim: fold(tangents, params,
+    args, values)}, gives an equation's tangent where it makes, without running the rules,
+    what they would make; None where it does not, and the rules run.
     """
     tan = dict(tangents)
     get = tan.get
@@ -383,7 +385,9 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
-    free = _frees(equations, keep) if keep is not None else None
+    if free is None and keep is not None:
+        free = _frees(equations, keep)
+    folds = fold or _NO_FOLDS
     for i, eq in enumerate(equations):
         if free is not None and i:
             for v in free[i - 1]:  # (those of the equation before: this loop goes on early)
@@ -406,34 +410,16 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
             if all(t is None for t in ts):
                 continue
         builder.pos = loc
-        # The rules' arguments after the tangent (_operands, inlined for an eager pass).
-        if eager:
-            if n == 1:
-                rest = (values[out], values[ea[0]])
-            elif n == 2:
-                rest = (values[out], values[ea[0]], values[ea[1]])
-            else:
-                rest = (values[out], *map(values.__getitem__, ea))
-        else:
-            rest = _operands(builder, eq, eager)
-        try:
-            total = None if fold is None else fold(prim, ts, params, rest)
-        except GradcalcError as err:
-            err.pos = err.pos or eq.pos
-            raise
-        rules = None if prim.variadic else prim.jvp  # rules[i] is prim.jvp_rule(i), without a call
-        for k, t in enumerate(ts if total is None else ()):  # (k: the operand; i, the equation, frees)
-            if t is None:
-                continue
-            rule = prim.jvp_rule(k) if rules is None else rules[k]
-            if rule is None:
-                continue
+        total = None
+        made = folds.get(prim)
+        if made is not None:
             try:
-                c = rule(t, *rest, **params) if params else rule(t, *rest)
+                total = made(ts, params, ea, values)
             except GradcalcError as err:
                 err.pos = err.pos or eq.pos
                 raise
-            total = c if total is None else total + c
+        if total is None:
+            total = _jvp_rules(builder, eq, ts, eager)
         if total is not None:
             shape = shapes[out]
             if total.shape != shape:  # _fit returns total as it is otherwise
@@ -444,6 +430,42 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     builder.pos = None
     builder.check_finite = saved
     return tan
+
+
+def _jvp_rules(builder: Builder, eq, ts, eager: bool):
+    """The sum of the JVP rules' tangents for equation eq, its operands' tangents ts (None for
+    an operand without one); None when no rule gives one."""
+    out, prim, ea, params, _ = eq
+    # The rules' arguments after the tangent (_operands, inlined for an eager pass).
+    if eager:
+        values = builder.values
+        n = len(ea)
+        if n == 1:
+            rest = (values[out], values[ea[0]])
+        elif n == 2:
+            rest = (values[out], values[ea[0]], values[ea[1]])
+        else:
+            rest = (values[out], *map(values.__getitem__, ea))
+    else:
+        rest = _operands(builder, eq, eager)
+    total = None
+    rules = None if prim.variadic else prim.jvp  # rules[i] is prim.jvp_rule(i), without a call
+    for k, t in enumerate(ts):  # (k: the operand)
+        if t is None:
+            continue
+        rule = prim.jvp_rule(k) if rules is None else rules[k]
+        if rule is None:
+            continue
+        try:
+            c = rule(t, *rest, **params) if params else rule(t, *rest)
+        except GradcalcError as err:
+            err.pos = err.pos or eq.pos
+            raise
+        total = c if total is None else total + c
+    return total
+
+
+_NO_FOLDS: dict = {}  # (forward without folds: never mutated)
 
 
 def _operands(builder: Builder, eq, eager: bool) -> tuple:
@@ -486,6 +508,28 @@ def needed(equations, outputs) -> list:
             live.update(eq.args)
     kept.reverse()
     return kept
+
+
+def needed_and_frees(equations, outputs) -> tuple:
+    """(kept, free): the equations outputs depend on, in order (:func:`needed`), and for each
+    of them the variables whose last use among them it is, outputs excepted (forward's
+    ``free``: what ``keep=outputs`` frees), found in one walk back instead of two passes.
+    (Every kept equation's result is read by a later one or is an output: none is dropped
+    where it is made.)"""
+    live = set(outputs)  # also: the variables read after the equation at hand
+    kept, free = [], []
+    for eq in reversed(equations):
+        if eq[0] in live:  # (eq.out: eq[0] costs less than the field's property)
+            kept.append(eq)
+            last = []
+            for a in eq[2]:  # (eq.args)
+                if a not in live:
+                    live.add(a)
+                    last.append(a)
+            free.append(last)
+    kept.reverse()
+    free.reverse()
+    return kept, free
 
 
 def seeded(equations, seeds) -> list:

@@ -345,9 +345,10 @@ def _tangent_rows(src, at, fold: bool):
     "sum(x[::2] * x[1::2]) + sum(x * inf * 0)",
     "sum(x * x * s) + s * sum(x)",
     "sum((C + x)^2 * C) + sum((s + x) * x)",
+    "sum(x^3 * c) + sum(x^0.5) + sum(x^1 * c) + sum((x * c)^0) + sum(x^-2) + s^3",
 ])
 def test_folded_tangents_are_the_rules_tangents(src):
-    # BatchedBuilder.jvp makes, for neg, copy, add, index, index_put, mul and safe_mul on bands,
+    # BatchedBuilder.jvp makes, for neg, copy, add, index, index_put, mul, safe_mul and pow_const on bands,
     # the tangents the registry's JVP rules make: compared bit for bit with the pass that runs the
     # rules on every equation (factors with zeros, inf and nan among them; x[::2] is no band fold)
     c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
@@ -360,3 +361,106 @@ def test_folded_tangents_are_the_rules_tangents(src):
         assert (f is None) == (r is None)
         if f is not None:
             same_bits(f, r)
+
+
+@pytest.mark.parametrize("src", [
+    "sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)",
+    "sum(sin(x[1:] * x[:-1])) + sum(x * c)^2",
+    "y = x; z = -y[1:] + y[:-1]; sum(z * z * c[1:]) + sum(y * 0 * c)",
+    "sum(x * x * s) + s * sum(x)",
+    "s * s * s",
+])
+def test_needed_and_frees_against_a_walk_over_every_use(src):
+    # transforms.needed_and_frees (the Hessian's tangent pass: which equations, and which tangents
+    # each one is the last to read): its equations are needed()'s, and each variable read or made
+    # is freed once, by the equation that uses it last, counted here over every use; the outputs
+    # never.  Then forward(free=...) gives the tangents forward(keep=...) gives, bit for bit.
+    from gradcalc.batched import BatchedBuilder
+    from gradcalc.session import trace_source
+    from gradcalc.transforms import backward, forward, needed, needed_and_frees
+    at = {"x": RNG.standard_normal(8), "c": RNG.standard_normal(8), "s": 1.25}
+    at = {k: v for k, v in at.items() if re.search(rf"\b{k}\b", src)}
+    with np.errstate(all="ignore"):
+        tr = trace_source(src, at, 10**8)
+        b, names = tr.builder, tr.tape.names
+        wrt = list(tr.tape.inputs)
+        grads = backward(b, tr.tape.equations, {names[tr.tape.output]: b.const(1.0)},
+                         [names[w] for w in wrt], check=False)
+        keep = {g.var for g in grads.values() if g is not None}
+        kept, free = needed_and_frees(b.equations, keep)
+        assert kept == list(needed(b.equations, keep)) and len(free) == len(kept)
+        last = {}
+        for i, eq in enumerate(kept):
+            for v in (eq.out, *eq.args):
+                last[v] = i
+        freed = [(v, i) for i, vs in enumerate(free) for v in vs]
+        assert sorted(freed) == sorted((v, i) for v, i in last.items() if v not in keep)
+        passes = []
+        for how in ({"free": free}, {"keep": keep}):
+            batch = BatchedBuilder(b, sum(tr.value(w).size for w in wrt), what="a test's pass")
+            seeds = batch.seeds([tr.value(w).shape for w in wrt])
+            tan = forward(b, kept, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
+                          fold=batch.jvp, **how)
+            passes.append({v: np.array(batch.rows(tan[v])) for v in keep if v in tan})
+    assert passes[0].keys() == passes[1].keys() and passes[0]
+    for v in passes[0]:
+        same_bits(passes[0][v], passes[1][v])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (inf and nan on purpose; gradcalc runs under np.errstate)
+def test_finite_band_against_the_written_out_rows():
+    # BatchedBuilder.finite_band (a Hessian's rows known finite without a look at them): True
+    # exactly when np.isfinite holds on every diagonal, and then the band written out is finite;
+    # diagonals with inf, nan, values whose squares overflow (1e200, finite), subnormals; one
+    # diagonal, several, offsets past either end (entries that fall outside the rows count too)
+    from gradcalc.batched import BatchedBuilder, _Slot
+    from gradcalc.tape import Builder, Tracer
+    rng = np.random.default_rng(11)
+    batch = BatchedBuilder(Builder(), 9, what="a test's pass")
+    for offsets in ([0], [-1, 0, 1], [3, -8], [5]):
+        for bad in [None, np.inf, -np.inf, np.nan, 1e200, 5e-324]:
+            for where in range(len(offsets)):
+                band = {k: rng.standard_normal(7) for k in offsets}
+                if bad is not None:
+                    band[offsets[where]][rng.integers(7)] = bad
+                t = Tracer(batch, _Slot(None, (7,), band))
+                got = batch.finite_band(Tracer(batch, _Slot(None, (7,), band)))
+                assert got == all(np.isfinite(d).all() for d in band.values()), (offsets, bad)
+                assert not got or np.isfinite(batch.rows(t)).all()
+    assert not batch.finite_band(batch.const(np.ones(3)))  # (no band: the rows must be looked at)
+
+
+def _hessian_warnings_as_before(src, at):
+    """The warnings of a non-finite Hessian as api._hessian_at named them before it recorded
+    the backward pass a second time for them: one recording, logged (the old code, kept as
+    the oracle)."""
+    from gradcalc.api import _second_derivative_of
+    from gradcalc.session import trace_source
+    from gradcalc.transforms import backward, forward, needed
+    with np.errstate(all="ignore"):
+        tr = trace_source(src, at, 10**8)
+        b, names = tr.builder, tr.tape.names
+        wrt = list(tr.tape.inputs)
+        log = []
+        grads = backward(b, tr.tape.equations, {names[tr.tape.output]: b.const(1.0)}, [names[w] for w in wrt],
+                         log=log, check=False)
+        eqs = needed(b.equations, {g.var for g in grads.values() if g is not None})
+        origin = {b.equations[k].out: b.op_name(eq.prim, eq.loc) for eq, first, end in log for k in range(first, end)}
+        forward(b, eqs, {names[w]: np.ones(tr.value(w).shape) for w in wrt}, eager=True, check=True,
+                describe=lambda e: _second_derivative_of(b, e, origin))
+    return [w.message for w in tr.warnings]
+
+
+@pytest.mark.parametrize("src, at", [
+    ("sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)", {"x": np.array([1.0, np.inf, 2.0, -1.0])}),
+    ("sum(x^0.5 * c)", {"x": np.array([0.0, 4.0, 1.0]), "c": np.array([1.0, 2.0, 3.0])}),
+    ("sum(log(x) * x) + s^3", {"x": np.array([0.0, 2.0]), "s": 1.5}),
+    ("sum(x[1:] / x[:-1])", {"x": np.array([1.0, 0.0, 3.0, 2.0])}),
+])
+def test_nonfinite_hessian_names_the_second_derivative_as_before(src, at):
+    # A Hessian with non-finite entries names the rule behind them from a second recording of the
+    # backward pass (the usual, finite, call keeps no log): the same warnings, in the same order,
+    # as the single logged recording made them
+    got = gradcalc.hessian(src, at=at).warnings
+    assert any("second derivative" in w for w in got)
+    assert got == _hessian_warnings_as_before(src, at)
