@@ -36,7 +36,7 @@ import numpy as np
 from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import ValueError_
-from .tape import F64, F64_SCALAR, LARGE_BATCH, NO_PARAMS, Tracer, _scalar_or_array, all_finite
+from .tape import F64, F64_SCALAR, LARGE_BATCH, Tracer, _scalar_or_array, all_finite
 
 _new_object = object.__new__
 from .transforms import basis
@@ -104,10 +104,16 @@ class _Values:
 
 
 def _fixed(value) -> _Slot:
-    """The slot of a fixed value (see BatchedBuilder.const), as the tape keeps values."""
+    """The slot of a fixed value (see BatchedBuilder.const)."""
+    value = _as_kept(value)
+    return _Slot(value, value.shape, None, False)
+
+
+def _as_kept(value):
+    """A fixed value as the tape keeps values: a float64 array with axes, or a NumPy scalar."""
     if not (value.__class__ is np.ndarray and value.dtype is F64 and value.ndim or value.__class__ is F64_SCALAR):
         value = F64_SCALAR(value) if type(value) is float else _scalar_or_array(value)
-    return _Slot(value, value.shape, None, False)
+    return value
 
 
 def _batched(value, shape: tuple) -> _Slot:
@@ -244,10 +250,23 @@ def _fold_safe_mul(b: BatchedBuilder, args: tuple, params: dict):
     c = f.value
     if c.shape not in ((), (1,), g.shape):
         return None  # the factor would broadcast the vector to a larger shape
+    return _Slot(None, g.shape, _scaled(g.band, c))
+
+
+def _scaled(band: dict, c) -> dict:
+    """A band's diagonals times a fixed factor c (safe_mul's product, one diagonal at a time)."""
     made = {}
-    for k, d in g.band.items():
+    for k, d in band.items():
         made[k] = P.safe_multiply(d, c)
-    return _Slot(None, g.shape, made)
+    return made
+
+
+def _summed(x: dict, y: dict) -> dict:
+    """The diagonals of two bands of one shape added (x's, then y's, where both have one)."""
+    made = dict(x)
+    for k, d in y.items():
+        made[k] = made[k] + d if k in made else d
+    return made
 
 
 def _fold_neg(b: BatchedBuilder, args: tuple, params: dict):
@@ -264,10 +283,7 @@ def _fold_add(b: BatchedBuilder, args: tuple, params: dict):
     x, y = args
     if x.band is None or y.band is None or params or x.shape != y.shape:
         return None  # params: operands of unequal rank broadcast; unequal length: one of length 1 does
-    made = dict(x.band)
-    for k, d in y.band.items():
-        made[k] = made[k] + d if k in made else d
-    return _Slot(None, x.shape, made)
+    return _Slot(None, x.shape, _summed(x.band, y.band))
 
 
 def _unit_slice(params: dict, size_param: str):
@@ -375,28 +391,31 @@ def _jvp_add(ts, params, args, values):
 
 
 def _jvp_product(ts, params, args, values):
-    """mul, safe_mul: each tangent times the other operand's value (safe_mul(t, factor)), summed."""
+    """mul, safe_mul: each tangent times the other operand's value (safe_mul(t, factor)), summed
+    (safe_mul's fold, then add's, on the diagonals)."""
     t0, t1 = ts
     for t in ts:
         if t is not None and not (t.__class__ is Tracer and t.var.__class__ is _Slot and t.var.band is not None):
             return None
     b = (t1 if t0 is None else t0).builder
-    total = None
-    for g, other in ((t0, args[1]), (t1, args[0])):
-        if g is None:
+    total = shape = None
+    for t, other in ((t0, args[1]), (t1, args[0])):
+        if t is None:
             continue
-        g = g.var
-        f = _fixed(values[other])
-        if f.shape != g.shape:
-            if f.shape not in ((), (1,)):
-                return None
+        g = t.var
+        c = _as_kept(values[other])
+        if c.shape != g.shape:
+            if c.shape not in ((), (1,)):
+                return None  # (the factor would broadcast the vector to a larger shape)
             b.check_size(g.shape)  # (what the rule's call checks, normalising its parameters)
-        made = _fold_safe_mul(b, (g, f), NO_PARAMS)
-        if made is None:
-            return None
-        total = made if total is None else _fold_add(b, (total, made), NO_PARAMS)
+        if total is None:
+            total, shape = _scaled(g.band, c), g.shape
+        elif g.shape == shape:
+            total = _summed(total, _scaled(g.band, c))
+        else:
+            return None  # (add's fold: tangents that broadcast against each other)
     r = _new_object(Tracer)
-    r.builder, r.var = b, total
+    r.builder, r.var = b, _Slot(None, shape, total)
     return r
 
 
@@ -411,11 +430,12 @@ def _jvp_pow_const(ts, params, args, values):
     if p == 1:
         return t
     x = values[args[0]]
-    made = _fold_safe_mul(t.builder, (t.var, _fixed(x + x if p == 2 else p * P.pow_const(x, p=p - 1))), NO_PARAMS)
-    if made is None:
+    g = t.var
+    c = _as_kept(x + x if p == 2 else p * P.pow_const(x, p=p - 1))
+    if c.shape not in ((), (1,), g.shape):
         return None
     r = _new_object(Tracer)
-    r.builder, r.var = t.builder, made
+    r.builder, r.var = t.builder, _Slot(None, g.shape, _scaled(g.band, c))
     return r
 
 
