@@ -435,3 +435,17 @@ def test_an_rnns_gradient_is_backpropagation_through_time_by_hand_bit_for_bit():
     for name, want in zip(("W", "U", "b"), _rnn_by_hand(**at)):
         _same(r[name], want)
     assert r.warnings == []
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_rules_that_reuse_their_own_temporaries_write_into_nothing_they_were_given(seed):
+    # (tanh's slope is subtracted in the square it made; x^2's product by a nonzero finite scalar
+    # is written into the 2x it made: the operands, the value and the cotangent stay as they were)
+    x = _awkward((40, 30))
+    ans = np.tanh(x)
+    g = _seed(seed, x.shape)
+    kept = [a.copy() for a in (x, ans, np.asarray(g))]
+    _same(P.tanh.vjp[0](g, ans, x), _safe_mul_in_numpy(g, 1 - ans * ans))
+    _same(P.pow_const.vjp[0](g, x * x, x, p=2.0), _safe_mul_in_numpy(g, x + x))
+    for before, now in zip(kept, (x, ans, np.asarray(g))):
+        _same(now.copy(), before)
