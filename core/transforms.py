@@ -45,9 +45,11 @@ def depends(equations, sources) -> set:
     """Variables with a differentiable path from any of sources (the sources included)."""
     live = set(sources)
     isdisjoint, add = live.isdisjoint, live.add  # "no argument is live", in C (live grows in place)
-    for out, prim, args, _, _ in equations:  # (unpacked: cheaper than the fields' properties)
-        if not isdisjoint(args) and prim.differentiable and prim.vjp is not None:
-            add(out)
+    for eq in equations:  # (fields by index, the arguments first: an Equation's unpacking takes
+        if not isdisjoint(eq[2]):  # its iterator's path, and the fields' properties cost more)
+            prim = eq[1]
+            if prim.differentiable and prim.vjp is not None:
+                add(eq[0])
     return live
 
 
@@ -61,19 +63,28 @@ def unread_values(builder: Builder, equations, keep) -> set:
     Traced passes, forward mode and anything else that reads the tape's values must run
     before, or on a builder never released."""
     read = set(keep)
-    add = read.add
-    for out, prim, args, _, _ in equations:
-        reads = prim.vjp_reads
+    add, update = read.add, read.update
+    outs = []  # (each equation's variable, gathered in this pass: not unpacked again in a second)
+    made = outs.append
+    for eq in equations:  # (fields by index: an Equation's unpacking takes its iterator's path)
+        out = eq[0]
+        made(out)
+        prim = eq[1]
         if not prim.differentiable:
             continue  # (no rule of it runs)
+        reads = prim.vjp_reads
         if reads is None:
             add(out)
-            read.update(args)
-        else:
+            update(eq[2])
+        elif reads:
+            args = eq[2]
             for k in reads:
-                add(out if k == P.OUT else args[k])
+                add(out if k == _OUT else args[k])
     shapes = builder.shapes
-    return {out for out, _, _, _, _ in equations if out not in read and shapes[out]}
+    return {out for out in outs if out not in read and shapes[out]}
+
+
+_OUT = P.OUT
 
 
 def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False,

@@ -12,12 +12,16 @@ the sum itself (transforms._accumulate); nothing it handed on, or was handed, ma
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import gradcalc
 from gradcalc import primitives as P
+from gradcalc import session
 from gradcalc.errors import ShapeError
+from gradcalc.transforms import depends, unread_values
 
 _RNG = np.random.default_rng(18)
 # The operands hold inf and nan on purpose (the safe products' cases); NumPy's warnings about
@@ -449,3 +453,46 @@ def test_rules_that_reuse_their_own_temporaries_write_into_nothing_they_were_giv
     _same(P.pow_const.vjp[0](g, x * x, x, p=2.0), _safe_mul_in_numpy(g, x + x))
     for before, now in zip(kept, (x, ans, np.asarray(g))):
         _same(now.copy(), before)
+
+
+def _depends_before(equations, sources) -> set:
+    """transforms.depends as it was (the oracle): each equation unpacked."""
+    live = set(sources)
+    for out, prim, args, _, _ in equations:
+        if not live.isdisjoint(args) and prim.differentiable and prim.vjp is not None:
+            live.add(out)
+    return live
+
+
+def _unread_values_before(builder, equations, keep) -> set:
+    """transforms.unread_values as it was (the oracle): two passes over the equations."""
+    read = set(keep)
+    for out, prim, args, _, _ in equations:
+        if not prim.differentiable:
+            continue
+        if prim.vjp_reads is None:
+            read.add(out)
+            read.update(args)
+        else:
+            for k in prim.vjp_reads:
+                read.add(out if k == P.OUT else args[k])
+    return {out for out, _, _, _, _ in equations if out not in read and builder.shapes[out]}
+
+
+_SAMPLES = sorted(str(p) for p in Path(__file__).parents[1].glob("samples/*.grad"))
+
+
+@pytest.mark.parametrize("path", _SAMPLES + ["rnn"])
+def test_the_passes_over_the_tape_find_what_they_found_before(path):
+    # (depends and unread_values read an equation's fields by index, in one pass each)
+    if path == "rnn":
+        at = {"W": np.eye(3) / 2, "U": np.ones((3, 2)), "b": np.ones((3, 1)), "X": np.ones((6, 2, 4)),
+              "h0": np.zeros((3, 4))}
+        tr = session.trace_source(_RNN, at, 10**6)
+    else:
+        tr = session.trace_source(Path(path).read_text(), {}, 10**6)
+    eqs, names = tr.tape.equations, tr.tape.names
+    for name, var in names.items():
+        assert depends(eqs, [var]) == _depends_before(eqs, [var]), name
+    assert unread_values(tr.builder, eqs, names.values()) == _unread_values_before(tr.builder, eqs, names.values())
+    assert unread_values(tr.builder, eqs, []) == _unread_values_before(tr.builder, eqs, [])
