@@ -306,7 +306,8 @@ def _times(g, d, fresh: bool = False):
     if g.__class__ is _ARRAY and d.__class__ is _ARRAY and g.shape == d.shape:
         if g.ndim and not any(g.strides) and g.size:
             g = g[(0,) * g.ndim]  # (its one value, a NumPy scalar)
-            if fresh and g != 0 and _isfinite(g):  # (safe_multiply returns g * d as it is then)
+            real = g.__class__ is F64_SCALAR  # (not a complex one: d could not take its products)
+            if fresh and real and g != 0 and _isfinite(g):  # (safe_multiply returns g * d as it is then)
                 return _multiply(d, g, d)
         return safe_multiply(g, d)
     return safe_mul(g, d)

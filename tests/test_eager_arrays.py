@@ -387,6 +387,13 @@ def test_x_squared_rule_on_arrays_is_safe_mul_of_twice_x(shape, seed):
     _same(P.pow_const.vjp[0](g, x * x, x, p=2.0), _safe_mul_in_numpy(g, x + x))
 
 
+def test_x_squared_rule_on_complex_values_is_safe_mul_of_twice_x():
+    # (a complex view's value is no real scalar to multiply 2x by in place)
+    x = _awkward((40, 30)) * (1 + 0.5j)
+    for g in (np.broadcast_to(np.array([[2.5 - 1j]]), x.shape), np.broadcast_to(np.array([[2.5]]), x.shape)):
+        _same(P.pow_const.vjp[0](g, x * x, x, p=2.0), _safe_mul_in_numpy(g, x + x))
+
+
 @pytest.mark.parametrize("x_shape, y_shape", [((40, 30), (40, 30)), ((40, 30), (30,)), ((1, 30), (40, 30)), ((6,), (6,))])
 @pytest.mark.parametrize("seed", _SEEDS)
 def test_mul_rules_on_arrays_are_safe_mul_written_out(x_shape, y_shape, seed):
