@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batched import BatchedBuilder
+from .batched import JVP_FOLDS, BatchedBuilder
 from .errors import ShapeError, UsageError, option
 from .graphs import graph  # (re-exported: gradcalc.api.graph and gradcalc.graph)
 from .lower import DEFAULT_MAX_STEPS, Traced
@@ -302,7 +302,7 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
     batch = BatchedBuilder(b, n, what="the forward pass over the backward pass for the Hessian")
     seeds = batch.seeds([tr.value(w).shape for w in wrt])
     tan = forward(b, grad_eqns, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
-                  free=free, fold=batch.jvp)
+                  free=free, fold=JVP_FOLDS)
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
     cols = [None if t is None else batch.rows(t) for t in outs]
     hess = {}

@@ -37,9 +37,9 @@ from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import ValueError_
 from .tape import F64, F64_SCALAR, LARGE_BATCH, Tracer, _scalar_or_array, all_finite
+from .transforms import basis
 
 _new_object = object.__new__
-from .transforms import basis
 
 
 class _Slot:
@@ -344,7 +344,7 @@ _FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add, P.copy
           P.index: _fold_index, P.index_put: _fold_index_put, P.matmul: _fold_matmul}
 
 
-# Equations whose JVP rules, on bands, come down to the folds above (BatchedBuilder.jvp,
+# Equations whose JVP rules, on bands, come down to the folds above (JVP_FOLDS,
 # handed to transforms.forward as its fold=): each entry takes the operands' tangents ts (None
 # for an operand without one), the equation's parameters (normalised when traced, as the
 # rules' calls would normalise them again), its operands' variables and the tape's values, and
@@ -439,10 +439,10 @@ def _jvp_pow_const(ts, params, args, values):
     return r
 
 
-_JVP = {P.neg: _jvp_of(_fold_neg), P.index: _jvp_of(_fold_index), P.index_put: _jvp_of(_fold_index_put),
-        P.copy: _jvp_copy, P.add: _jvp_add, P.mul: _jvp_product, P.safe_mul: _jvp_product,
-        P.pow_const: _jvp_pow_const}
-BatchedBuilder.jvp = _JVP  # (a table: see transforms.forward's fold)
+#: transforms.forward's ``fold`` for a pass on a BatchedBuilder's tracers: {primitive: fold}.
+JVP_FOLDS = {P.neg: _jvp_of(_fold_neg), P.index: _jvp_of(_fold_index),
+             P.index_put: _jvp_of(_fold_index_put), P.copy: _jvp_copy, P.add: _jvp_add,
+             P.mul: _jvp_product, P.safe_mul: _jvp_product, P.pow_const: _jvp_pow_const}
 
 
 def _band_dense(band: dict, n: int):

@@ -319,7 +319,7 @@ _multiply, _isfinite = np.multiply, math.isfinite
 def _one_minus_square(ans, x):
     """tanh's slope, 1 - ans * ans; on an array, the subtraction is written into the square it
     has just made (the same operations: one temporary instead of two)."""
-    if ans.__class__ is _ARRAY:
+    if ans.__class__ is _ARRAY and ans.ndim:  # (a 0-d array's square is a NumPy scalar)
         square = ans * ans
         return np.subtract(1, square, square)
     return 1 - ans * ans

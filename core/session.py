@@ -11,7 +11,7 @@ import gc
 
 import numpy as np
 
-from .batched import BatchedBuilder
+from .batched import JVP_FOLDS, BatchedBuilder
 from .errors import GradcalcError, Source, UsageError, ValueError_, did_you_mean, option
 from .lower import DEFAULT_MAX_STEPS, Traced, trace
 from .syntax import Program
@@ -181,7 +181,7 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
         batch = BatchedBuilder(b, n, what="the forward pass for the Jacobian")
         seeds = batch.seeds([tr.value(w).shape for w in wrt])
         tan = forward(b, tr.tape.equations, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
-                      keep={names[o] for o in outs}, fold=batch.jvp)
+                      keep={names[o] for o in outs}, fold=JVP_FOLDS)
         cols = [None if tan.get(names[o]) is None else batch.rows(tan[names[o]]) for o in outs]
         reach = {w: depends(tr.tape.equations, [names[w]]) for w in wrt}
         for o, c in zip(outs, cols):

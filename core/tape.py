@@ -299,11 +299,11 @@ class _Watch(weakref.ref):
 class _Lifetimes:
     """How long a builder keeps the values it may free: while their tracer lives.  Two uses:
 
-    - A builder that keeps no tape (eval, ``every=True``) frees every value when its tracer goes,
+    - A builder that keeps no tape (eval, ``tapeless=True``) frees every value when its tracer goes,
       and forgets its variable: a long loop runs in bounded memory.  When the run ends,
       :meth:`Builder.stop_freeing` keeps the values of the program's names alone.
     - A recording builder whose tape only a first-order eager backward pass reads (grad, vjp:
-      ``every=False``, :meth:`Builder.release_unread`) frees, while it records, an array that no
+      ``tapeless=False``, :meth:`Builder.release_unread`) frees, while it records, an array that no
       recorded equation's rules read (``Primitive.vjp_reads``, see :meth:`note`) when its tracer
       goes: nothing can read it again.  Its value becomes None; its shape stays.  A 200-step RNN
       then holds what its backward pass reads, 40 KB a step, instead of every intermediate.
@@ -314,10 +314,10 @@ class _Lifetimes:
     outermost block ends.  The watches hold this object through a weak reference, so that it
     forms no reference cycle (gradcalc pauses the cycle collector while it runs)."""
 
-    __slots__ = ("values", "shapes", "every", "watched", "held", "dead", "gone", "__weakref__")
+    __slots__ = ("values", "shapes", "tapeless", "watched", "held", "dead", "gone", "__weakref__")
 
-    def __init__(self, values: dict, shapes: dict, every: bool):
-        self.values, self.shapes, self.every = values, shapes, every
+    def __init__(self, values: dict, shapes: dict, tapeless: bool):
+        self.values, self.shapes, self.tapeless = values, shapes, tapeless
         self.watched: dict[int, _Watch] = {}  # var -> the watch on the tracer that keeps its value
         self.held = 0  # recording blocks open
         self.dead: list[int] = []  # variables whose tracer went while held
@@ -342,7 +342,7 @@ class _Lifetimes:
         w.var = var
 
     def note(self, prim, ids: tuple, var: int, t: "Tracer", array: bool) -> None:
-        """``every=False``: the equation var = prim(*ids) was recorded; the operands its rules read
+        """``tapeless=False``: the equation var = prim(*ids) was recorded; the operands its rules read
         are kept from now on, and var is watched if it is an array they do not read."""
         if not prim.differentiable:
             return  # (no rule of it runs: it reads nothing, and its output is no array worth it)
@@ -369,7 +369,7 @@ class _Lifetimes:
         if self.held:
             self.dead.append(var)
         elif self.watched.pop(var, None) is not None:
-            if self.every:
+            if self.tapeless:  # (its variable is forgotten too: nothing else refers to it)
                 self.values.pop(var, None)
                 self.shapes.pop(var, None)
             else:
@@ -412,7 +412,7 @@ class Builder:
         self.consts: dict[int, np.ndarray] = {} if record else _NoConsts()
         # what frees values (see _Lifetimes): every value on a builder that keeps no tape; on a
         # recording one, nothing, or the arrays no rule reads (release_unread)
-        self.lifetimes = None if record else _Lifetimes(self.values, self.shapes, every=True)
+        self.lifetimes = None if record else _Lifetimes(self.values, self.shapes, tapeless=True)
         self.new_tracer = Tracer if record else self.lifetimes.tracer
         self.max_elements = max_elements
         self.check_finite = check_finite
@@ -432,12 +432,13 @@ class Builder:
 
     def release_unread(self) -> None:
         """Free, from now on while recording, the arrays of WATCHED_ELEMENTS or more that no VJP
-        rule reads, once nothing refers to them (see :class:`_Lifetimes`): for a trace whose only readers afterwards are a
-        first-order eager backward pass (grad, vjp) and the program's names (the values their
-        tracers hold at :meth:`stop_freeing`).  Forward mode, a traced pass over the tape and
-        anything else that reads its values need a builder that never released."""
+        rule reads, once nothing refers to them (see :class:`_Lifetimes`): for a trace whose only
+        readers afterwards are a first-order eager backward pass (grad, vjp) and the program's
+        names (the values their tracers hold at :meth:`stop_freeing`).  Forward mode, a traced
+        pass over the tape and anything else that reads its values need a builder that never
+        released."""
         if self.record:
-            self.lifetimes = _Lifetimes(self.values, self.shapes, every=False)
+            self.lifetimes = _Lifetimes(self.values, self.shapes, tapeless=False)
 
     def stop_freeing(self, names=None) -> None:
         """Free nothing more: the end of a run.  A builder that keeps no tape keeps the values of

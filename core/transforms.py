@@ -385,7 +385,7 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     an eager pass on a batch of tangents holds only what is live (see :mod:`.batched`);
     ``free``, those variables equation by equation, as :func:`needed_and_frees` gives them
     with the equations (then keep is not needed).
-    ``fold`` (an eager batched pass: ``BatchedBuilder.jvp``), {prim: fold(tangents, params,
+    ``fold`` (an eager batched pass: ``batched.JVP_FOLDS``), {prim: fold(tangents, params,
     args, values)}, gives an equation's tangent where it makes, without running the rules,
     what they would make; None where it does not, and the rules run.
     """

@@ -316,8 +316,8 @@ def test_reductions_to_a_scalar(src, hess):
 
 def _tangent_rows(src, at, fold: bool):
     """The forward pass over the backward pass of a Hessian (as api.hessian runs it), its
-    equations' tangents folded by BatchedBuilder.jvp (fold=True) or all made by the rules."""
-    from gradcalc.batched import BatchedBuilder
+    equations' tangents folded by JVP_FOLDS (fold=True) or all made by the rules."""
+    from gradcalc.batched import JVP_FOLDS, BatchedBuilder
     from gradcalc.session import trace_source
     from gradcalc.transforms import backward, forward, needed
     with np.errstate(all="ignore"):
@@ -331,7 +331,7 @@ def _tangent_rows(src, at, fold: bool):
         batch = BatchedBuilder(b, n, what="a test's pass")
         seeds = batch.seeds([tr.value(w).shape for w in wrt])
         tan = forward(b, tuple(needed(b.equations, keep)), {names[w]: s for w, s in zip(wrt, seeds)},
-                      eager=True, check=False, keep=keep, fold=batch.jvp if fold else None)
+                      eager=True, check=False, keep=keep, fold=JVP_FOLDS if fold else None)
         return [None if grads[names[w]] is None or grads[names[w]].var not in tan
                 else np.array(batch.rows(tan[grads[names[w]].var])) for w in wrt]
 
@@ -348,7 +348,7 @@ def _tangent_rows(src, at, fold: bool):
     "sum(x^3 * c) + sum(x^0.5) + sum(x^1 * c) + sum((x * c)^0) + sum(x^-2) + s^3",
 ])
 def test_folded_tangents_are_the_rules_tangents(src):
-    # BatchedBuilder.jvp makes, for neg, copy, add, index, index_put, mul, safe_mul and pow_const on bands,
+    # JVP_FOLDS makes, for neg, copy, add, index, index_put, mul, safe_mul and pow_const on bands,
     # the tangents the registry's JVP rules make: compared bit for bit with the pass that runs the
     # rules on every equation (factors with zeros, inf and nan among them; x[::2] is no band fold)
     c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
@@ -375,7 +375,7 @@ def test_needed_and_frees_against_a_walk_over_every_use(src):
     # each one is the last to read): its equations are needed()'s, and each variable read or made
     # is freed once, by the equation that uses it last, counted here over every use; the outputs
     # never.  Then forward(free=...) gives the tangents forward(keep=...) gives, bit for bit.
-    from gradcalc.batched import BatchedBuilder
+    from gradcalc.batched import JVP_FOLDS, BatchedBuilder
     from gradcalc.session import trace_source
     from gradcalc.transforms import backward, forward, needed, needed_and_frees
     at = {"x": RNG.standard_normal(8), "c": RNG.standard_normal(8), "s": 1.25}
@@ -400,7 +400,7 @@ def test_needed_and_frees_against_a_walk_over_every_use(src):
             batch = BatchedBuilder(b, sum(tr.value(w).size for w in wrt), what="a test's pass")
             seeds = batch.seeds([tr.value(w).shape for w in wrt])
             tan = forward(b, kept, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
-                          fold=batch.jvp, **how)
+                          fold=JVP_FOLDS, **how)
             passes.append({v: np.array(batch.rows(tan[v])) for v in keep if v in tan})
     assert passes[0].keys() == passes[1].keys() and passes[0]
     for v in passes[0]:

@@ -503,3 +503,10 @@ def test_the_passes_over_the_tape_find_what_they_found_before(path):
         assert depends(eqs, [var]) == _depends_before(eqs, [var]), name
     assert unread_values(tr.builder, eqs, names.values()) == _unread_values_before(tr.builder, eqs, names.values())
     assert unread_values(tr.builder, eqs, []) == _unread_values_before(tr.builder, eqs, [])
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (2, 3)])
+def test_tanh_slope_in_place_is_one_minus_the_square_on_any_rank(shape):
+    ans = np.tanh(np.linspace(-2, 2, int(np.prod(shape))).reshape(shape))
+    got = P._one_minus_square(ans, None)  # (a 0-d array too: its square is a NumPy scalar)
+    assert np.asarray(got).tobytes() == np.asarray(1 - ans * ans).tobytes()
