@@ -14,7 +14,7 @@ from .errors import ShapeError, UsageError, option
 from .graphs import graph  # (re-exported: gradcalc.api.graph and gradcalc.graph)
 from .lower import DEFAULT_MAX_STEPS, Traced
 from .results import Result, symbolic_part
-from .session import (eager_backward, inputs_only, jacobian_blocks, own_arrays, parse,
+from .session import (eager_backward, float_array, inputs_only, jacobian_blocks, own_arrays, parse,
                       quiet, select_names, select_output, trace_source)
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
 from .transforms import backward, forward, needed_and_frees, rows_to_jacobian
@@ -139,7 +139,7 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
     seeds = {}
     for o, v in cts.items():
         shape = tr.value(o).shape
-        v = np.asarray(v, dtype=np.float64)
+        v = float_array(v, f"the cotangent for '{o}'")
         if v.shape != shape:
             if v.ndim != 0:
                 raise ShapeError(f"the cotangent for '{o}' has shape {v.shape}, but '{o}' has "
@@ -192,7 +192,7 @@ def jvp(source, tangent: dict, at=None, of=None, wrt=None, *, max_elements=DEFAU
     tangents = {}
     for n in names:
         shape = tr.value(n).shape
-        v = np.asarray(tangent[n], dtype=np.float64)
+        v = float_array(tangent[n], f"the tangent for '{n}'")
         if v.shape != shape:
             if v.ndim != 0:
                 raise ShapeError(f"the tangent for '{n}' has shape {v.shape}, but '{n}' has shape {shape}")

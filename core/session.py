@@ -60,14 +60,17 @@ def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_ST
 
 def as_arrays(at) -> dict:
     """at= of the API: numbers, nested lists or arrays of numbers, as float64 arrays."""
-    out = {}
-    for k, v in (at or {}).items():
-        try:
-            out[k] = np.asarray(v, dtype=np.float64)
-        except (ValueError, TypeError):
-            raise ValueError_(f"the value given for '{k}' is not a number or a (rectangular) "
-                              f"array of numbers: {v!r:.60}") from None
-    return out
+    return {k: float_array(v, f"the value given for '{k}'") for k, v in (at or {}).items()}
+
+
+def float_array(v, what: str) -> np.ndarray:
+    """A value the API was given (a number, nested lists or an array of numbers) as a float64
+    array; ``what`` names it in the error for anything else (a string, a complex number, ragged
+    lists)."""
+    try:
+        return np.asarray(v, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise ValueError_(f"{what} is not a number or a (rectangular) array of numbers: {v!r:.60}") from None
 
 
 def select_names(tr: Traced, names, what: str, default, among=None) -> list[str]:
