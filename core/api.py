@@ -97,7 +97,7 @@ def grad(source, at=None, of=None, wrt=None, sum: bool = False, unconnected: str
                          tr.tape.positions.get(out), name=out,
                          hint=f"use 'gradcalc jacobian', 'gradcalc vjp {option('cotangent')} ...', or "
                               f"'grad {option('sum')}' for the gradient of its sum").located(tr.program.source)
-    values = eager_backward(tr, {tr.tape.names[out]: np.ones(y.shape)}, wrt, release=not symbolic)
+    values = eager_backward(tr, {tr.tape.names[out]: np.ones(y.shape)}, wrt)
     gradient, missing = _unconnected(tr, wrt, values, unconnected,
                                      lambda n: tr.value(n).shape, f"'{out}'")
     closed = None
@@ -146,7 +146,7 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
                                  f"shape {shape}", hint="a cotangent has the output's shape (or is a scalar)")
             v = np.broadcast_to(v, shape)
         seeds[tr.tape.names[o]] = v
-    values = eager_backward(tr, seeds, wrt, release=True)
+    values = eager_backward(tr, seeds, wrt)
     result, missing = _unconnected(tr, wrt, values, unconnected, lambda n: tr.value(n).shape,
                                    "the outputs")
     value = tr.value(outs[0]) if len(outs) == 1 else {o: tr.value(o) for o in outs}

@@ -21,8 +21,8 @@ Each :class:`Primitive` has
   an operand already had);
 - ``vjp_reads``: the values its VJP rules read, operands by position (0, 1...) and its output
   as :data:`OUT`; None (the default) when they may read any.  Parameters and shapes are not
-  values: ``sum``'s rule reads none.  A first-order eager backward pass frees every value
-  that no rule will read as it reaches it (``transforms.unread_values``): of W8's six 32 KB
+  values: ``sum``'s rule reads none.  grad and vjp free, while they record, every array that
+  no rule reads once nothing refers to it (``Builder.release_unread``): of W8's six 32 KB
   arrays a step, the rules read one;
 - ``plain_vjp`` (matmul only): VJP rules whose matrix products skip the look for
   0 * inf terms, for a first-order eager pass that is re-run with the safe rules

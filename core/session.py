@@ -17,7 +17,7 @@ from .lower import DEFAULT_MAX_STEPS, Traced, trace
 from .syntax import Program
 from .syntax import parse as parse_text
 from .tape import all_finite
-from .transforms import backward, depends, forward, rows_to_jacobian, unread_values
+from .transforms import backward, depends, forward, rows_to_jacobian
 
 
 def quiet(fn):
@@ -119,18 +119,15 @@ def inputs_only(tr: Traced, names, command: str):
                              "an intermediate value", hint=hint, name=n)
 
 
-def eager_backward(tr: Traced, seeds: dict, wrt: list, release: bool = False) -> dict:
+def eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
     """One eager backward pass -> {wrt name: array or None}, with plain matrix products (see
     transforms.backward's safe_products).  Only when a result is not finite does a second
     pass look for the rule that made it so, to name it in a warning, with safe matrix
-    products; its results are returned.  ``release``: the caller reads no value of the tape
-    afterwards but its names' (grad, vjp), so on a tape of large arrays the first pass frees
-    the values no rule reads as it goes (transforms.unread_values; W2's peak 54 -> 42 MB)."""
+    products; its results are returned.  (grad and vjp trace with ``release=True``: the
+    arrays no rule reads may be gone already; both passes read none of them.)"""
     args = (tr.builder, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
-    unread = (unread_values(tr.builder, tr.tape.equations, tr.tape.names.values())
-              if release and tr.builder.holds_large_arrays() else None)
     finite: set = set()  # results certified finite by backward: no need to look at them
-    found = backward(*args, eager=True, check=False, finite=finite, safe_products=False, release=unread)
+    found = backward(*args, eager=True, check=False, finite=finite, safe_products=False)
     if any(v is not None and var not in finite and not all_finite(np.asarray(v)) for var, v in found.items()):
         found = backward(*args, eager=True, check=True)  # with safe matrix products, and warnings
     return own_arrays({n: found[tr.tape.names[n]] for n in wrt}, seeds)

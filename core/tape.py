@@ -458,13 +458,6 @@ class Builder:
         """The operations recorded so far, kept on the tape or not (what max_steps counts)."""
         return len(self.equations) + self.dropped
 
-    def holds_large_arrays(self) -> bool:
-        """Whether the arrays this builder recorded hold LARGE_TAPE elements or more (a recording
-        builder: see _bind): where freeing the values no derivative pass reads is worth a pass
-        over the tape (transforms.unread_values; on W7's 100,000 scalar equations it would
-        cost 30 ms and free nothing)."""
-        return self.record and self._held < 0
-
     @contextlib.contextmanager
     def recording(self):
         """Record the equations made in the block, and free no value until it ends, on a

@@ -53,43 +53,9 @@ def depends(equations, sources) -> set:
     return live
 
 
-def unread_values(builder: Builder, equations, keep) -> set:
-    """The variables of equations whose values no VJP rule reads (see ``Primitive.vjp_reads``),
-    which a first-order eager backward pass may free (``backward``'s ``release``).  Not among
-    them: ``keep`` (the values the caller still wants: the program's names), values with no
-    axes (nothing to gain, and the inline scalar rules of _reverse look at them), and every
-    value an equation's rules may read, whichever operands turn out to be live.  A pass re-run
-    on the same equations (eager_backward's second pass, with warnings) reads none of them.
-    Traced passes, forward mode and anything else that reads the tape's values must run
-    before, or on a builder never released."""
-    read = set(keep)
-    add, update = read.add, read.update
-    outs = []  # (each equation's variable, gathered in this pass: not unpacked again in a second)
-    made = outs.append
-    for eq in equations:  # (fields by index: an Equation's unpacking takes its iterator's path)
-        out = eq[0]
-        made(out)
-        prim = eq[1]
-        if not prim.differentiable:
-            continue  # (no rule of it runs)
-        reads = prim.vjp_reads
-        if reads is None:
-            add(out)
-            update(eq[2])
-        elif reads:
-            args = eq[2]
-            for k in reads:
-                add(out if k == _OUT else args[k])
-    shapes = builder.shapes
-    return {out for out in outs if out not in read and shapes[out]}
-
-
-_OUT = P.OUT
-
-
 def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False,
              log: list | None = None, check: bool | None = None, finite: set | None = None,
-             safe_products: bool = True, release: set | None = None) -> dict:
+             safe_products: bool = True) -> dict:
     """Reverse mode: cotangents {var: value} of outputs -> {wrt var: value or None}.
 
     A wrt variable defined by an equation receives the cotangent it has when
@@ -108,10 +74,8 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     single large matrix product whose factors' norms certify it (see
     :func:`_finite_product`).  ``safe_products=False`` (eager passes) uses the rules whose
     matrix products skip the look for 0 * inf terms (a primitive's ``plain_vjp``): for a
-    pass that is re-run with safe products when any result is not finite.  ``release``
-    (eager passes): variables whose values no rule reads (:func:`unread_values`), each freed
-    (its value None, its shape kept) as the pass reaches its equation: the arrays the pass
-    makes next take the memory just freed (W2's peak 54 -> 42 MB).
+    pass that is re-run with safe products when any result is not finite.  Values that no
+    rule reads may have been freed while the program was traced (``Builder.release_unread``).
     """
     wanted = set(wrt)
     ct = dict(cotangents)
@@ -124,7 +88,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
-    found = _reverse(builder, equations, ct, wanted, eager, log, check, finite, safe_products, release)
+    found = _reverse(builder, equations, ct, wanted, eager, log, check, finite, safe_products)
     builder.pos = None
     builder.check_finite = saved
     for v in wanted:
@@ -136,7 +100,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
 
 
 def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, log, check: bool,
-             finite, safe_products: bool, release: set | None = None) -> dict:
+             finite, safe_products: bool) -> dict:
     """The loop of :func:`backward`: runs the VJP rules newest first, summing cotangents into
     ct (consumed as it goes); returns {wanted var: its cotangent} for each one an equation defines.
 
@@ -213,7 +177,7 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
             live = depends(equations, wanted)
         if traced:
             builder.pos = loc  # for the equations the rules record, and for warnings
-        _vjp_step(builder, eq, g, ct, live, eager, log, check, finite, safe_products, owned, release)
+        _vjp_step(builder, eq, g, ct, live, eager, log, check, finite, safe_products, owned)
     return found
 
 
@@ -276,15 +240,13 @@ def _scalar_derivative(op: int, ans, x, params):
 
 
 def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, check: bool,
-              finite, safe_products: bool, owned: dict | None = None, release: set | None = None) -> None:
+              finite, safe_products: bool, owned: dict | None = None) -> None:
     """One equation of :func:`_reverse`, by the registry's rules: adds the cotangents of its
-    live operands into ct (``owned``: see :func:`_accumulate`; ``release``: see backward)."""
+    live operands into ct (``owned``: see :func:`_accumulate`)."""
     out, prim, ea, params, _ = eq
     if not prim.differentiable:
         return
     values = builder.values
-    if release and out in release:
-        values[out] = None  # (no rule reads it: freed before they make arrays of their own)
     # The rules' positional arguments (g, ans, *args) as one tuple, passed on as it is.
     if eager:  # _operands, inlined, and unrolled for one or two arguments
         n = len(ea)

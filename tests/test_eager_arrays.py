@@ -21,7 +21,7 @@ import gradcalc
 from gradcalc import primitives as P
 from gradcalc import session
 from gradcalc.errors import ShapeError
-from gradcalc.transforms import depends, unread_values
+from gradcalc.transforms import depends
 
 _RNG = np.random.default_rng(18)
 # The operands hold inf and nan on purpose (the safe products' cases); NumPy's warnings about
@@ -213,10 +213,9 @@ def test_a_rule_reads_only_the_values_its_primitive_declares(prim, shapes, param
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
 
 
-# grad and vjp free the values no rule reads as their pass reaches them (transforms.unread_values,
-# backward's release): the same gradients, values and warnings, bit for bit, as a pass over every
-# value (the general path: unread_values made to give None here), and a rule reading a freed
-# value would fail.
+# grad and vjp free, while they record, the arrays no rule reads once nothing refers to them
+# (Builder.release_unread): the same gradients, values and warnings, bit for bit, as a run that
+# frees nothing, and a rule reading a freed value would fail.
 _RELEASED = {
     "an RNN": ("h = h0; loss = 0\nfor t in range(4) {\n  h = tanh(W @ h + U @ X[t] + b)\n  loss += sum(h^2)\n}\nloss",
                {"W": _RNG.standard_normal((5, 5)), "U": _RNG.standard_normal((5, 3)), "b": _RNG.standard_normal((5, 1)),
@@ -233,18 +232,22 @@ _RELEASED = {
 }
 
 
+@pytest.fixture
+def watch_every_array(monkeypatch):
+    from gradcalc import tape
+    monkeypatch.setattr(tape, "WATCHED_ELEMENTS", 1)  # (these small arrays are watched here)
+
+
 @pytest.mark.parametrize("source, at", _RELEASED.values(), ids=_RELEASED.keys())
-def test_a_released_tape_gives_the_gradients_and_warnings_of_the_full_one(monkeypatch, source, at):
-    from gradcalc import session, tape
-    monkeypatch.setattr(tape, "LARGE_TAPE", 1)  # (these small arrays count as a large tape here)
-    freed = []
-    unread = session.unread_values
-    monkeypatch.setattr(session, "unread_values", lambda *a: freed.append(unread(*a)) or freed[-1])
+def test_a_released_tape_gives_the_gradients_and_warnings_of_the_full_one(monkeypatch, watch_every_array,
+                                                                          source, at):
+    from gradcalc.session import quiet, trace_source
+    from gradcalc.tape import Builder
+    assert any(v is None for v in quiet(trace_source)(source, at, 10**8, release=True).builder.values.values())
     released = gradcalc.grad(source, at=at)
     seed = np.float64(1.5)
     vjp_released = gradcalc.vjp(source, seed, at=at)
-    assert len(freed) == 2 and freed[0]
-    monkeypatch.setattr(session, "unread_values", lambda *a: None)
+    monkeypatch.setattr(Builder, "release_unread", lambda self: None)
     full = gradcalc.grad(source, at=at)
     vjp_full = gradcalc.vjp(source, seed, at=at)
     for a, b in ((released, full), (vjp_released, vjp_full)):
@@ -253,34 +256,22 @@ def test_a_released_tape_gives_the_gradients_and_warnings_of_the_full_one(monkey
         assert a.warnings == b.warnings
 
 
-def test_only_a_tape_of_large_arrays_is_released(monkeypatch):
-    # (a pass over a long scalar tape would cost more than it frees: W7's 100,000 equations, 30 ms)
-    from gradcalc import session
-    calls = []
-    monkeypatch.setattr(session, "unread_values", lambda *a: calls.append(1))
-    gradcalc.grad("s = x\nfor i in range(100) {\n  s = sin(s) * 1.01\n}\ns", at={"x": 0.5})
-    gradcalc.grad("sum(tanh(x) ^ 2)", at={"x": np.ones(10)})
-    assert calls == []
-    gradcalc.grad("sum(tanh(x) ^ 2)", at={"x": np.ones((1024, 1024))})
-    assert calls == [1]
-
-
-def test_release_frees_what_no_rule_reads_and_keeps_the_names():
+def test_release_frees_what_no_rule_reads_and_keeps_the_names(watch_every_array):
     from gradcalc.session import quiet, trace_source
-    from gradcalc.transforms import backward, unread_values
+    from gradcalc.transforms import backward
     source, at = _RELEASED["an RNN"]
-    tr = quiet(trace_source)(source, at, 10**8)
-    unread = unread_values(tr.builder, tr.tape.equations, tr.tape.names.values())
-    names = {n: tr.tape.names[n] for n in ("W", "U", "b")}
-    found = quiet(backward)(tr.builder, tr.tape.equations, {tr.tape.names["loss"]: np.float64(1.0)},
-                            list(names.values()), eager=True, release=unread)
+    tr = quiet(trace_source)(source, at, 10**8, release=True)
     values = tr.builder.values
     # a step records W @ h, X[t], U @ X[t], their sum, + b, tanh, ^2 and sum: the rules read
     # X[t] (U @ X[t]'s) and tanh's value (tanh's, ^2's and the next step's W @ h's)
-    assert len(unread) == 4 * 5 and all(values[v] is None for v in unread)
+    freed = [eq.prim.name for eq in tr.tape.equations if values[eq.out] is None]
+    assert len(freed) == 4 * 5
     kept = [eq.prim.name for eq in tr.tape.equations if values[eq.out] is not None and eq.prim.name != "sum"]
     assert kept.count("tanh") == 4 and kept.count("index") == 4
     assert all(values[v] is not None for v in tr.tape.names.values())
+    names = {n: tr.tape.names[n] for n in ("W", "U", "b")}
+    found = quiet(backward)(tr.builder, tr.tape.equations, {tr.tape.names["loss"]: np.float64(1.0)},
+                            list(names.values()), eager=True)
     r = gradcalc.grad(source, at=at, wrt=list(names))
     assert all(found[v].tobytes() == r[n].tobytes() for n, v in names.items())
 
@@ -471,27 +462,12 @@ def _depends_before(equations, sources) -> set:
     return live
 
 
-def _unread_values_before(builder, equations, keep) -> set:
-    """transforms.unread_values as it was (the oracle): two passes over the equations."""
-    read = set(keep)
-    for out, prim, args, _, _ in equations:
-        if not prim.differentiable:
-            continue
-        if prim.vjp_reads is None:
-            read.add(out)
-            read.update(args)
-        else:
-            for k in prim.vjp_reads:
-                read.add(out if k == P.OUT else args[k])
-    return {out for out, _, _, _, _ in equations if out not in read and builder.shapes[out]}
-
-
 _SAMPLES = sorted(str(p) for p in Path(__file__).parents[1].glob("samples/*.grad"))
 
 
 @pytest.mark.parametrize("path", _SAMPLES + ["rnn"])
 def test_the_passes_over_the_tape_find_what_they_found_before(path):
-    # (depends and unread_values read an equation's fields by index, in one pass each)
+    # (depends reads an equation's fields by index)
     if path == "rnn":
         at = {"W": np.eye(3) / 2, "U": np.ones((3, 2)), "b": np.ones((3, 1)), "X": np.ones((6, 2, 4)),
               "h0": np.zeros((3, 4))}
@@ -501,8 +477,6 @@ def test_the_passes_over_the_tape_find_what_they_found_before(path):
     eqs, names = tr.tape.equations, tr.tape.names
     for name, var in names.items():
         assert depends(eqs, [var]) == _depends_before(eqs, [var]), name
-    assert unread_values(tr.builder, eqs, names.values()) == _unread_values_before(tr.builder, eqs, names.values())
-    assert unread_values(tr.builder, eqs, []) == _unread_values_before(tr.builder, eqs, [])
 
 
 @pytest.mark.parametrize("shape", [(), (1,), (3,), (2, 3)])
