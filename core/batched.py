@@ -352,27 +352,34 @@ _FOLDS = {P.safe_mul: _fold_safe_mul, P.neg: _fold_neg, P.add: _fold_add, P.copy
 # where each tangent is a band, without the rule, the primitive's call and a constant's tracer;
 # None otherwise, and the rules run.  tests/test_batched.py checks each against the rules.
 
+def _is_band(t) -> bool:
+    """Whether t is a tracer of a BatchedBuilder whose value is a band."""
+    return t.__class__ is Tracer and t.var.__class__ is _Slot and t.var.band is not None
+
+
+def _tracer(b: BatchedBuilder, slot: _Slot) -> Tracer:
+    """Tracer(b, slot), without a call of its __init__."""
+    r = _new_object(Tracer)
+    r.builder, r.var = b, slot
+    return r
+
+
 def _jvp_of(fold):
     """neg, index, index_put: the rule applies the primitive to the tangent with the equation's
     own parameters."""
     def jvp(ts, params, args, values):
         t = ts[0]
-        if t.__class__ is Tracer:
-            s = t.var
-            if s.__class__ is _Slot and s.band is not None:
-                b = t.builder
-                made = fold(b, (s,), params)
-                if made is not None:
-                    r = _new_object(Tracer)  # Tracer(b, made), without a call of its __init__
-                    r.builder, r.var = b, made
-                    return r
+        if _is_band(t):
+            made = fold(t.builder, (t.var,), params)
+            if made is not None:
+                return _tracer(t.builder, made)
         return None
     return jvp
 
 
 def _jvp_copy(ts, params, args, values):
     t = ts[0]  # (the rule returns the tangent itself)
-    return t if t.__class__ is Tracer and t.var.__class__ is _Slot and t.var.band is not None else None
+    return t if _is_band(t) else None
 
 
 def _jvp_add(ts, params, args, values):
@@ -383,11 +390,7 @@ def _jvp_add(ts, params, args, values):
         return None  # (params: operands of unequal rank, whose tangents broadcast)
     b = t0.builder
     made = _fold_add(b, (t0.var, t1.var), params) if t0.var.__class__ is t1.var.__class__ is _Slot else None
-    if made is None:
-        return None
-    r = _new_object(Tracer)
-    r.builder, r.var = b, made
-    return r
+    return None if made is None else _tracer(b, made)
 
 
 def _jvp_product(ts, params, args, values):
@@ -395,7 +398,7 @@ def _jvp_product(ts, params, args, values):
     (safe_mul's fold, then add's, on the diagonals)."""
     t0, t1 = ts
     for t in ts:
-        if t is not None and not (t.__class__ is Tracer and t.var.__class__ is _Slot and t.var.band is not None):
+        if t is not None and not _is_band(t):
             return None
     b = (t1 if t0 is None else t0).builder
     total = shape = None
@@ -414,9 +417,7 @@ def _jvp_product(ts, params, args, values):
             total = _summed(total, _scaled(g.band, c))
         else:
             return None  # (add's fold: tangents that broadcast against each other)
-    r = _new_object(Tracer)
-    r.builder, r.var = b, _Slot(None, shape, total)
-    return r
+    return _tracer(b, _Slot(None, shape, total))
 
 
 def _jvp_pow_const(ts, params, args, values):
@@ -425,7 +426,7 @@ def _jvp_pow_const(ts, params, args, values):
     p = 0: the rule, whose zeros are no band)."""
     t = ts[0]
     p = params["p"]
-    if p == 0 or not (t.__class__ is Tracer and t.var.__class__ is _Slot and t.var.band is not None):
+    if p == 0 or not _is_band(t):
         return None
     if p == 1:
         return t
@@ -434,9 +435,7 @@ def _jvp_pow_const(ts, params, args, values):
     c = _as_kept(x + x if p == 2 else p * P.pow_const(x, p=p - 1))
     if c.shape not in ((), (1,), g.shape):
         return None
-    r = _new_object(Tracer)
-    r.builder, r.var = t.builder, _Slot(None, g.shape, _scaled(g.band, c))
-    return r
+    return _tracer(t.builder, _Slot(None, g.shape, _scaled(g.band, c)))
 
 
 #: transforms.forward's ``fold`` for a pass on a BatchedBuilder's tracers: {primitive: fold}.
