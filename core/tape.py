@@ -345,7 +345,7 @@ class _Lifetimes:
         """``tapeless=False``: the equation var = prim(*ids) was recorded; the operands its rules read
         are kept from now on, and var is watched if it is an array they do not read."""
         if not prim.differentiable:
-            return  # (no rule of it runs: it reads nothing, and its output is no array worth it)
+            return  # (no rule of it runs, so it reads nothing; its output, a mask, is left unwatched: kept)
         watched = self.watched
         reads = prim.vjp_reads
         if reads is None:  # (its rules may read any operand, and its output)
