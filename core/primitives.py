@@ -302,13 +302,15 @@ def _times(g, d, fresh: bool = False):
     as that value, a NumPy scalar: the same products, and safe_multiply judges a scalar factor
     by itself instead of finding what the view repeats (1.7 us of 3.4 on 128×32).  ``fresh``: d
     is an array the rule has just made for this product alone, which a product by a nonzero
-    finite scalar (no nan to mend, so no look at d) is written into: one temporary fewer."""
+    finite scalar (no nan to mend, so no look at d) is written into: one temporary fewer; by
+    one, it is d itself (d * 1.0 is d bit for bit: d, made by arithmetic, holds no signalling
+    nan), one pass fewer (a loss's seed is 1, and a sum's cotangent repeats it)."""
     if g.__class__ is _ARRAY and d.__class__ is _ARRAY and g.shape == d.shape:
         if g.ndim and not any(g.strides) and g.size:
             g = g[(0,) * g.ndim]  # (its one value, a NumPy scalar)
             real = g.__class__ is F64_SCALAR  # (not a complex one: d could not take its products)
             if fresh and real and g != 0 and _isfinite(g):  # (safe_multiply returns g * d as it is then)
-                return _multiply(d, g, d)
+                return d if g == 1 else _multiply(d, g, d)
         return safe_multiply(g, d)
     return safe_mul(g, d)
 

@@ -353,7 +353,7 @@ def _seed(kind, shape):
     return np.float64(2.5)
 
 
-_SEEDS = ["array", "view 0.0", "view -2.5", "view inf", "view nan", "scalar"]
+_SEEDS = ["array", "view 0.0", "view -2.5", "view 1.0", "view inf", "view nan", "scalar"]
 
 
 @pytest.mark.parametrize("deriv, prim", _DERIVATIVES)
@@ -376,6 +376,24 @@ def test_an_elementwise_rule_on_arrays_is_safe_mul_written_out(deriv, prim, shap
 def test_x_squared_rule_on_arrays_is_safe_mul_of_twice_x(shape, seed):
     x, g = _awkward(shape), _seed(seed, shape)
     _same(P.pow_const.vjp[0](g, x * x, x, p=2.0), _safe_mul_in_numpy(g, x + x))
+
+
+@pytest.mark.parametrize("p", [2.0, 3.0, 0.5])
+def test_x_to_the_p_rule_under_a_seed_of_one_is_its_derivative_in_an_array_of_its_own(p):
+    # (the cotangent of sum(x^p) repeats the loss's seed, 1: the derivative made for the product
+    # is returned as it is, with the bits 1.0 * p x^(p-1) has in NumPy, and nothing it was given
+    # is written into or handed back)
+    x = _awkward((40, 30))
+    kept = x.copy()
+    g = _seed("view 1.0", x.shape)
+    got = P.pow_const.vjp[0](g, x ** p, x, p=p)
+    with np.errstate(all="ignore"):
+        want = np.multiply(1.0, 2.0 * x if p == 2 else p * np.power(x, p - 1))
+    _same(got, want)
+    assert got.flags.writeable and not np.may_share_memory(got, x) and not np.may_share_memory(got, g)
+    assert x.tobytes() == kept.tobytes()
+    # an operand's own array is not such a derivative: x * y's rule makes a new array of y
+    assert not np.may_share_memory(P.mul.vjp[0](g, x * x, kept, x), x)
 
 
 def test_x_squared_rule_on_complex_values_is_safe_mul_of_twice_x():
@@ -484,3 +502,4 @@ def test_tanh_slope_in_place_is_one_minus_the_square_on_any_rank(shape):
     ans = np.tanh(np.linspace(-2, 2, int(np.prod(shape))).reshape(shape))
     got = P._one_minus_square(ans, None)  # (a 0-d array too: its square is a NumPy scalar)
     assert np.asarray(got).tobytes() == np.asarray(1 - ans * ans).tobytes()
+
