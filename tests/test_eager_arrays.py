@@ -503,3 +503,50 @@ def test_tanh_slope_in_place_is_one_minus_the_square_on_any_rank(shape):
     got = P._one_minus_square(ans, None)  # (a 0-d array too: its square is a NumPy scalar)
     assert np.asarray(got).tobytes() == np.asarray(1 - ans * ans).tobytes()
 
+
+# ==========================================================================
+# Looks for nan and inf on arrays: the first operation to make one is warned, in order
+# ==========================================================================
+
+# (program, point, its warnings, worked out by hand: the first operation to make nan or inf at
+# each place, in the order they ran.  Where a look is saved (one at a sum, a product or x^2
+# would show its operands' nan and inf too), a value that does not carry them (x^0, x^-1,
+# 1 / x, a comparison, an empty sum or product, tanh) must not hide an operand's.)
+_NONFINITE_PROGRAMS = [
+    # inf made by a product, -inf by log, both found by sums; then a scalar division's inf
+    ("a = x * 1e300\nb = a * a\nc = log(x - x)\nd = sum(c) + sum(b)\ns = 1 / (sum(x) - 3)\nd + s", {"x": [1.0, 2.0]},
+     ["'*' at line 2, column 7 produced inf", "'log' at line 3, column 5 produced -inf",
+      "'/' at line 5, column 7 produced inf"]),
+    # the sum's overflow in a loop's second step, the matrix product before it finite (then inf
+    # goes round: no more warnings)
+    ("h = x\nfor i in range(4) {\n  h = W @ h + h\n}\nsum(tanh(h))", {"W": [[0.5, 0], [0, 0.5]], "x": [1e308, 1e308]},
+     ["'+' at line 3, column 13 produced inf"]),
+    # values that do not carry an operand's inf: x^0, x^-1, 1 / x, a comparison, an empty sum or
+    # product (a bias (1, 2) against a (0, 2) array; a matrix product with no columns), tanh
+    ("a = x * 1e300 * 1e10\nsum(a^0)", {"x": [1.0, 2.0]}, ["'*' at line 1, column 15 produced inf"]),
+    ("a = x * 1e300 * 1e10\nsum(a^-1) + sum(a < 0)", {"x": [1.0, 2.0]}, ["'*' at line 1, column 15 produced inf"]),
+    ("a = x * 1e300 * 1e10\nsum(1 / a)", {"x": [1.0, 2.0]}, ["'*' at line 1, column 15 produced inf"]),
+    ("a = x * 1e300 * 1e10\nsum(a + z)", {"x": [[1.0, 2.0]], "z": np.zeros((0, 2))},
+     ["'*' at line 1, column 15 produced inf"]),
+    ("a = x * 1e300 * 1e10\nsum(a @ z)", {"x": [[1.0], [2.0]], "z": np.zeros((1, 0))},
+     ["'*' at line 1, column 15 produced inf"]),
+    ("a = x * 1e300 * 1e10\nsum(tanh(a))", {"x": [1.0, 2.0]}, ["'*' at line 1, column 15 produced inf"]),
+    # two places in one statement: a product's inf and exp's beside it, summed
+    ("a = (x * 1e300) * (x * 1e300) + exp(x * 1000)\nsum(a)", {"x": [1.0, 2.0]},
+     ["'*' at line 1, column 17 produced inf", "'exp' at line 1, column 33 produced inf"]),
+]
+
+
+@pytest.mark.parametrize("src, at, warned", _NONFINITE_PROGRAMS)
+def test_the_first_operation_to_make_nan_or_inf_is_warned_in_order(src, at, warned):
+    source = f"input {', '.join(at)}\n{src}"
+    assert gradcalc.evaluate(source, at=at).warnings == [_shifted(w) for w in warned]
+    assert gradcalc.grad(source, at=at, wrt=["x"]).warnings[:len(warned)] == [_shifted(w) for w in warned]
+
+
+def _shifted(warning: str) -> str:
+    """A warning of a program written without its input line, for the program with it."""
+    head, _, rest = warning.partition(" at line ")
+    line, _, tail = rest.partition(",")
+    return f"{head} at line {int(line) + 1},{tail}"
+
