@@ -14,7 +14,6 @@ level, functions, the default output) is worked out by :func:`analyse`.
 from __future__ import annotations
 
 import inspect
-from itertools import chain
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -238,10 +237,11 @@ def analyse(program: Program) -> Facts:
     assigned, bare, output = _outside_defs(program, declared, functions)
     local_names = {name: _locals_of(f) for name, f in functions.items()}
     known = {**dict.fromkeys(CONSTANTS), **dict.fromkeys(_BOOLEANS), **declared, **assigned}  # never inputs
-    reads = program.reads if len(program.reads) == len(program.statements) else None
-    if reads is not None and _all_known(reads, known):
+    reads_known = len(program.marks) == len(program.statements)
+    if reads_known and _all_known(program.names, known):
         free = {}  # (what the loop of _free_inputs would find)
     else:
+        reads = program.reads if reads_known else None
         free = _free_inputs(program.statements, reads, known, functions, local_names)
     name, loc = output if output is not None else (None, None)
     return Facts([*declared.values(), *free.values()], assigned, functions, local_names, bare, name, loc)
@@ -250,10 +250,10 @@ def analyse(program: Program) -> Facts:
 _NAME_ID = itemgetter(0)  # a Name node's id
 
 
-def _all_known(reads: tuple, known: dict) -> bool:
-    """Whether every name the statements read (Program.reads) is in `known`: a test in C,
+def _all_known(names: tuple, known: dict) -> bool:
+    """Whether every name the program reads (Program.names) is in `known`: a test in C,
     which spares a long program the loop over each name read."""
-    return not set(map(_NAME_ID, chain.from_iterable(reads))).difference(known)
+    return not set(map(_NAME_ID, names)).difference(known)
 
 
 def _free_inputs(statements: tuple, reads, known: dict, functions: dict, local_names: dict) -> dict:

@@ -325,12 +325,22 @@ class Program(NamedTuple):
 
     statements: tuple
     source: Source = Source("")
-    #: Per statement, the Name nodes its text reads, in textual order (what ``find_inputs``
-    #: needs; the parser notes them as it makes them, and :func:`walk_names` finds the
-    #: same): for a compound statement (if, for, while, def), every Name read anywhere in
-    #: it, whatever the scope; ``a += e`` and ``a[i] = e`` read their target first.
-    #: Parameters, loop variables and function names are not reads.  Empty when not known.
-    reads: tuple = ()
+    #: The Name nodes the program's text reads, in textual order (what ``find_inputs`` needs;
+    #: the parser notes them as it makes them, and :func:`walk_names` finds the same): for a
+    #: compound statement (if, for, while, def), every Name read anywhere in it, whatever the
+    #: scope; ``a += e`` and ``a[i] = e`` read their target first.  Parameters, loop variables
+    #: and function names are not reads.  One flat tuple: a long program makes no tuple per
+    #: statement, and "is every name read known?" is one pass in C.
+    names: tuple = ()
+    #: Per statement, the index in ``names`` of its first read (see :attr:`reads`).  Empty
+    #: when not known.
+    marks: tuple = ()
+
+    @property
+    def reads(self) -> tuple:
+        """Per statement, the Name nodes it reads (a slice of ``names``); empty when not known."""
+        names, ends = self.names, (*self.marks[1:], len(self.names))
+        return tuple(names[start:end] for start, end in zip(self.marks, ends))
 
 
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
@@ -427,15 +437,16 @@ class _Parser:
 
     def __init__(self, text: str):
         self.kinds, self.texts, self.lcs = scan(text)
-        self.names: list = []  # every Name node made, in textual order: see Program.reads
+        self.names: list = []  # every Name node made, in textual order: see Program.names
         self.note_read = self.names.append  # a method of the list, not of self: no cycle
         self.floats = _Floats()  # a number's text -> its value: each text converted once a parse
 
     # -- the two entry points ------------------------------------------------------
-    def program(self) -> tuple[tuple, tuple]:
-        """The statements of the text, and per statement the Name nodes it reads."""
-        _, statements, reads = self.block(0, "eof", _TOP)
-        return statements, reads
+    def program(self) -> tuple[tuple, tuple, tuple]:
+        """The statements of the text, the Name nodes it reads, and per statement the index
+        of its first read among them (see Program.names and Program.marks)."""
+        _, statements, marks = self.block(0, "eof", _TOP)
+        return statements, tuple(self.names), marks
 
     def expression(self):
         """The text as one expression (blank lines around it allowed)."""
@@ -479,19 +490,19 @@ class _Parser:
 
     # -- statements ----------------------------------------------------------------
     def block(self, pos: int, closer: str, ctx: _Context) -> tuple[int, tuple, tuple]:
-        """The statements up to the token `closer` (not read): (pos, statements, reads),
-        reads being per statement the Name nodes it reads, in textual order (those of a
-        nested block among them: they are read off ``self.names`` as they are made)."""
+        """The statements up to the token `closer` (not read): (pos, statements, marks),
+        marks being per statement the index in ``self.names`` of the first Name it reads
+        (the Name nodes are noted there as they are made, a nested block's among them)."""
         kinds, names, assignments = self.kinds, self.names, _ASSIGNMENTS
-        statements, reads = [], []
+        statements, marks = [], []
         while True:
             k = kinds[pos]
             if k == "newline" or k == ";":
                 pos += 1
                 continue
             if k == closer:
-                return pos, tuple(statements), tuple(reads)
-            mark = len(names)
+                return pos, tuple(statements), tuple(marks)
+            marks.append(len(names))
             after = kinds[pos + 1]
             if k == "name" and after == "=":  # NAME = e, most statements: the rule assignment, read here
                 at = pos
@@ -503,7 +514,6 @@ class _Parser:
                     rule = self.statement_rule(pos)
                 pos, node = rule(self, pos, ctx)  # (a call of the rule from here: one frame less per block)
             statements.append(node)
-            reads.append(tuple(names[mark:]))
             k = kinds[pos]
             if k == "newline" or k == ";":  # (the statement's end, read here: a turn of the loop less)
                 pos += 1
@@ -1027,8 +1037,8 @@ def parse(text: str, label: str = "<expr>") -> Program:
     """Parse program text into a :class:`Program`; raises SyntaxError_ with a position."""
     source = Source(text, label)
     try:
-        statements, reads = _Parser(text).program()
-        return Program(statements, source, reads)
+        statements, names, marks = _Parser(text).program()
+        return Program(statements, source, names, marks)
     except SyntaxError_ as err:
         raise err.located(source)
 

@@ -94,21 +94,20 @@ class _Reference(_Parser):
 
     def block(self, pos: int, closer: str, ctx):  # every statement through its rule (assignment's too)
         kinds, names = self.kinds, self.names
-        statements, reads = [], []
+        statements, marks = [], []
         while True:
             k = kinds[pos]
             if k == "newline" or k == ";":
                 pos += 1
                 continue
             if k == closer:
-                return pos, tuple(statements), tuple(reads)
-            mark = len(names)
+                return pos, tuple(statements), tuple(marks)
+            marks.append(len(names))
             rule = _ASSIGNMENTS.get(kinds[pos + 1]) if k == "name" else None
             if rule is None:
                 rule = self.statement_rule(pos)
             pos, node = rule(self, pos, ctx)
             statements.append(node)
-            reads.append(tuple(names[mark:]))
             k = kinds[pos]
             if k == "newline" or k == ";":
                 pos += 1
@@ -127,8 +126,8 @@ def _exact(node):
 def _outcome(parser_class, text: str):
     source = Source(text, "prog.grad")
     try:
-        statements, reads = parser_class(text).program()
-        return "ok", _exact(statements), _exact(reads)
+        statements, names, marks = parser_class(text).program()
+        return "ok", _exact(statements), _exact(Program(statements, source, names, marks).reads)
     except SyntaxError_ as err:
         err = err.located(source)
         return "error", str(err), err.pos, err.hint

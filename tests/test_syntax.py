@@ -629,3 +629,21 @@ def test_parsing_and_grad_leave_no_cyclic_garbage():
     except Exception:  # noqa: BLE001 - the error path too
         pass
     assert gc.collect() == 0
+
+
+def test_program_names_are_every_statements_reads_in_order():
+    # Program keeps the Name nodes read as one flat tuple and, per statement, where its
+    # own start (marks); reads slices them.  The oracle is walk_names on each tree.
+    from gradcalc.run import find_inputs
+    from gradcalc.syntax import walk_names
+    text = ("input a\nb = a + c\nif b > 0 {\n  d = b * k\n} else {\n  d = 2\n}\n"
+            "def f(t) = t * a\nb2 = b\nz = f(b2) + d\nz += h")
+    program = gradcalc.syntax.parse(text)
+    walked = tuple(tuple(walk_names(st)) for st in program.statements)
+    assert program.reads == walked
+    assert [n.id for n in program.names] == ["a", "c", "b", "b", "k", "t", "a", "b", "b2", "d", "z", "h"]
+    assert program.marks == (0, 0, 2, 5, 7, 8, 10)
+    # undeclared inputs (the slow path: c, k and h are known nowhere), by first read
+    assert [(i.name, i.pos.line) for i in find_inputs(program)] == [("a", 1), ("c", 2), ("k", 4), ("h", 11)]
+    # every name known: the flat tuple's one test in C finds none
+    assert [i.name for i in find_inputs(gradcalc.syntax.parse("input x\ny = x\nz = y * x"))] == ["x"]
