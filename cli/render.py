@@ -6,7 +6,6 @@ imported only when a table is printed.
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 
@@ -24,6 +23,7 @@ MAX_SHOWN = 64
 def dump_json(payload: dict, out=None) -> None:
     """One JSON object on stdout; floats keep full round-trip precision (repr), and
     non-finite ones are spelt as the codec spells them ("nan", "inf", "-inf")."""
+    import json  # (here: table output, a one-liner's default, loads no json)
     out = out or sys.stdout
     doc = {"schema": SCHEMA, **to_json(payload)}
     out.write(json.dumps(doc, allow_nan=False) + "\n")

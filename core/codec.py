@@ -12,7 +12,6 @@ output, black boxes, ``--at @FILE.json``, ``check --expect``), and imports only 
 """
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -121,5 +120,6 @@ def _numbers(x):
         return float(x)
     if isinstance(x, str) and x.strip().lower() in NONFINITE:
         return NONFINITE[x.strip().lower()]
+    import json  # (here only: a one-liner's table output loads no json)
     text = json.dumps(x)
     raise JSONNumberError(f"{text if len(text) <= 40 else text[:40] + '…'} is not a number", "not a number")
