@@ -10,6 +10,15 @@ from pathlib import Path
 
 SCRIPT = str(Path(sys.executable).with_name("gradcalc"))
 ONE_LINER = ["grad", "sin(x)*y", "--at", "x=1,y=2"]
+#: What only other commands or options use (check, plot, graph, --symbolic, --exec, CI output,
+#: Typer's rich help): a grad one-liner loads none of it, whatever the format.
+OTHER_COMMANDS_ONLY = {
+    "gradcalc.checks", "gradcalc.numerics", "gradcalc.stencil", "gradcalc.suite", "gradcalc.sweep",
+    "gradcalc.plots", "gradcalc.symbolic", "gradcalc.blackbox", "gradcalc.testing", "gradcalc.pytest_plugin",
+    "gradcalc.cli.github", "gradcalc.cli.graphs", "gradcalc.cli.pictures", "typer.rich_utils", "sympy"}
+#: Parts of rich that rich.console and rich.table do not load themselves: a table needs none.
+RICH_UNUSED_BY_TABLES = {"rich.pretty", "rich.traceback", "rich.markdown", "rich.syntax", "rich.panel",
+                         "rich.progress", "rich.live", "rich.status", "rich.logging"}
 
 
 def imported(*args) -> tuple[set, subprocess.CompletedProcess]:
@@ -27,6 +36,7 @@ def test_a_json_one_liner_loads_no_rich_and_no_package_metadata():
     unwanted = {n for n in names if n.split(".")[0] in ("rich", "sympy", "pkg_resources", "importlib_metadata")
                 or n.startswith("importlib.metadata")}
     assert not unwanted, sorted(unwanted)
+    assert not names & OTHER_COMMANDS_ONLY, sorted(names & OTHER_COMMANDS_ONLY)
     assert "typer" in names and "numpy" in names  # (the test sees what it should)
 
 
@@ -35,6 +45,8 @@ def test_a_table_one_liner_loads_rich_but_not_its_emoji_table():
     assert r.returncode == 0, r.stderr
     assert "rich.table" in names
     assert not {n for n in names if n.startswith(("rich._emoji_codes", "importlib.metadata", "sympy"))}
+    assert not names & OTHER_COMMANDS_ONLY, sorted(names & OTHER_COMMANDS_ONLY)
+    assert not names & RICH_UNUSED_BY_TABLES, sorted(names & RICH_UNUSED_BY_TABLES)
 
 
 def test_names_are_printed_as_written_not_as_emoji(tmp_path):
