@@ -10,7 +10,6 @@ its content, and ``@-`` reads standard input (SPEC §3).
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 
@@ -221,6 +220,7 @@ def _content(path: str, label: str):
     for magic, kind in _MAGIC:
         if data.startswith(magic):
             return kind, io.BytesIO(data)
+    import json  # (here: a one-liner's --at x=1 reads no file and loads no json)
     try:
         json.loads(data.decode("utf-8-sig"))
         return "json", io.BytesIO(data)
@@ -229,6 +229,7 @@ def _content(path: str, label: str):
 
 
 def _read_json(source):
+    import json
     if isinstance(source, str):
         with open(source, encoding="utf-8") as f:
             return json.load(f)
