@@ -84,3 +84,11 @@ def test_under_a_profiler_the_process_exits_the_ordinary_way():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "function calls" in r.stdout and '"schema": 1' in r.stdout
+
+
+def test_python_i_reaches_its_prompt_with_the_cycle_collector_on():
+    # a command runs with the collector off (cli.main); an interactive session after it must not
+    r = subprocess.run([sys.executable, "-i", "-m", "gradcalc", "grad", "x^2", "--at", "x=3", "-f", "plain"],
+                       input="import gc; print('collector', gc.isenabled())\n", capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.startswith("6\n") and "collector True" in r.stdout + r.stderr, (r.stdout, r.stderr)
