@@ -47,6 +47,7 @@ def test_a_table_one_liner_loads_rich_but_not_its_emoji_table():
     assert not {n for n in names if n.startswith(("rich._emoji_codes", "importlib.metadata", "sympy"))}
     assert not names & OTHER_COMMANDS_ONLY, sorted(names & OTHER_COMMANDS_ONLY)
     assert not names & RICH_UNUSED_BY_TABLES, sorted(names & RICH_UNUSED_BY_TABLES)
+    assert "json" not in names  # (only JSON output and JSON files need it)
 
 
 def test_names_are_printed_as_written_not_as_emoji(tmp_path):
