@@ -54,8 +54,6 @@ left, depth)`` in ``_POSTFIX``, with its left binding power.  Words used as
 operators (``and``, ``not``, ``if``) are reserved words: their token kind is their
 text, as an operator's is.
 """
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from .errors import Source, SyntaxError_, to_pos
