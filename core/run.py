@@ -1029,6 +1029,7 @@ class Interpreter:
                 return self.invoke(node, self.b.bind, (prim, tuple(args), NO_PARAMS))
             return self.invoke(node, fn.fn, args)
         constructor = is_constructor(node.func)
+        _refuse_unknown_keywords(node, fn)
         args, kwargs = _sequence(fn, node.args, {k.name: k.value for k in node.kwargs})
         try:
             if constructor:
@@ -1218,6 +1219,22 @@ _EXPRESSIONS = {  # beside Name, Num, Binary and Call, which expr() tests for fi
     TupleLit: Interpreter.misplaced, Str: Interpreter.misplaced, NoneLit: Interpreter.misplaced,
     EllipsisLit: Interpreter.misplaced,
 }
+
+
+def _refuse_unknown_keywords(node: Call, fn) -> None:
+    """A keyword the built-in has no parameter for, named at its own position before binding:
+    Signature.bind would report a positional argument missing first (``full(3, fill_value=2)``
+    is a wrong name, not a missing 'v')."""
+    params = fn.signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    names = [n for n in params if n != "builder"]
+    for k in node.kwargs:
+        if k.name not in params or k.name == "builder":
+            hint = did_you_mean(k.name, names)
+            usage_hint = f"usage: {node.func}{usage(fn)}"
+            raise UsageError(f"{node.func}(): got an unexpected keyword argument '{k.name}'", k.pos,
+                             hint=f"{hint} ({usage_hint})" if hint else usage_hint)
 
 
 def _word(err: GradcalcError, node: Call) -> None:

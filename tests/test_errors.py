@@ -338,6 +338,18 @@ def test_wrong_number_of_arguments():
           "usage: cos(x)")
 
 
+def test_an_unknown_keyword_is_named_at_itself_before_a_missing_argument():
+    # Python's Signature.bind would say 'missing a required argument: 'v'' for NumPy's spelling
+    check(raised(gradcalc.evaluate, "full(3, fill_value=2)"), "usage",
+          "full(): got an unexpected keyword argument 'fill_value'", (1, 9), "usage: full(shape, v)")
+    check(raised(gradcalc.evaluate, "y = sum(ones(3), axes=0)"), "usage",
+          "sum(): got an unexpected keyword argument 'axes'", (1, 18),
+          "did you mean 'axis'? (usage: sum(x, axis=None, keepdims=False))")
+    # the builder a constructor takes is no parameter of the language's
+    check(raised(gradcalc.evaluate, "zeros(3, builder=1)"), "usage",
+          "zeros(): got an unexpected keyword argument 'builder'", (1, 10), "usage: zeros(shape)")
+
+
 def test_vjp_cotangent_shape():
     err = raised(gradcalc.vjp, "x * x", [1.0, 2.0, 3.0], at={"x": [1.0, 2.0]})
     check(err, "shape", "the cotangent for '_' has shape (3,), but '_' has shape (2,)", None,
