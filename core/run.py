@@ -1228,10 +1228,9 @@ def _refuse_unknown_keywords(node: Call, fn) -> None:
     params = fn.signature.parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
-    names = [n for n in params if n != "builder"]
     for k in node.kwargs:
-        if k.name not in params or k.name == "builder":
-            hint = did_you_mean(k.name, names)
+        if k.name not in params or k.name == "builder":  # (a constructor's builder: not the language's)
+            hint = did_you_mean(k.name, [n for n in params if n != "builder"])
             usage_hint = f"usage: {node.func}{usage(fn)}"
             raise UsageError(f"{node.func}(): got an unexpected keyword argument '{k.name}'", k.pos,
                              hint=f"{hint} ({usage_hint})" if hint else usage_hint)
