@@ -117,6 +117,8 @@ def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str],
 def _differs(value: np.ndarray, expected) -> np.ndarray:
     """For each row of a batched guard variable, whether it decides otherwise than expected:
     a truth or a mask (booleans) by being non-zero, an integer or integer array by value."""
+    if not len(value):  # (no rows: an input with no elements has no points to perturb)
+        return np.zeros(0, dtype=bool)
     v = np.real(value).reshape(len(value), -1)
     e = np.asarray(expected).reshape(1, -1)
     with np.errstate(invalid="ignore"):

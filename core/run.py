@@ -685,6 +685,9 @@ class Interpreter:
         t = self.expr(node)
         value = t.value
         if t.var in self.masks:
+            if t.shape == ():  # (NumPy would add an axis of length 0 or 1: not a selection of elements)
+                raise ShapeError("a mask index needs at least one axis, but this condition is a scalar",
+                                 node.pos, hint="choose between values with where(cond, a, b)")
             mask = np.asarray(value) != 0
             self.guard(t, mask, node.loc, "mask")
             return np.nonzero(mask)

@@ -747,7 +747,12 @@ def eval_equations(equations, env: dict, keep=None, batch_elements: int = 0) -> 
     free = _frees(equations, keep) if keep is not None else None
     with np.errstate(all="ignore"):
         for i, eq in enumerate(equations):
-            env[eq.out] = eq.prim.impl(*[env[a] for a in eq.args], **eq.params)
+            try:
+                env[eq.out] = eq.prim.impl(*[env[a] for a in eq.args], **eq.params)
+            except np.linalg.LinAlgError as err:  # (the traced point passed: a point near it did not)
+                raise ValueError_(f"'{eq.prim.name}': {str(err).lower()} at a point near the one given",
+                                  eq.loc, hint="finite differences and plots evaluate the program at nearby "
+                                  "points too; move the point away from where the matrix is singular") from None
             if free is not None:
                 for v in free[i]:
                     del env[v]

@@ -317,3 +317,13 @@ def test_directions_form_no_jacobian():
     # a 20000 x 20000 Jacobian (4e8 elements) is over this element limit: only J v and J^T u are formed
     r = gradcalc.check("input x[20000]; y = sin(x) * x", points=1, directions=2, max_elements=10 ** 6)
     assert r.ok and [x.comparison for x in r.results] == ["directions"]
+
+
+def test_an_input_with_no_elements_has_nothing_to_compare():
+    # x = [[], []]: no element to perturb, so no perturbed point reaches sort's guard (the
+    # batch of rows is empty); the check passes with an empty Jacobian and says so at exit 0
+    r = gradcalc.check("sort(x)", at={"x": np.zeros((2, 0))})
+    assert r.ok
+    result = CliRunner().invoke(app, ["check", "sort(x)", "--at", "x=[[],[]]", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["ok"] is True

@@ -350,6 +350,22 @@ def test_an_unknown_keyword_is_named_at_itself_before_a_missing_argument():
           "zeros(): got an unexpected keyword argument 'builder'", (1, 10), "usage: zeros(shape)")
 
 
+def test_a_scalar_mask_is_refused_as_an_index():
+    # (NumPy would add an axis of length 0 or 1; gradcalc's masks select elements)
+    for src, col in (("y = x * 1; y[x < 0] = 0; sum(y)", 16), ("y = x[x > 0]; y", 9)):
+        check(raised(gradcalc.evaluate, src, at={"x": 1.0}), "shape",
+              "a mask index needs at least one axis, but this condition is a scalar", (1, col),
+              "choose between values with where(cond, a, b)")
+
+
+def test_a_singular_matrix_near_the_point_is_a_value_error():
+    # A = 1e-320 I inverts (to inf), but the finite differences' steps reach a singular matrix
+    err = raised(gradcalc.check, "sum(inv(A))", at={"A": [[1e-320, 0.0], [0.0, 1e-320]]})
+    check(err, "value", "'inv': singular matrix at a point near the one given", (1, 5),
+          "finite differences and plots evaluate the program at nearby points too; move the point "
+          "away from where the matrix is singular")
+
+
 def test_vjp_cotangent_shape():
     err = raised(gradcalc.vjp, "x * x", [1.0, 2.0, 3.0], at={"x": [1.0, 2.0]})
     check(err, "shape", "the cotangent for '_' has shape (3,), but '_' has shape (2,)", None,
