@@ -54,6 +54,8 @@ left, depth)`` in ``_POSTFIX``, with its left binding power.  Words used as
 operators (``and``, ``not``, ``if``) are reserved words: their token kind is their
 text, as an operator's is.
 """
+# (No `from __future__ import annotations` here: typing.NamedTuple would compile each node
+# field's annotation from its string, 5 M instructions of every start-up.)
 from typing import NamedTuple
 
 from .errors import Source, SyntaxError_, to_pos
