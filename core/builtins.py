@@ -186,6 +186,8 @@ def _mean(x, axis=None, keepdims=False):
 @_builtin("var", static=("axis", "keepdims", "ddof"))
 def _var(x, axis=None, keepdims=False, ddof=0):
     # The same operations, in the same order, as numpy.var.
+    if isinstance(ddof, (str, tuple)) or ddof is None:
+        raise ValueError_(f"ddof must be a number, got {ddof!r}")
     n = _count(x, axis)
     d = x - P.reduce_sum(x, axis=axis, keepdims=True) / float(n)
     return P.reduce_sum(d * d, axis=axis, keepdims=keepdims) / float(max(n - ddof, 0))
@@ -742,8 +744,11 @@ def _repeat(x, repeats, axis=None):
     if axis is None:
         x, axis = P.reshape(x, shape=(-1,)), 0
     a = _one_axis(axis, x.ndim)
-    counts = np.asarray(repeats)
-    if counts.dtype.kind not in "iu" or (counts < 0).any() or counts.ndim > 1:
+    try:
+        counts = np.asarray(repeats)
+    except ValueError:  # (a ragged tuple: (1, (2,)))
+        counts = None
+    if counts is None or counts.dtype.kind not in "iu" or (counts < 0).any() or counts.ndim > 1:
         raise ShapeError(f"repeats must be a non-negative integer or a tuple of them, got {repeats!r}")
     if counts.ndim == 1 and len(counts) != x.shape[a]:
         raise ShapeError(f"repeat: {len(counts)} repeats for an axis of length {x.shape[a]}")
@@ -1023,6 +1028,7 @@ def _along(x, axis):
         return P.reshape(x, shape=(-1,)), -1
     if x.ndim == 0:
         raise ShapeError("needs an array of at least one dimension (or axis=None)")
+    _one_axis(axis, x.ndim)  # (checked: one axis in range, not a tuple)
     return x, axis
 
 

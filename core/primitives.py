@@ -758,7 +758,9 @@ def _extreme_reduction(name, fn):
     def kink(ans, x, axes, keepdims, xshape):
         # The gap between the extreme and the runner-up: 0 at a tie.
         k = len(axes)
-        flat = np.moveaxis(x, axes, tuple(range(-k, 0))).reshape(x.shape[:x.ndim - k] + (-1,))
+        moved = np.moveaxis(x, axes, tuple(range(-k, 0)))
+        kept = x.ndim - k  # (the reduced axes' length spelt out: -1 is ambiguous on an empty array)
+        flat = moved.reshape(moved.shape[:kept] + (math.prod(moved.shape[kept:]),))
         if flat.shape[-1] < 2:
             return np.full(flat.shape[:-1], np.inf)
         top = np.sort(flat, axis=-1)
@@ -2041,6 +2043,8 @@ def _signs_flipped(axis: int):
     def flipped(base, ans):
         ans = np.asarray(ans)
         dots = np.sum(np.real(np.conj(base) * ans), axis=axis)
+        if not len(ans):  # (no rows: an input with no elements has no points to perturb)
+            return np.zeros(0, dtype=bool)
         return (dots < 0).reshape(len(ans), -1).any(axis=1)
     return flipped
 

@@ -366,6 +366,29 @@ def test_a_singular_matrix_near_the_point_is_a_value_error():
           "away from where the matrix is singular")
 
 
+@pytest.mark.parametrize("src, at, kind, message", [
+    ('y = var(x, ddof="a")', [1.0, 2.0], "value", "var(): ddof must be a number, got 'a'"),
+    ("y = std(x, 0, 0, (2, -1))", [1.0, 2.0], "value", "std(): ddof must be a number, got (2, -1)"),
+    ("y = sort(x, (1, 0))", [[1.0, 2.0], [3.0, 4.0]], "shape", "sort(): axis must be an integer, not (1, 0)"),
+    ("y = argsort(x, (1, 0))", [[1.0, 2.0], [3.0, 4.0]], "shape", "argsort(): axis must be an integer, not (1, 0)"),
+    ("y = repeat(x, (1, (2,)))", [1.0], "shape",
+     "repeats must be a non-negative integer or a tuple of them, got (1, (2,))"),
+])
+def test_static_arguments_of_the_wrong_kind_are_errors(src, at, kind, message):
+    # (each stopped with 'internal error' before: a str or tuple reached NumPy's arithmetic)
+    check(raised(gradcalc.evaluate, src, at={"x": at}), kind, message, (1, 5))
+
+
+@pytest.mark.parametrize("src, x", [
+    ("y = max(x, axis=())", np.zeros((0, 3))),        # max's kink test on an empty array
+    ("U, s, V = svd(x)\ny = s", np.zeros((0, 3))),    # svd's sign-flip test with no rows
+    ("Q, R = qr(x); R", np.zeros((2, 0))),
+])
+def test_check_of_a_kinked_or_factorised_empty_input_passes(src, x):
+    # no element to perturb: an empty Jacobian, nothing to compare (an internal error before)
+    assert gradcalc.check(src, at={"x": x}).ok
+
+
 def test_vjp_cotangent_shape():
     err = raised(gradcalc.vjp, "x * x", [1.0, 2.0, 3.0], at={"x": [1.0, 2.0]})
     check(err, "shape", "the cotangent for '_' has shape (3,), but '_' has shape (2,)", None,
