@@ -46,7 +46,11 @@ def quiet(fn):
 
 def parse(source: str | Program, label: str = "<expr>") -> Program:
     """Parse program text into a Program (a Program is returned as it is)."""
-    return source if isinstance(source, Program) else parse_text(source, label)
+    if isinstance(source, Program):
+        return source
+    if not isinstance(source, str):
+        raise UsageError(f"a program is text (a str) or a parsed Program, not {type(source).__name__}")
+    return parse_text(source, label)
 
 
 def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_STEPS, record=True,
@@ -60,6 +64,8 @@ def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_ST
 
 def as_arrays(at) -> dict:
     """at= of the API: numbers, nested lists or arrays of numbers, as float64 arrays."""
+    if at is not None and not isinstance(at, dict) or any(not isinstance(k, str) for k in at or ()):
+        raise UsageError(f"at= is a dict of input name -> value, not {at!r:.60}", option="at")
     return {k: float_array(v, f"the value given for '{k}'") for k, v in (at or {}).items()}
 
 
@@ -83,6 +89,9 @@ def select_names(tr: Traced, names, what: str, default, among=None) -> list[str]
         return list(default)
     if isinstance(names, str):
         names = [names]
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise UsageError(f"{option(key) if key else what} takes a name or a list of names, not {names!r:.60}",
+                         option=key)
     out = []
     known = tr.tape.names if among is None else among
     kind = "named values" if among is None else "inputs"

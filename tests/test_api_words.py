@@ -108,3 +108,19 @@ def test_one_output_asked_as_a_list_of_several_is_a_usage_error(call):
     with pytest.raises(gradcalc.GradcalcError, match="of names one output here, got 2"):
         call(["u", "v"])
     assert call(["v"]).of == "v"  # (a list of one is one output)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: gradcalc.evaluate("x + 1", at=[1, 2]), "at= is a dict of input name -> value, not [1, 2]"),
+    (lambda: gradcalc.evaluate("x + 1", at="x=1"), "at= is a dict of input name -> value, not 'x=1'"),
+    (lambda: gradcalc.evaluate("x + 1", at={1: 2}), "at= is a dict of input name -> value, not {1: 2}"),
+    (lambda: gradcalc.grad("x * y", at={"x": 1, "y": 2}, wrt=5), "takes a name or a list of names, not 5"),
+    (lambda: gradcalc.evaluate("x * y", at={"x": 1, "y": 2}, of=5), "takes a name or a list of names, not 5"),
+    (lambda: gradcalc.evaluate(None), "a program is text (a str) or a parsed Program, not NoneType"),
+    (lambda: gradcalc.parse(b"x"), "a program is text (a str) or a parsed Program, not bytes"),
+])
+def test_api_arguments_of_the_wrong_type_are_usage_errors(call, message):
+    # (AttributeError and TypeError from deep inside before: a bug hunt's finds)
+    with pytest.raises(gradcalc.errors.UsageError) as info:
+        call()
+    assert message in str(info.value)
