@@ -23,7 +23,7 @@ from .lexer import tokenize
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .session import as_arrays, jacobian_blocks, parse, quiet, select_names, select_output
 from .stencil import METHODS, default_step
-from .tape import DEFAULT_MAX_ELEMENTS, Guard, eval_equations
+from .tape import DEFAULT_MAX_ELEMENTS, Guard, by_row, eval_equations
 from .transforms import backward, forward, largest_batched, rows_to_jacobian, seeded
 
 
@@ -117,9 +117,7 @@ def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str],
 def _differs(value: np.ndarray, expected) -> np.ndarray:
     """For each row of a batched guard variable, whether it decides otherwise than expected:
     a truth or a mask (booleans) by being non-zero, an integer or integer array by value."""
-    if not len(value):  # (no rows: an input with no elements has no points to perturb)
-        return np.zeros(0, dtype=bool)
-    v = np.real(value).reshape(len(value), -1)
+    v = by_row(np.real(value))  # (no rows when an input with no elements has no points to perturb)
     e = np.asarray(expected).reshape(1, -1)
     with np.errstate(invalid="ignore"):
         other = ((v != 0) != e) if e.dtype == bool else (v != e)

@@ -56,7 +56,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError, UsageError, ValueError_
-from .tape import F64, F64_SCALAR, OUT, Tracer, all_finite, broadcast_shapes
+from .tape import F64, F64_SCALAR, OUT, Tracer, all_finite, broadcast_shapes, by_row
 
 _ARRAY = np.ndarray
 
@@ -2043,9 +2043,7 @@ def _signs_flipped(axis: int):
     def flipped(base, ans):
         ans = np.asarray(ans)
         dots = np.sum(np.real(np.conj(base) * ans), axis=axis)
-        if not len(ans):  # (no rows: an input with no elements has no points to perturb)
-            return np.zeros(0, dtype=bool)
-        return (dots < 0).reshape(len(ans), -1).any(axis=1)
+        return by_row(dots < 0).any(axis=1)  # (no rows for an input with no elements)
     return flipped
 
 # svd's s (descending), U and V^T (NumPy's reduced SVD, its signs); derivatives need distinct

@@ -40,6 +40,12 @@ _ROW = 2048  # elements per row when a large array is summed as a matrix-vector 
 _ONES = np.ones(_ROW)
 
 
+def by_row(value: np.ndarray) -> np.ndarray:
+    """A batch (its first axis) as rows of its flattened items: ``reshape(len, -1)`` with the
+    row length spelt out, which -1 leaves ambiguous when the batch has no rows."""
+    return value.reshape(len(value), math.prod(value.shape[1:]))
+
+
 def all_finite(value) -> bool:
     """True when no element is nan or inf.
 
