@@ -1244,10 +1244,19 @@ def _word(err: GradcalcError, node: Call) -> None:
     and word it as the call's: ``f(): message``."""
     if err.pos is None:
         err.pos = node.pos
-    if not err.message.startswith((node.func, f"'{node.func}'")):
+    if not _names_call(err.message, node.func):
         template, _ = err.worded(option)  # (the message with its options still marked)
         err.message = f"{node.func}(): {template}"
         err.args = (err.message,)
+
+
+def _names_call(message: str, func: str) -> bool:
+    """Whether message already begins with the built-in's name as a word (``repeat: ...``,
+    ``'norm' ...``, ``sum(): ...``), not as a prefix of another (``repeats must be ...``)."""
+    if message.startswith(f"'{func}'"):
+        return True
+    after = message[len(func):len(func) + 1]
+    return message.startswith(func) and not (after.isalnum() or after == "_")
 
 
 def _name_id(node) -> str | None:

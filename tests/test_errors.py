@@ -372,7 +372,11 @@ def test_a_singular_matrix_near_the_point_is_a_value_error():
     ("y = sort(x, (1, 0))", [[1.0, 2.0], [3.0, 4.0]], "shape", "sort(): axis must be an integer, not (1, 0)"),
     ("y = argsort(x, (1, 0))", [[1.0, 2.0], [3.0, 4.0]], "shape", "argsort(): axis must be an integer, not (1, 0)"),
     ("y = repeat(x, (1, (2,)))", [1.0], "shape",
-     "repeats must be a non-negative integer or a tuple of them, got (1, (2,))"),
+     "repeat(): repeats must be a non-negative integer or a tuple of them, got (1, (2,))"),
+    # worded as the call's even though the message begins with "repeat" ('repeats'), and not
+    # twice where it names the call already
+    ("y = repeat(x, -1)", [1.0], "shape", "repeat(): repeats must be a non-negative integer or a tuple of them, got -1"),
+    ("y = repeat(x, (1, 2))", [1.0], "shape", "repeat: 2 repeats for an axis of length 1"),
 ])
 def test_static_arguments_of_the_wrong_kind_are_errors(src, at, kind, message):
     # (each stopped with 'internal error' before: a str or tuple reached NumPy's arithmetic)
