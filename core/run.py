@@ -28,7 +28,8 @@ from .syntax import (Apply, ArrayLit, Assign, AugAssign, Binary, Bool, Break, Ca
                      Continue, Def, Destructure, EllipsisLit, ExprStmt, For, If, Index,
                      IndexAssign, Inputs, Name, NoneLit, Num, Program, Return, Slice, Str,
                      TupleLit, Unary, While, parse_expression, walk_names)
-from .tape import DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_STEPS, MAX_NDIM, NO_PARAMS, Builder, Guard, Tape, Tracer
+from .tape import (DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_STEPS, F64_SCALAR, MAX_NDIM, NO_PARAMS, Builder, Guard, Tape,
+                   Tracer)
 from .transforms import backward
 
 #: Calls of the program's functions that may be active at once (SPEC §2.2).
@@ -617,19 +618,22 @@ class Interpreter:
 
     def guard(self, t: Tracer, expected, loc, what: str) -> None:
         """Record a decision taken from t's value (constants decide nothing: skipped)."""
-        if t.var not in self.b.consts:
-            self.b.guards.append(Guard(t.var, expected, loc, what))
+        b = self.b
+        if b.record and t.var not in b.consts:  # (a builder that keeps no tape keeps no guard)
+            b.guards.append(Guard(t.var, expected, loc, what))
 
     def condition(self, node, loc, what: str) -> bool:
         """A condition's truth: it has one element, not nan, and is true when non-zero."""
         t = self.expr(node)
         value = t.value
-        size = 1 if t.shape == () else value.size
-        if size != 1:
-            raise ValueError_(f"a condition must have exactly one element; this one has shape {t.shape}",
-                              loc, hint="reduce it with any(...) or all(...), or choose elementwise "
-                                        "with where(cond, a, b)")
-        f = float(np.reshape(value, ()))
+        if value.__class__ is F64_SCALAR:  # (the usual condition: its number, without a reshape)
+            f = float(value)
+        else:
+            if t.shape != () and value.size != 1:
+                raise ValueError_(f"a condition must have exactly one element; this one has shape {t.shape}",
+                                  loc, hint="reduce it with any(...) or all(...), or choose elementwise "
+                                            "with where(cond, a, b)")
+            f = float(np.reshape(value, ()))
         if f != f:
             raise ValueError_("the condition is nan", loc)
         truth = f != 0.0
