@@ -326,13 +326,24 @@ class _Lifetimes:
         self.values, self.shapes, self.tapeless = values, shapes, tapeless
         self.watched: dict[int, _Watch] = {}  # var -> the watch on the tracer that keeps its value
         self.held = 0  # recording blocks open
-        self.dead: list[int] = []  # variables whose tracer went while held
+        self.dead: list[_Watch] = []  # the watches whose tracer went while held
         lifetimes = weakref.ref(self)
 
-        def gone(watch):
+        def gone(watch: _Watch) -> None:
+            """The watched tracer went: free its variable's value (unless a rule has read it since),
+            or, inside a recording block, once the outermost one ends (see release_dead).  The
+            watch's own callback, written out: it runs once for every value of an eval."""
             this = lifetimes()
-            if this is not None:
-                this.release(watch.var)
+            if this is None:
+                return
+            if this.held:
+                this.dead.append(watch)
+            elif this.watched.pop(watch.var, None) is not None:
+                if this.tapeless:  # (its variable is forgotten too: nothing else refers to it)
+                    this.values.pop(watch.var, None)
+                    this.shapes.pop(watch.var, None)
+                else:
+                    this.values[watch.var] = None
         self.gone = gone
 
     def tracer(self, builder: "Builder", var: int) -> "Tracer":
@@ -340,7 +351,8 @@ class _Lifetimes:
         t = _new_object(Tracer)
         t.builder = builder
         t.var = var
-        self.watch(var, t)
+        w = self.watched[var] = _Watch(t, self.gone)  # (watch(), written out: once per value of an eval)
+        w.var = var
         return t
 
     def watch(self, var: int, t: "Tracer") -> None:
@@ -369,23 +381,11 @@ class _Lifetimes:
         watch = self.watched.get(t.var)
         return watch is not None and watch() is t
 
-    def release(self, var: int) -> None:
-        """var's tracer went: free its value (unless a rule has read it since), or once the
-        outermost recording block ends."""
-        if self.held:
-            self.dead.append(var)
-        elif self.watched.pop(var, None) is not None:
-            if self.tapeless:  # (its variable is forgotten too: nothing else refers to it)
-                self.values.pop(var, None)
-                self.shapes.pop(var, None)
-            else:
-                self.values[var] = None
-
     def release_dead(self) -> None:
         """The end of the outermost recording block: release the variables whose tracers went."""
         dead, self.dead = self.dead, []
-        for var in dead:
-            self.release(var)
+        for watch in dead:
+            self.gone(watch)
 
     def stop(self) -> None:
         """Free nothing more (the watches go before their tracers: no callback runs)."""
