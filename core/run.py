@@ -196,7 +196,7 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
                 assigned[name] = st.loc
         if t is not For:
             output = (target(st)[-1], st.loc)
-    _name_bare(bare, assigned)
+    _name_bare(bare, assigned, declared)
     if type(output) is Assign:
         output = (output.name, output.loc)
     elif type(output) is ExprStmt:
@@ -204,15 +204,16 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
     return assigned, bare, output
 
 
-def _name_bare(bare: dict, assigned: dict) -> None:
+def _name_bare(bare: dict, assigned: dict, declared: dict) -> None:
     """Name the bare expressions _, _2, _3, ... in order (SPEC §2.2), skipping any name the
-    program assigns itself (`_, V = eigh(S)`), so that the unnamed output's name never
-    collides with one of the program's."""
+    program assigns itself (`_, V = eigh(S)`) or declares as an input (`input _`), so that the
+    unnamed output's name never collides with one of the program's (a bare value named as an
+    input would replace it)."""
     k = 0
     for loc in bare:
         k += 1
         name = "_" if k == 1 else f"_{k}"
-        while name in assigned:
+        while name in assigned or name in declared:
             k += 1
             name = f"_{k}"
         bare[loc] = name

@@ -249,6 +249,18 @@ def test_bare_expressions_are_named_underscore_underscore2():
     assert gradcalc.evaluate("1; 2; 3", of="_2")["_2"] == 2.0
 
 
+def test_bare_expressions_skip_the_names_of_declared_inputs():
+    # A bare value named as an input replaced it: d(_^2)/d_ came out 1 at _ = 3, and the
+    # Hessian of _^3 came out 0 (found by a bug hunt). Closed forms: 2*3 = 6, 6*3 = 18, 3*2^2 = 12.
+    g = gradcalc.grad("input _; _^2", at={"_": 3.0})
+    assert g.of == "_2" and float(g["_"]) == 6.0 and float(g.at["_"]) == 3.0
+    assert float(gradcalc.hessian("input _; _^3", at={"_": 3.0})["_"]["_"]) == 18.0
+    g = gradcalc.grad("input _2; x^2; _2^3", at={"_2": 2.0, "x": 1.0})
+    assert g.of == "_3" and float(g["_2"]) == 12.0
+    r = gradcalc.evaluate("input _ = 2; _ + 1; _2 * 10", all=True)
+    assert list(r) == ["_", "_2", "_3"] and [float(v) for v in r.values()] == [2.0, 3.0, 30.0]
+
+
 def test_bare_expressions_can_be_read_by_later_statements():
     assert value("x^2\n_ + 1", x=3.0) == 10.0
 
