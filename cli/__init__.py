@@ -10,6 +10,7 @@ def main() -> None:
     # during the command), which live until the process ends; the library pauses it during
     # its computations anyway (session.quiet), which leaves little cyclic garbage to find.
     gc.disable()
+    _open_closed_streams()
     try:
         from .app import main as run
     except KeyboardInterrupt:
@@ -19,6 +20,16 @@ def main() -> None:
         run()
     except SystemExit as stop:
         _exit(stop)
+
+
+def _open_closed_streams() -> None:
+    """A standard stream the shell closed (``>&-``, ``2>&-``) is None in Python: what gradcalc
+    writes there goes nowhere instead, as to a reader that went away, and the exit code is the
+    command's own (a closed standard input is refused where it is read)."""
+    import os
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
 
 
 def _exit(stop: SystemExit) -> None:

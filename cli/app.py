@@ -221,6 +221,8 @@ def _show(item, opts: Options) -> int:
         views.show(item, opts.format, opts.precision)
     except BrokenPipeError:
         return _reader_gone(verdict)
+    except OSError as err:
+        return _unwritable_output(err)
     return verdict
 
 
@@ -245,6 +247,14 @@ def _reader_gone(code: int) -> int:
     except (OSError, ValueError):
         pass
     return code
+
+
+def _unwritable_output(err: OSError) -> int:
+    """stdout refused what was written (a full disk: ``> /dev/full``): say so on stderr and exit
+    2, as an unwritable --save or --junit-xml file does; what is still buffered goes nowhere."""
+    _reader_gone(0)
+    return report_user_error(UsageError(f"cannot write the output: {err.strerror or err}",
+                                        hint="free some space, or write the output elsewhere"), False)
 
 
 def _pipe_safe(write: Callable[[], int], code: int) -> int:
@@ -690,6 +700,8 @@ def main() -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         _reader_gone(0)
+    except OSError as err:
+        code = _unwritable_output(err)
     sys.exit(code if isinstance(code, int) else 0)
 
 

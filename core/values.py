@@ -304,6 +304,8 @@ def read_stdin(what: str) -> bytes:
     """All of standard input, for what (SOURCE -, --at x=@-); it can be read only once."""
     import sys
     stream = sys.stdin
+    if stream is None:  # (the shell closed it: <&-)
+        raise UsageError(f"{what}: standard input is closed", hint="give it in a file, or pipe it in")
     if _stdin_read and _stdin_read[0][0] is stream:
         raise UsageError(f"{what}: standard input is read already, by {_stdin_read[0][1]}",
                          hint="standard input gives one thing: put the other in a file")

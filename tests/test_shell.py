@@ -495,3 +495,43 @@ def test_table_titles_carry_no_trailing_blanks(tmp_path):
     for args in (("check", str(path)), ("check", "x^3", "--at", "x=2", "--sweep")):
         lines = shell(*args).stdout.splitlines()
         assert lines and all(line == line.rstrip() for line in lines), [l for l in lines if l != l.rstrip()]
+
+
+# -- standard streams the shell closed, or a full disk ----------------------------
+
+def _with_streams(args, stdin=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close=()):
+    """The command line with some standard streams closed (as the shell's >&-, 2>&-, <&-)."""
+    def close_fds():
+        for fd in close:
+            os.close(fd)
+    return subprocess.run([SCRIPT, *args], stdin=stdin, stdout=stdout, stderr=stderr, text=True,
+                          preexec_fn=close_fds, timeout=60)
+
+
+@pytest.mark.parametrize("args, close, code", [
+    (["eval", "1"], (1,), 0),                          # stdout closed: the output goes nowhere
+    (["eval", "1", "-f", "json"], (2,), 0),            # stderr closed: the command's own code
+    (["eval", "sine(1)"], (2,), 2),
+    (["check", "x^2", "--at", "x=1"], (1,), 0),
+])
+def test_closed_output_streams_keep_the_exit_code(args, close, code):
+    # (exit 1 and 'internal error' before: writing to None, or flushing it at exit)
+    r = _with_streams(args, stdout=None if 1 in close else subprocess.PIPE,
+                      stderr=None if 2 in close else subprocess.PIPE, close=close)
+    assert r.returncode == code, (r.stdout, r.stderr)
+    assert "Traceback" not in (r.stderr or "") and "internal error" not in (r.stderr or "")
+
+
+@pytest.mark.parametrize("args", [["grad", "-"], ["grad", "x^2", "--at", "x=@-"]])
+def test_a_closed_standard_input_is_a_usage_error(args):
+    r = _with_streams(args, stdin=None, close=(0,))
+    assert r.returncode == 2 and "standard input is closed" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["eval", "1"], ["grad", "x^2", "--at", "x=1", "-f", "json"],
+                                  ["eval", "ones(100000)", "-f", "json"]])
+def test_output_to_a_full_disk_is_an_error(args):
+    with open("/dev/full", "w") as full:
+        r = _with_streams(args, stdout=full)
+    assert r.returncode == 2 and r.stderr.startswith("error: cannot write the output: No space left"), r.stderr
