@@ -37,7 +37,7 @@ def _point(tr: Traced) -> dict:
 
 def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
     """Fill in unconnected derivatives as zero / None, or raise; returns (values, names)."""
-    if mode not in UNCONNECTED:
+    if not isinstance(mode, str) or mode not in UNCONNECTED:
         raise UsageError(f"{option('unconnected')} must be one of {', '.join(UNCONNECTED)}, not '{mode}'",
                          option="unconnected")
     values, missing = {}, []
@@ -209,7 +209,7 @@ def jvp(source, tangent: dict, at=None, of=None, wrt=None, *, max_elements=DEFAU
 
 
 def _choose_mode(mode, out_size, wrt_size, intermediate):
-    if mode not in ("auto", "rev", "fwd"):
+    if not isinstance(mode, str) or mode not in ("auto", "rev", "fwd"):
         raise UsageError(f"{option('mode')} must be auto, rev or fwd, not '{mode}'", option="mode")
     if mode == "auto":
         return "rev" if intermediate or out_size <= wrt_size or wrt_size == 0 else "fwd"

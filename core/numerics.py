@@ -258,7 +258,7 @@ def _check_batch(tr: Traced, rows: int, n: int) -> None:
 
 
 def _known_method(method: str) -> None:
-    if method not in METHODS:
+    if not isinstance(method, str) or method not in METHODS:
         raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(METHODS)}",
                          option="method")
 
@@ -411,6 +411,11 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
     @quiet
     def run():
         tol = _tolerances(method, points, directions, seed, rtol, atol)
+        if label is not None and not isinstance(label, str):
+            raise UsageError(f"{option('label')} takes a text, not {label!r:.60}", option="label")
+        if expect is not None and not isinstance(expect, dict):
+            raise UsageError(f"{option('expect')} takes a grad or jacobian result's JSON object (a dict), "
+                             f"not {expect!r:.60}", option="expect")
         if sweep and directions:
             raise UsageError(f"{option('sweep')} follows one input element of the full Jacobian; it does not "
                              f"apply with {option('directions')}", option="sweep")
@@ -485,6 +490,12 @@ def expect_point(expect: dict, expect_name: str | None = None) -> dict:
 def _tolerances(method, points, directions, seed, rtol, atol) -> tuple[float, float]:
     """The tolerances check applies, once its arguments are known to be sound."""
     _known_method(method)
+    for opt, v in (("points", points), ("directions", directions), ("seed", seed)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise UsageError(f"{option(opt)} takes an integer, not {v!r:.60}", option=opt)
+    for opt, v in (("rtol", rtol), ("atol", atol)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))):
+            raise UsageError(f"{option(opt)} takes a number, not {v!r:.60}", option=opt)
     if points < 0 or directions < 0:
         raise UsageError(f"{option('points')} and {option('directions')} must not be negative",
                          option="points" if points < 0 else "directions")

@@ -74,9 +74,14 @@ def float_array(v, what: str) -> np.ndarray:
     array; ``what`` names it in the error for anything else (a string, a complex number, ragged
     lists)."""
     try:
-        return np.asarray(v, dtype=np.float64)
-    except (ValueError, TypeError):
-        raise ValueError_(f"{what} is not a number or a (rectangular) array of numbers: {v!r:.60}") from None
+        given = np.asarray(v)
+        if given.dtype.kind in "biuf":  # numbers (not text, nor complex numbers, which NumPy would convert)
+            return given.astype(np.float64, copy=False)
+        if given.dtype.kind == "O" and all(isinstance(e, (int, float)) for e in given.flat):
+            return np.asarray(v, dtype=np.float64)  # (Python ints past int64's range, within float64's)
+    except (ValueError, TypeError, OverflowError):
+        pass
+    raise ValueError_(f"{what} is not a number or a (rectangular) array of numbers: {v!r:.60}")
 
 
 def select_names(tr: Traced, names, what: str, default, among=None) -> list[str]:

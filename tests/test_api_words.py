@@ -124,3 +124,42 @@ def test_api_arguments_of_the_wrong_type_are_usage_errors(call, message):
     with pytest.raises(gradcalc.errors.UsageError) as info:
         call()
     assert message in str(info.value)
+
+
+_AT = {"x": 1.0}
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: gradcalc.check("x^2", at=_AT, seed=1.5), "seed takes an integer, not 1.5"),
+    (lambda: gradcalc.check("x^2", at=_AT, directions=1.5), "directions takes an integer, not 1.5"),
+    (lambda: gradcalc.check("x^2", at=_AT, points=-0.0), "points takes an integer, not -0.0"),
+    (lambda: gradcalc.check("x^2", at=_AT, directions=float("inf")), "directions takes an integer, not inf"),
+    (lambda: gradcalc.check("x^2", at=_AT, points=np.array([1])), "points takes an integer, not array([1])"),
+    (lambda: gradcalc.check("x^2", at=_AT, rtol="1"), "rtol takes a number, not '1'"),
+    (lambda: gradcalc.check("x^2", at=_AT, atol=np.array([1e-3])), "atol takes a number, not array([0.001])"),
+    (lambda: gradcalc.check("x^2", at=_AT, method=np.array(["central"])), "unknown method"),
+    (lambda: gradcalc.check("x^2", at=_AT, label=np.array(["a"])), "label takes a text, not array(['a']"),
+    (lambda: gradcalc.check("x^2", at=_AT, expect=1), "expect takes a grad or jacobian result's JSON object"),
+    (lambda: gradcalc.jacobian("x^2", at=_AT, mode=np.array(["rev"])), "mode must be auto, rev or fwd"),
+    (lambda: gradcalc.grad("x^2", at=_AT, unconnected=np.array(["zero"])), "unconnected must be one of"),
+])
+def test_api_options_of_the_wrong_type_are_usage_errors(call, message):
+    # (TypeError, ValueError 'truth value ... ambiguous', OverflowError or AttributeError before: a bug hunt's finds)
+    with pytest.raises(gradcalc.errors.UsageError) as info:
+        call()
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("value", [10**400, [1, 10**400], "1", ["1", "2"], np.array([1 + 2j]), None, [None, 1]])
+def test_at_values_that_are_not_real_numbers_are_value_errors(value):
+    # (OverflowError; strings read as numbers; complex arrays losing their imaginary part with a
+    # ComplexWarning; None as nan: before)
+    with pytest.raises(gradcalc.errors.ValueError_, match="is not a number or a .rectangular. array of numbers"):
+        gradcalc.grad("sum(x*x)", at={"x": value})
+
+
+def test_at_values_that_are_numbers_of_any_kind_are_float64():
+    # a Python int past int64's range (an object array to NumPy), bools, NumPy scalars of other widths
+    for value, want in (([1, 2**70], [1.0, 2.0**70]), ([True, 2], [1.0, 2.0]), (np.float32(2), 2.0), (3, 3.0)):
+        got = gradcalc.evaluate("y = x * 1", at={"x": value})["y"]
+        assert got.dtype == np.float64 and np.array_equal(got, want)
