@@ -1238,7 +1238,8 @@ def _index_array(item, axis: int, size: int):
 
 def _index_int(item, axis: int, size: int) -> int:
     if not -size <= item < size:
-        raise ShapeError(f"index {item} is out of range for axis {axis} with size {size}")
+        shown = item if abs(item) < 10**16 else f"{float(item):g}"  # (1e300 written as such, not in 301 digits)
+        raise ShapeError(f"index {shown} is out of range for axis {axis} with size {size}")
     return int(item) % size
 
 

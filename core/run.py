@@ -981,7 +981,7 @@ class Interpreter:
         """A call's result where one value is needed."""
         if out.__class__ is Tracer:
             return out
-        name = getattr(node, "func", "the function")
+        name = node.func if type(node) is Call else node.id  # (a call, or the f of grad(f)(x))
         if out is _NO_VALUE:
             raise UsageError(f"'{name}' ended without 'return', but its value is used here", node.pos,
                              hint="end its body with return ...")
@@ -1212,6 +1212,9 @@ class Interpreter:
                 raise UsageError(f"{callee.func} has no parameter '{k.name}'", k.pos,
                                  hint=f"{callee.func}(f) or {callee.func}(f, argnum=1)")
             argnum = self.int_value(k.value, "argnum")
+            if argnum < 0:
+                raise UsageError(f"{callee.func}'s argnum must not be negative, not {argnum}", k.value.pos,
+                                 hint=f"argnum=0 is {fname}'s first parameter")
         return fdef, argnum
 
 
@@ -1375,6 +1378,11 @@ def _output_error(program: Program, facts: Facts, output, several: dict):
     line = to_pos(facts.output_loc).line
     if facts.output_loc in several:
         func, count = several[facts.output_loc]
+        if count == 0:  # (a function that ended without return gives no value)
+            return UsageError(f"the output statement (line {line}) calls '{func}', which ended without 'return', "
+                              f"so the program has no output", facts.output_loc,
+                              hint=f"end its body with return ..., or name the value to show with {option('of')} "
+                                   f"NAME", option="of").located(program.source)
         names = ", ".join("abcdefgh"[:min(count, 8)])
         return UsageError(f"the output statement (line {line}) gives {count} values ('{func}' returns "
                           f"several), so the program has no single output", facts.output_loc,

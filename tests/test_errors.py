@@ -420,3 +420,25 @@ def test_error_hierarchy():
     for cls in (SyntaxError_, NameError_, ShapeError, UsageError, ValueError_, LimitError):
         assert issubclass(cls, GradcalcError)
     assert gradcalc.GradcalcError is GradcalcError
+
+
+@pytest.mark.parametrize("src, message, pos, hint", [
+    # grad(f) of a function that gives two values or none names it (it said 'the function')
+    ("def f(a) { return a, a }\ny = grad(f)(x)", "'f' gives 2 values; take them apart with a, b = f(...)",
+     (2, 10), None),
+    ("def f(a) { z = a }\ny = grad(f)(x)", "'f' ended without 'return', but its value is used here", (2, 10),
+     "end its body with return ..."),
+    # a negative argnum is refused as such (it said 'needs at least -4 positional argument')
+    ("def f(a, b) = a*b\ny = grad(f, argnum=-5)(x, 3)", "grad's argnum must not be negative, not -5", (2, 20),
+     "argnum=0 is f's first parameter"),
+    # an output statement calling a function that ends without return (it said 'gives 0 values
+    # ('f' returns several)', with the hint 'take them apart,  = f(...)')
+    ("def f(a) { z = a }\nf(x)",
+     "the output statement (line 2) calls 'f', which ended without 'return', so the program has no output",
+     (2, 1), "end its body with return ..., or name the value to show with --of NAME"),
+    # a huge index is written as a number, not in 301 digits
+    ("y = ones(3)[x * 1e300]", "index 1e+300 is out of range for axis 0 with size 3", (1, 12), None),
+])
+def test_function_and_index_errors_are_worded_for_what_was_written(src, message, pos, hint):
+    check(raised(gradcalc.evaluate, src, at={"x": 1.0}), "usage" if "index" not in message else "shape",
+          message, pos, hint)
