@@ -137,7 +137,7 @@ def breach_text(result) -> str | None:
     ref = "stored" if "stored" in x else "fd"
     a, r = x["ad"], x[ref]
     why = {"rtol": f"rtol {x['rtol']:g} x |{ref}|", "atol": f"atol {x['atol']:g}",
-           "rounding": "rounding allowance"}[x["bound"]]
+           "rounding": "rounding allowance", "finite": "a derivative must be finite"}[x["bound"]]
     where = "at [" + ", ".join(map(str, result.worst_index)) + "]: " if result.worst_index else ""
     if not (math.isfinite(a) and math.isfinite(r)):  # (no difference to weigh: say which is not finite)
         return f"{where}ad {a:.10g}, {ref} {r:.10g}: not finite"

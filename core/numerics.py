@@ -614,9 +614,13 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     if closed is not None and not _agrees_with_symbolic(ad, closed, shape, extra, notes):
         ok = False
         notes.append("automatic and symbolic derivatives disagree")
-    if not np.isfinite(ad).all():
+    finite = np.isfinite(ad)
+    if not finite.all():
         ok = False
         notes.append("non-finite derivative")
+        if "bound" not in extra:  # (the differences agreed, nan with nan: the failure is ad's own)
+            worst = [int(i) for i in np.unravel_index(int(np.argmin(finite)), ad.shape)]
+            extra.update(breach(ad, fd, worst, *tol), bound="finite")
     elif not np.isfinite(fd).all():
         notes.append("finite differences are not finite here (nan or inf near the point)")
     return CheckResult(name, p, o, w, mabs, mrel, worst, method,

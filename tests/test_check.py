@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import gradcalc
 from gradcalc.cli.app import app
+from gradcalc.checks import breach_text
 from gradcalc.numerics import METHODS, default_step, fd_jacobian
 from gradcalc.lower import trace
 from gradcalc.primitives import REGISTRY, safe_mul
@@ -327,3 +328,16 @@ def test_an_input_with_no_elements_has_nothing_to_compare():
     result = CliRunner().invoke(app, ["check", "sort(x)", "--at", "x=[[],[]]", "-f", "json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["ok"] is True
+
+
+@pytest.mark.parametrize("src, at, worst", [
+    ("sqrt(x)", {"x": -0.7}, []),                       # sqrt's slope and its differences: nan both
+    ("y = x^0.5 * ones(2); y", {"x": -2.0}, [0]),
+])
+def test_a_nan_derivative_that_the_differences_share_still_records_its_breach(src, at, worst):
+    # nan against nan compares equal, so the failure (a non-finite derivative, SPEC §5) recorded
+    # max errors of 0 and no ad, fd or bound before: now its first non-finite element's
+    (r,) = gradcalc.check(src, at=at).results
+    assert not r.ok and "non-finite derivative" in r.notes and r.worst_index == worst
+    assert np.isnan(r.extra["ad"]) and np.isnan(r.extra["fd"]) and r.extra["bound"] == "finite"
+    assert breach_text(r) == ("at [0]: " if worst else "") + "ad nan, fd nan: not finite"
