@@ -279,14 +279,6 @@ class _Dropped:
         return self.count
 
 
-class _NoConsts(dict):
-    """The constants of a builder that keeps no tape: none is kept (a kept variable would
-    keep its value alive)."""
-
-    def __setitem__(self, var, value) -> None:
-        pass
-
-
 #: In a primitive's ``vjp_reads``: its output (operands are named by their position).
 OUT = -1
 #: The fewest elements of an array that a recording builder frees while it records (see
@@ -415,7 +407,7 @@ class Builder:
         self.record = record
         self.equations: list[Equation] = [] if record else _Dropped()
         self.dropped = 0  # equations counted beside self.equations (see recording())
-        self.consts: dict[int, np.ndarray] = {} if record else _NoConsts()
+        self.consts: dict[int, np.ndarray] = {}  # (none on a builder that keeps no tape: see const())
         # what frees values (see _Lifetimes): every value on a builder that keeps no tape; on a
         # recording one, nothing, or the arrays no rule reads (release_unread)
         self.lifetimes = None if record else _Lifetimes(self.values, self.shapes, tapeless=True)
@@ -515,7 +507,8 @@ class Builder:
         # (a float, as a rule's constant: the np.float64 _scalar_or_array would make, directly)
         value = F64_SCALAR(value) if type(value) is float else _scalar_or_array(value)
         t = self._new(value)
-        self.consts[t.var] = value
+        if self.record:  # (a builder that keeps no tape keeps no constant: it would keep its value alive)
+            self.consts[t.var] = value
         return t
 
     def check_size(self, shape, what: str | None = None) -> None:
