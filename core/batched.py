@@ -11,20 +11,23 @@ recording the pass first.  A tracer's ``var`` is a :class:`_Slot` that holds its
 that a value goes as soon as the pass drops the tracer (as a recorded pass re-run batched
 frees each value after its last use).
 
-A seed of a vector input is a block of the identity basis: row b of it is the unit vector
+A seed of an input is a block of the identity basis: row b of it is the unit vector
 e_(b - k) for the block's offset k (its position in the basis), so its batch is a band: one
-diagonal of ones.  While a batched vector stays a sum of such diagonals, value[b, j] =
+diagonal of ones, of the input's shape (column j is the flat index: a scalar's band has one
+column).  While a batched value stays a sum of such diagonals, value[b, j] =
 sum_k d_k[j] [b == j + k], only the diagonals d_k are computed (the folds below):
 ``safe_mul`` by fixed factors scales them, ``neg`` and ``add`` combine them (a difference is
 traced as the sum of a negation), a unit-step slice (``index``) or its adjoint
-(``index_put``) shifts their offsets.  A matrix product of a fixed matrix M with a band is a
+(``index_put``) shifts their offsets (of a vector's band).  A matrix product of a fixed matrix M with a band is a
 scaled copy of M's columns (M @ d e_j = d M[:, j]) or rows.  A Hessian of a sum of neighbour
 terms (Rosenbrock's) then runs on vectors of length n instead of n×n arrays, and the
 Jacobian of ``tanh(A @ x)`` replaces a 500×500×500 matrix product with a 500×500 scaling.
 Exact: a dense pass adds only zeros off the bands (or, where a factor holds an infinity,
 makes nan of zeros, which ``safe_mul`` turns back into 0: a zero tangent contributes exactly
 zero, as everywhere in gradcalc).  A band is written out in full where anything else reads
-it, with +0 off its diagonals.
+it, with +0 off its diagonals, where a dense pass would have made -0 of a negative factor
+times a seed's 0: an entry no tangent reaches is +0 whatever the input's shape (a scalar
+input's and a 1-element vector's Hessians agree bit for bit).
 """
 from __future__ import annotations
 
@@ -37,7 +40,6 @@ from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import ValueError_
 from .tape import F64, F64_SCALAR, LARGE_BATCH, Tracer, _scalar_or_array, all_finite
-from .transforms import basis
 
 _new_object = object.__new__
 
@@ -95,12 +97,14 @@ class _Values:
 
     def write_out(self, slot: _Slot):
         """A band as a dense batch (a block of the identity: the basis's own columns)."""
-        (m,) = slot.shape
-        self.check_size((m,))
+        shape = slot.shape
+        m = math.prod(shape)
+        self.check_size(shape)
         if self.n * m >= LARGE_BATCH:
             keep_freed_memory()  # as a recorded pass re-run batched does (see alloc.py)
         k = slot.offset
-        return np.eye(self.n)[:, k:k + m] if k is not None else _band_dense(slot.band, self.n)
+        rows = np.eye(self.n)[:, k:k + m] if k is not None else _band_dense(slot.band, self.n, m)
+        return rows if len(shape) == 1 else rows.reshape((self.n,) + shape)
 
 
 def _fixed(value) -> _Slot:
@@ -137,21 +141,16 @@ class BatchedBuilder:
         self.shapes = _SHAPES
 
     def seeds(self, shapes: list) -> list:
-        """Tracers for the blocks of the identity basis of the given shapes (as transforms.basis
-        makes them): a vector's block as a band of one diagonal of ones, others written out."""
-        blocks = None  # transforms.basis, made if some block is not a vector's
+        """Tracers for the blocks of the identity basis of the given shapes (block i: rows
+        start_i ... start_i + size_i - 1 of the n×n identity), each a band of one diagonal of ones (of the input's shape: a band's column
+        j is the flat index j): an entry of a Jacobian or a Hessian that no tangent reaches is
+        +0 whatever the input's shape, a scalar's as a vector's."""
         out, start = [], 0
-        for i, s in enumerate(shapes):
+        for s in shapes:
             s = tuple(s)
-            if len(s) == 1:
-                ones = np.empty(s[0])
-                ones.fill(1.0)  # (np.ones, without its Python frame)
-                slot = _Slot(None, s, {start: ones}, offset=start)
-            else:
-                if blocks is None:
-                    blocks = basis(shapes)
-                slot = _batched(blocks[i], s)
-            out.append(Tracer(self, slot))
+            ones = np.empty(s)
+            ones.fill(1.0)  # (np.ones, without its Python frame)
+            out.append(Tracer(self, _Slot(None, s, {start: ones}, offset=start)))
             start += math.prod(s)
         return out
 
@@ -230,7 +229,7 @@ class BatchedBuilder:
         # when it is not (or overflowed).
         total = 0.0
         for d in band.values():
-            if d.dtype is not F64:
+            if d.dtype is not F64 or d.ndim != 1:  # (a matrix's d.dot(d) is its product)
                 return all(map(all_finite, band.values()))
             total += d.dot(d)
         return math.isfinite(total) or all(map(all_finite, band.values()))
@@ -248,9 +247,16 @@ def _fold_safe_mul(b: BatchedBuilder, args: tuple, params: dict):
     if g.band is None or f.batched:
         return None
     c = f.value
-    if c.shape not in ((), (1,), g.shape):
-        return None  # the factor would broadcast the vector to a larger shape
+    if not _scales(c.shape, g.shape):
+        return None
     return _Slot(None, g.shape, _scaled(g.band, c))
+
+
+def _scales(factor: tuple, shape: tuple) -> bool:
+    """Whether a factor of this shape times a band of that shape is a band of that shape: the
+    factor does not broadcast the band to a larger shape (a scalar's band times a 1-element
+    vector would be a vector)."""
+    return factor == shape or factor == () or factor == (1,) and shape != ()
 
 
 def _scaled(band: dict, c) -> dict:
@@ -287,9 +293,9 @@ def _fold_add(b: BatchedBuilder, args: tuple, params: dict):
 
 
 def _unit_slice(params: dict, size_param: str):
-    """(start, stop) of a one-axis, unit-step slice in an index's params, or None."""
+    """(start, stop) of a unit-step slice of a vector in an index's params, or None."""
     idx = params["idx"]
-    if len(idx) != 1 or type(idx[0]) is not slice:
+    if len(idx) != 1 or type(idx[0]) is not slice or len(params[size_param]) != 1:
         return None
     start, stop, step = idx[0].indices(params[size_param][0])
     return (start, max(start, stop)) if step == 1 else None
@@ -408,8 +414,8 @@ def _jvp_product(ts, params, args, values):
         g = t.var
         c = _as_kept(values[other])
         if c.shape != g.shape:
-            if c.shape not in ((), (1,)):
-                return None  # (the factor would broadcast the vector to a larger shape)
+            if not _scales(c.shape, g.shape):
+                return None
             b.check_size(g.shape)  # (what the rule's call checks, normalising its parameters)
         if total is None:
             total, shape = _scaled(g.band, c), g.shape
@@ -433,7 +439,7 @@ def _jvp_pow_const(ts, params, args, values):
     x = values[args[0]]
     g = t.var
     c = _as_kept(x + x if p == 2 else p * P.pow_const(x, p=p - 1))
-    if c.shape not in ((), (1,), g.shape):
+    if not _scales(c.shape, g.shape):
         return None
     return _tracer(t.builder, _Slot(None, g.shape, _scaled(g.band, c)))
 
@@ -444,16 +450,15 @@ JVP_FOLDS = {P.neg: _jvp_of(_fold_neg), P.index: _jvp_of(_fold_index),
              P.mul: _jvp_product, P.safe_mul: _jvp_product, P.pow_const: _jvp_pow_const}
 
 
-def _band_dense(band: dict, n: int):
-    """The (n, m) array whose rows r hold d_k[j] at column j = r - k, for each diagonal k."""
-    m = len(next(iter(band.values())))
+def _band_dense(band: dict, n: int, m: int):
+    """The (n, m) array whose rows r hold d_k[j] at (flat) column j = r - k, for each diagonal k."""
     out = np.zeros((n, m), dtype=np.result_type(*band.values()))
     flat = out.reshape(-1)
     for k, d in band.items():
         lo, hi = max(0, -k), min(m, n - k)  # columns j with a row r = j + k in range
         if lo < hi:
             first = (lo + k) * m + lo
-            flat[first:first + (hi - lo - 1) * (m + 1) + 1:m + 1] = d[lo:hi]
+            flat[first:first + (hi - lo - 1) * (m + 1) + 1:m + 1] = np.ravel(d)[lo:hi]
     return out
 
 

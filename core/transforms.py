@@ -528,19 +528,7 @@ def largest_batched(equations, seeds, shapes) -> int:
 
 def rows_to_jacobian(rows, yshape: tuple, xshape: tuple) -> np.ndarray:
     """Rows of a batched pass, one per element of x (x.size rows of y.shape), as the Jacobian
-    block of shape y.shape + x.shape (the layout :func:`basis` seeds)."""
+    block of shape y.shape + x.shape (the layout the seeds of batched.BatchedBuilder.seeds make)."""
     n = math.prod(xshape)
     rows = np.asarray(rows).reshape((n,) + tuple(yshape))
     return rows.transpose((*range(1, rows.ndim), 0)).reshape(tuple(yshape) + tuple(xshape))
-
-
-def basis(shapes: list, dtype=np.float64) -> list:
-    """Identity seeds for blocks of the given shapes: block i gets (n, *shape_i), n = total size."""
-    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
-    n = sum(sizes)
-    eye = np.eye(n, dtype=dtype)
-    out, start = [], 0
-    for s, k in zip(shapes, sizes):
-        out.append(eye[:, start:start + k].reshape((n,) + tuple(s)))
-        start += k
-    return out

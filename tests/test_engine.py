@@ -69,10 +69,10 @@ def scalar_programs(draw):
     return "\n".join(lines), point
 
 
-def _run(fn, src, at):
+def _run(fn, src, at, **options):
     """(result, None) or (None, the error's text): a program may fail, the same way both ways."""
     try:
-        return fn(src, at=at), None
+        return fn(src, at=at, **options), None
     except GradcalcError as err:
         return None, str(err)
 
@@ -97,9 +97,9 @@ def _first_pass(src, at):
     return [found[v] for v in tr.tape.inputs.values()]
 
 
-def _compare(fn, src, point):
-    scalar, err_s = _run(fn, src, point)
-    arrays, err_a = _run(fn, src, {k: [v] for k, v in point.items()})
+def _compare(fn, src, point, **options):
+    scalar, err_s = _run(fn, src, point, **options)
+    arrays, err_a = _run(fn, src, {k: [v] for k, v in point.items()}, **options)
     assert err_s == err_a, src
     if scalar is None:
         return
@@ -109,8 +109,18 @@ def _compare(fn, src, point):
         first_s, first_a = _first_pass(src, point), _first_pass(src, {k: [v] for k, v in point.items()})
         for s, a in zip(first_s, first_a):
             assert (s is None) == (a is None) and (s is None or _same_bits(s, a)), (src, s, a)
-    for name in scalar:
-        assert _same_bits(scalar[name], arrays[name]), (src, name, scalar[name], arrays[name])
+    got_s, got_a = _leaves(scalar), _leaves(arrays)
+    assert [path for path, _ in got_s] == [path for path, _ in got_a], src
+    for (path, s), (_, a) in zip(got_s, got_a):
+        assert (s is None) == (a is None) and (s is None or _same_bits(s, a)), (src, path, s, a)
+
+
+def _leaves(result, path=()) -> list:
+    """(path, value) for every value in a result, a Hessian's and a Jacobian's blocks (dicts of
+    dicts) included."""
+    if not isinstance(result, dict):
+        return [(path, result)]
+    return [leaf for name in result for leaf in _leaves(result[name], path + (name,))]
 
 
 @settings(max_examples=250, deadline=None, database=None, derandomize=True,
@@ -127,6 +137,39 @@ def test_scalar_programs_agree_with_one_element_arrays(case):
 def test_scalar_values_agree_with_one_element_arrays(case):
     src, point = case
     _compare(gradcalc.evaluate, src, point)
+
+
+@settings(max_examples=80, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scalar_programs())
+def test_scalar_hessians_agree_with_one_element_arrays(case):
+    """The forward pass over the backward pass: a scalar's seed is a band as a vector's is, so
+    that an entry no tangent reaches is +0 both ways (a dense seed made -0 of -sin(y) * 0)."""
+    src, point = case
+    _compare(gradcalc.hessian, src, point)
+
+
+@pytest.mark.parametrize("mode", ["fwd", "rev"])
+@settings(max_examples=40, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scalar_programs())
+def test_scalar_jacobians_agree_with_one_element_arrays(mode, case):
+    """Forward mode seeds the inputs; reverse mode each output: every assigned name is one."""
+    src, point = case
+    outputs = [line.split(" = ")[0] for line in src.splitlines()[1:] if not line.startswith("for ")]
+    _compare(gradcalc.jacobian, src, point, of=outputs, mode=mode)
+
+
+@pytest.mark.parametrize(("src", "point"), [
+    ("sin(y) + cos(z)", {"y": 0.7, "z": -0.4}),  # the off-diagonal zeros: +0, not -0
+    ("x * y^2 - exp(-z) * x", {"x": -1.5, "y": 0.0, "z": 2.0}),
+    ("a = sin(y) * z\nb = cos(z)\nc = y / z", {"y": 0.7, "z": -0.4}),
+])
+def test_hessian_and_jacobian_zero_signs_agree(src, point):
+    if "\n" not in src:
+        _compare(gradcalc.hessian, src, point)
+    for mode in ("fwd", "rev"):
+        _compare(gradcalc.jacobian, src, point, of=["a", "b", "c"] if "\n" in src else None, mode=mode)
 
 
 @pytest.mark.parametrize("src", [
