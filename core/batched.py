@@ -18,7 +18,7 @@ column).  While a batched value stays a sum of such diagonals, value[b, j] =
 sum_k d_k[j] [b == j + k], only the diagonals d_k are computed (the folds below):
 ``safe_mul`` by fixed factors scales them, ``neg`` and ``add`` combine them (a difference is
 traced as the sum of a negation), a unit-step slice (``index``) or its adjoint
-(``index_put``) shifts their offsets (of a vector's band).  A matrix product of a fixed matrix M with a band is a
+(``index_put``) shifts a vector's offsets.  A matrix product of a fixed matrix M with a band is a
 scaled copy of M's columns (M @ d e_j = d M[:, j]) or rows.  A Hessian of a sum of neighbour
 terms (Rosenbrock's) then runs on vectors of length n instead of n×n arrays, and the
 Jacobian of ``tanh(A @ x)`` replaces a 500×500×500 matrix product with a 500×500 scaling.
@@ -142,9 +142,9 @@ class BatchedBuilder:
 
     def seeds(self, shapes: list) -> list:
         """Tracers for the blocks of the identity basis of the given shapes (block i: rows
-        start_i ... start_i + size_i - 1 of the n×n identity), each a band of one diagonal of ones (of the input's shape: a band's column
-        j is the flat index j): an entry of a Jacobian or a Hessian that no tangent reaches is
-        +0 whatever the input's shape, a scalar's as a vector's."""
+        start_i ... start_i + size_i - 1 of the n×n identity), each a band of one diagonal of
+        ones of the input's shape (its column j is the flat index j): an entry of a Jacobian or
+        a Hessian that no tangent reaches is +0 whatever the input's shape."""
         out, start = [], 0
         for s in shapes:
             s = tuple(s)
