@@ -351,9 +351,9 @@ _LN2, _LN10 = math.log(2.0), math.log(10.0)
 # the ufunc's cost: -x on np.float64)
 neg = _def("neg", operator.neg, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),),
            keeps_finite=True, vjp_reads=())
-# the value of x with zero derivative
-stop_gradient = _def("stop_gradient", lambda x: x.real.copy() if np.iscomplexobj(x) else x,
-                     differentiable=False)
+# the value of x with zero derivative (a complex value passes whole: the complex step
+# differences the program's values, which stop_gradient does not change)
+stop_gradient = _def("stop_gradient", lambda x: x, differentiable=False)
 zeros_like = _def("zeros_like", np.zeros_like, differentiable=False)  # (internal: rules' zeros)
 # (internal) x, as a value of its own: `a = x` names a copy, so that derivatives with respect
 # to a hold x fixed

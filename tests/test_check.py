@@ -64,6 +64,28 @@ def test_complex_step_names_a_non_analytic_primitive():
     assert e.value.message == "--method complex needs analytic operations, but 'abs' at line 1, column 5 is not"
 
 
+@pytest.mark.parametrize("directions", [0, 1])
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_differences_values_through_stop_gradient(method, directions):
+    # stop_gradient hides x^2 from the derivative, not from the values: every finite
+    # difference of x + x^2 at 1.5 is 1 + 2 x = 4, so the automatic 1 fails with each method
+    # (the complex step passed it: stop_gradient dropped the imaginary part of its value)
+    r = gradcalc.check("x + stop_gradient(x^2)", at={"x": 1.5}, method=method, directions=directions)
+    assert not r.ok
+    if not directions:
+        assert r.results[0].extra["fd"] == pytest.approx(4.0, rel=1e-5)
+    # where stop_gradient's argument does not move with x, the derivative is right: y^2
+    assert gradcalc.check("x * stop_gradient(y^2)", at={"x": 1.5, "y": 0.5}, method=method,
+                          wrt=["x"], directions=directions).ok
+
+
+def test_complex_step_refuses_a_non_analytic_primitive_after_stop_gradient():
+    # its complex value flows on: abs of it would drop the step, so abs must be refused
+    with pytest.raises(gradcalc.GradcalcError) as e:
+        gradcalc.check("abs(stop_gradient(x))", at={"x": 0.5}, method="complex")
+    assert "'abs' at line 1, column 1 is not" in e.value.message
+
+
 def test_richardson_beats_central_on_a_smooth_function():
     src = "exp(sin(3*x))"
     x0 = 0.37
