@@ -210,9 +210,18 @@ def _log_softmax(x, axis=-1):
 
 @_builtin("dot")
 def _dot(a, b):
+    # numpy.dot: a product with a scalar, matmul of vectors and matrices, and otherwise the sum
+    # over a's last axis and b's second-to-last (its only one if 1-D): a tensordot, whose axes
+    # come out as a's remaining then b's, as numpy.dot orders them (matmul would batch them)
     if a.ndim == 0 or b.ndim == 0:
         return a * b
-    return P.matmul(a, b)
+    if a.ndim <= 2 and b.ndim <= 2:
+        return P.matmul(a, b)
+    k = max(b.ndim - 2, 0)
+    if a.shape[-1] != b.shape[k]:
+        raise ShapeError(f"shapes {a.shape} and {b.shape} do not match: a's last axis has length "
+                         f"{a.shape[-1]}, b's {'second-to-last' if k else 'only'} axis {b.shape[k]}")
+    return _tensordot(a, b, axes=((a.ndim - 1,), (k,)))
 
 
 @_builtin("outer")

@@ -12,6 +12,7 @@ import pytest
 import gradcalc
 
 from cli_run import ok, ok_json, run, user_error
+from fdcheck import check_program
 
 
 def _plain(*args) -> np.ndarray:
@@ -66,6 +67,29 @@ def test_contractions_match_numpy(src, ref):
 def test_einsum_subscripts_are_checked(src, message):
     r = user_error("eval", src, "--at", "A=[[1,2],[3,4]]")
     assert message in r.stderr, r.stderr
+
+
+# SPEC §2.5: dot of N-D arrays is numpy.dot (a's last axis with b's second-to-last), not matmul
+_DOT_SHAPES = [((3,), (3,)), ((), (2, 3)), ((2, 3), (3,)), ((3,), (3, 2)), ((2, 3), (3, 4)),
+               ((2, 2, 3), (2, 3, 2)), ((2, 3), (4, 3, 2)), ((2, 2, 3), (3,)), ((3,), (2, 3, 2)),
+               ((2, 1, 3), (3, 2)), ((1, 2, 3), (2, 2, 3, 1))]
+
+
+@pytest.mark.parametrize("sa, sb", _DOT_SHAPES, ids=[f"{a}.{b}" for a, b in _DOT_SHAPES])
+def test_dot_is_numpys_dot_with_derivatives_by_differences(sa, sb):
+    rng = np.random.default_rng(len(sa) * 10 + len(sb))
+    at = {"a": rng.standard_normal(sa), "b": rng.standard_normal(sb)}
+    report = check_program("dot(a, b)", at, ref=np.dot)  # shape and value vs NumPy; rev, fwd vs FD
+    assert report.ok, str(report)
+
+
+def test_dot_of_n_d_arrays_has_numpys_shapes_and_says_which_axes_must_match():
+    assert ok_json("eval", "dot(a, b)", "--at", "a=ones((2,2,3)),b=ones((2,3,2))")["values"]["_"] == \
+        np.dot(np.ones((2, 2, 3)), np.ones((2, 3, 2))).tolist()  # shape (2, 2, 2, 2), all 3
+    assert np.shape(ok_json("eval", "dot(a, b)", "--at", "a=ones((2,3)),b=ones((4,3,2))")["values"]["_"]) == (2, 4, 2)
+    r = user_error("eval", "dot(a, b)", "--at", "a=ones((2,2,3)),b=ones((2,2,2))")
+    assert "dot(): shapes (2, 2, 3) and (2, 2, 2) do not match: a's last axis has length 3, b's " \
+           "second-to-last axis 2" in r.stderr, r.stderr
 
 
 # ==========================================================================
