@@ -40,7 +40,8 @@ from typing import Sequence
 import numpy as np
 
 from . import stencil
-from .checks import EXEC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result, compare, tolerance
+from .checks import (EXEC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result, compare, fail_non_finite,
+                     tolerance)
 from .codec import JSONNumberError, array_from_json, array_to_json
 from .errors import ShapeError, UsageError, ValueError_, option
 from .results import Result
@@ -404,7 +405,18 @@ def fd_gradient(box: BlackBox, at: dict, method: str = "richardson", wrt=None, *
     return Result({w: est[w].reshape(shape[w]) for w in wrt}, command="grad", of="value", at=at,
                   value=value, error_estimate={w: err[w].reshape(shape[w]) for w in wrt}, method=method,
                   exec=box.cmd if label is None else label, requests=box.requests, unconnected=[],
-                  warnings=[])
+                  warnings=_non_finite_warnings(value, est))
+
+
+def _non_finite_warnings(value: np.ndarray, est: dict) -> list[str]:
+    """The warnings of grad --exec, as evaluation's (SPEC §7): a value or an estimate that is
+    nan or inf, named (a black box's operations are not ours to name)."""
+    def kind(a):
+        return "nan" if np.isnan(a).any() else "inf"
+
+    found = [] if np.isfinite(value).all() else [f"the program's value at the point is {kind(value)}"]
+    return found + [f"the finite-difference derivative with respect to '{w}' is {kind(e)}: the program's "
+                    "values near the point are not finite" for w, e in est.items() if not np.isfinite(e).all()]
 
 
 def check_blackbox(box: BlackBox, at, method: str = "richardson", rtol: float | None = None,
@@ -459,9 +471,8 @@ def check_blackbox(box: BlackBox, at, method: str = "richardson", rtol: float | 
 def _against_differences(label, p, of, w, ad, fd, e, method, step, tol) -> CheckResult:
     """The reported gradient ad against the finite differences fd, whose error estimate is e."""
     ok, mabs, mrel, worst = compare(ad, fd, *tol)
-    notes = []
-    if not np.isfinite(ad).all():
-        notes.append("non-finite derivative")
+    notes, extra = [], {}
+    ok, worst = fail_non_finite(ad, fd, ok, worst, tol, notes, extra)
     if not np.isfinite(fd).all():
         notes.append("non-finite finite differences: the program's values are not "
                      "finite near the point")
@@ -473,7 +484,7 @@ def _against_differences(label, p, of, w, ad, fd, e, method, step, tol) -> Check
             notes.append(f"the finite differences are themselves uncertain by ~{uncertain:.2g} "
                          "here: are the program's values noisy, or printed with too few digits?")
     fd_err = float(np.max(e)) if e.size else 0.0
-    extra = {"fd_error_estimate": fd_err} | ({} if ok else breach(ad, fd, worst, *tol))
+    extra = {"fd_error_estimate": fd_err} | (extra or ({} if ok else breach(ad, fd, worst, *tol)))
     return CheckResult(label, p, of, w, mabs, mrel, worst, method, step, ok, notes, extra)
 
 
@@ -558,6 +569,8 @@ def _against(name, p, out, w, got, ref, method, tol, extra, what) -> CheckResult
                            dict(extra))
     ok, mabs, mrel, worst = compare(got, ref, *tol)
     notes = []
+    if what == "gradient":  # (as gradcalc's own check: a non-finite derivative fails, nan against nan too)
+        ok, worst = fail_non_finite(got, ref, ok, worst, tol, notes)
     if not ok and ref.size:
         idx = "".join(f"[{i}]" for i in worst)
         entry = f"{what}['{w}']{idx}" if w else f"{what}{idx}"

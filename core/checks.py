@@ -128,6 +128,21 @@ def breach(ad, ref, worst: list, rtol: float, atol: float, slack=None, ref_name:
             "rtol": rtol, "atol": atol}
 
 
+def fail_non_finite(ad, ref, ok: bool, worst: list, tol: tuple, notes: list, extra: dict | None = None):
+    """(ok, worst) once a non-finite derivative counts as a failure (SPEC §7), even where the
+    reference is as non-finite (compare lets nan meet nan, or inf the same inf).  Given extra,
+    a failure the comparison did not already record is recorded there, at the first element
+    that is not finite (bound "finite")."""
+    finite = np.isfinite(ad)
+    if finite.all():
+        return ok, worst
+    notes.append("non-finite derivative")
+    if extra is not None and "bound" not in extra:
+        worst = [int(i) for i in np.unravel_index(int(np.argmin(finite)), np.shape(ad))]
+        extra.update(breach(ad, ref, worst, *tol), bound="finite")
+    return False, worst
+
+
 def breach_text(result) -> str | None:
     """A failing result's numbers in words (None when it has none):
     ``at [3]: ad 2.5, fd 2.4: |ad - fd| = 0.1 > 2.4e-06 allowed (rtol bound: rtol 1e-06 x |fd|)``."""

@@ -16,7 +16,7 @@ import numpy as np
 from . import stencil
 from .batched import BatchedBuilder
 from .checks import (AD_TOLERANCE, SYMBOLIC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result,
-                     compare, kink_text, tolerance)
+                     compare, fail_non_finite, kink_text, tolerance)
 from .codec import JSONNumberError, array_from_json
 from .errors import GradcalcError, Pos, UsageError, ValueError_, option, to_pos
 from .lexer import tokenize
@@ -614,13 +614,8 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     if closed is not None and not _agrees_with_symbolic(ad, closed, shape, extra, notes):
         ok = False
         notes.append("automatic and symbolic derivatives disagree")
-    finite = np.isfinite(ad)
-    if not finite.all():
-        ok = False
-        notes.append("non-finite derivative")
-        if "bound" not in extra:  # (the differences agreed, nan with nan: the failure is ad's own)
-            worst = [int(i) for i in np.unravel_index(int(np.argmin(finite)), ad.shape)]
-            extra.update(breach(ad, fd, worst, *tol), bound="finite")
+    if not np.isfinite(ad).all():
+        ok, worst = fail_non_finite(ad, fd, ok, worst, tol, notes, extra)
     elif not np.isfinite(fd).all():
         notes.append("finite differences are not finite here (nan or inf near the point)")
     return CheckResult(name, p, o, w, mabs, mrel, worst, method,

@@ -346,6 +346,42 @@ def test_check_blackbox_notes_noisy_values(script):
     assert r.extra["fd_error_estimate"] > 1e-6
 
 
+SQRT_BOX = """
+    import math
+    def sqrt(x):
+        return math.sqrt(x) if x >= 0 else float("nan")
+    xs = [float(p["x"]) for p in json.load(sys.stdin)["points"]]  # (nan comes as "nan")
+    print(json.dumps({"results": [{"value": sqrt(x), "gradient": {"x": 0.5 / sqrt(x) if x > 0 else float("nan")}}
+                                  for x in xs]}))
+"""
+
+
+@pytest.mark.parametrize("x", [-1.0, math.nan])
+def test_a_non_finite_reported_gradient_fails_even_against_nan_differences(script, x):
+    # SPEC §7: check counts a non-finite derivative as a failure; nan against nan passed
+    box = BlackBox(script(SQRT_BOX))
+    (r,) = check_blackbox(box, {"x": x}).results
+    assert not r.ok and "non-finite derivative" in r.notes and r.extra["bound"] == "finite"
+    (_, g) = check_against_source(box, trace(gradcalc.parse("sqrt(x)"), {"x": x}),
+                                  wrt=["x"]).results
+    assert not g.ok and "non-finite derivative" in g.notes
+    # and where sqrt is defined, 1 / (2 sqrt(4)) = 0.25 passes both ways
+    assert check_blackbox(box, {"x": 4.0}).ok
+    assert check_against_source(box, trace(gradcalc.parse("sqrt(x)"), {"x": 4.0})).ok
+
+
+def test_fd_gradient_warns_of_non_finite_values_as_evaluation_does(script):
+    box = BlackBox(script(SQRT_BOX))
+    r = fd_gradient(box, {"x": -1.0})
+    assert math.isnan(r["x"])
+    assert r.warnings == ["the program's value at the point is nan",
+                          "the finite-difference derivative with respect to 'x' is nan: the program's "
+                          "values near the point are not finite"]
+    # at 0 the value is finite, the differences reach x < 0
+    assert fd_gradient(box, {"x": 0.0}).warnings == r.warnings[1:]
+    assert fd_gradient(box, {"x": 4.0}).warnings == []
+
+
 def test_check_blackbox_partial_gradient(script):
     box = BlackBox(script("""
         pts = json.load(sys.stdin)["points"]
