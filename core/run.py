@@ -365,6 +365,17 @@ _BINARY = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div, "@": P.matmul, "^": P
            "and": _primitive("logical_and"), "or": _primitive("logical_or")}
 _MASK_OPS = frozenset(("<", "<=", ">", ">=", "==", "!=", "and", "or"))
 _MASK_BUILTINS = frozenset(("any", "all"))
+_EXACT_INTS = 2 ** 53  # floats up to this are read as ints where an argument is an integer
+#: The built-ins that move or pick elements without arithmetic, and the parameters holding the
+#: elements: a result made of masks is a mask, as NumPy keeps a boolean array boolean
+#: (`x[flip(x > 0)]` selects).  Keyed by function, so that NumPy's spellings (ravel) count.
+_MASK_KEEPING = {FUNCTIONS[name].fn: params for names, params in (
+    ("reshape flatten squeeze expand_dims moveaxis swapaxes flip fliplr flipud rot90 roll repeat tile "
+     "broadcast_to atleast_1d atleast_2d atleast_3d split take take_along_axis transpose diagonal diag "
+     "tril triu sort stop_gradient", ("x",)),
+    ("concat stack vstack hstack column_stack", ("xs",)),
+    ("append", ("x", "values")),
+    ("where", ("a", "b"))) for name in names.split()}
 _AUGMENTED = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div}
 _ADD, _NEG, _INDEX = P.add, P.neg, P.index
 _COMPILE_DEPTH = 32  # levels of an expression compiled (see Interpreter.compiled); deeper: expr()
@@ -375,7 +386,32 @@ _ARITHMETIC = {op: p for op, p in _PLAIN.items() if op != "^"}  # (x^2's exponen
 #: The built-ins whose call on one argument records their primitive on it and nothing else
 #: (sin, exp...: Builder.bind1 records them directly; see Interpreter.call).
 _UNARY_PRIMS = {name: fn.prim for name, fn in FUNCTIONS.items()
-                if fn.arity == 1 and fn.prim is not None and fn.prim.trivial_params and name not in _MASK_BUILTINS}
+                if fn.arity == 1 and fn.prim is not None and fn.prim.trivial_params and name not in _MASK_BUILTINS
+                and fn.fn not in _MASK_KEEPING}
+
+
+def _integral(value):
+    """A literal argument with its integral numbers as ints (3.0 as 3, in tuples too), as an
+    argument computed to an integral value is taken (Interpreter.static_arg); past 2^53 a float
+    stays a float (1e300 as a 301-digit int would be worded so in the built-in's error)."""
+    if type(value) is float and value.is_integer() and abs(value) <= _EXACT_INTS:
+        return int(value)
+    if type(value) is tuple:
+        return tuple(map(_integral, value))
+    return value
+
+
+def _elements(params: tuple, arguments: dict) -> list:
+    """The values of a built-in's arguments that hold the elements of its result (see
+    _MASK_KEEPING): those named, a star-argument's one by one."""
+    out = []
+    for name in params:
+        value = arguments.get(name)
+        if type(value) is tuple:
+            out.extend(value)
+        elif value is not None:
+            out.append(value)
+    return out
 
 
 def _operator(op: str):
@@ -448,6 +484,8 @@ class Interpreter:
         elif var < before:  # `a = x` made nothing new: a's own copy, so that --wrt a is
             self.b.pos = loc  # the derivative through a alone, x held fixed
             value = P.copy(value)
+            if var in self.masks:  # (`n = m`: n is the mask m is)
+                self.masks.add(int(value.var))
             var = value.var
         self.env[name] = value
         self.names[name] = var
@@ -480,8 +518,14 @@ class Interpreter:
         idx = self.index_items(st.items)
         value = self.expr(st.value)
         self.b.pos = st.loc
+        mask = st.op == "=" and old.var in self.masks
+        if mask and value.var not in self.masks:  # NumPy's m[i] = v on a boolean array stores v != 0
+            value = P.ne(value, self.number(0.0))
         update = P.index_add if st.op == "+=" else P.index_update
-        self.bind(st.name, update(old, value, idx=idx), st.loc, before)
+        new = update(old, value, idx=idx)
+        if mask:
+            self.masks.add(int(new.var))
+        self.bind(st.name, new, st.loc, before)
 
     def destructure(self, st: Destructure) -> None:
         before = self.b._next
@@ -582,9 +626,13 @@ class Interpreter:
         if x.ndim == 0:
             raise ShapeError("a for loop runs over an array's first axis; this value is a scalar", loc,
                              hint="loop over indices with range(n)")
+        mask = x.var in self.masks
         for k in range(x.shape[0]):
             self.b.pos = loc
-            yield P.index(x, idx=(k,))
+            row = P.index(x, idx=(k,))
+            if mask:
+                self.masks.add(int(row.var))
+            yield row
 
     def jump(self, st) -> None:
         raise _Break() if type(st) is Break else _Continue()
@@ -826,7 +874,8 @@ class Interpreter:
             return negate
         elif t is Call and loc is not None and len(node.args) == 1 and not node.kwargs:
             fn = None if node.func in self.facts.functions else FUNCTIONS.get(node.func)
-            if fn is not None and fn.prim is not None and fn.arity == 1 and node.func not in _MASK_BUILTINS:
+            if fn is not None and fn.prim is not None and fn.arity == 1 and node.func not in _MASK_BUILTINS \
+                    and fn.fn not in _MASK_KEEPING:
                 arg, prim, trivial = self.compiled(node.args[0], depth - 1), fn.prim, fn.prim.trivial_params
                 arg_name = _name_id(node.args[0])
 
@@ -905,7 +954,10 @@ class Interpreter:
         x = self.expr(node.value)
         idx = self.index_items(node.items)
         self.b.pos = node.loc
-        return x.builder.bind(_INDEX, (x,), {"idx": idx})  # (what P.index(x, idx=idx) does on a tracer)
+        out = x.builder.bind(_INDEX, (x,), {"idx": idx})  # (what P.index(x, idx=idx) does on a tracer)
+        if x.var in self.masks:  # (elements of a mask: a mask)
+            self.masks.add(int(out.var))
+        return out
 
     def conditional(self, node: CondExpr) -> Tracer:
         """``a if c else b``: only the chosen side runs."""
@@ -965,7 +1017,7 @@ class Interpreter:
                                  f"element 1 has shape {items[0].shape}", _pos(item))
         self.b.pos = node.loc
         self.b.labels[node.loc] = "array literal"  # (what messages call its stacking primitives)
-        return stack(*items, axis=0)
+        return self.kept_mask(stack(*items, axis=0), items)
 
     # -- calls -------------------------------------------------------------------
     def values(self, node, used: bool = True) -> tuple:
@@ -1034,8 +1086,13 @@ class Interpreter:
             args = [self.expr(a) for a in node.args]
             self.b.pos = node.loc
             if prim is not None:
-                return self.invoke(node, self.b.bind, (prim, tuple(args), NO_PARAMS))
-            return self.invoke(node, fn.fn, args)
+                out = self.invoke(node, self.b.bind, (prim, tuple(args), NO_PARAMS))
+            else:
+                out = self.invoke(node, fn.fn, args)
+            params = _MASK_KEEPING.get(fn.fn)
+            if params is None or not self.masks:
+                return out
+            return self.kept_mask(out, _elements(params, dict(zip(fn.signature.parameters, args))))
         constructor = is_constructor(node.func)
         _refuse_unknown_keywords(node, fn)
         args, kwargs = _sequence(fn, node.args, {k.name: k.value for k in node.kwargs})
@@ -1062,7 +1119,20 @@ class Interpreter:
             else:
                 bound.arguments[pname] = self.expr(arg)
         self.b.pos = node.loc
-        return self.invoke(node, fn.fn, bound.args, bound.kwargs)
+        out = self.invoke(node, fn.fn, bound.args, bound.kwargs)
+        params = _MASK_KEEPING.get(fn.fn)
+        if params is None or not self.masks:
+            return out
+        return self.kept_mask(out, _elements(params, bound.arguments))
+
+    def kept_mask(self, out, elements: list):
+        """out, noted as a mask (or each of several results) when the elements it is made of are
+        all masks (see _MASK_KEEPING)."""
+        masks = self.masks
+        if elements and all(e.var in masks for e in elements):
+            for t in out if type(out) is tuple else (out,):
+                masks.add(int(t.var))
+        return out
 
     @staticmethod
     def invoke(node: Call, fn, args, kwargs=None) -> Tracer:
@@ -1087,7 +1157,7 @@ class Interpreter:
         """An argument taken as a Python value (axis, shape, keepdims, a string): a literal, or
         an integer-valued expression, evaluated (SPEC §2.3 "Integer arguments")."""
         try:
-            return static_value(node, self.env)
+            return _integral(static_value(node, self.env))
         except NotStatic:
             pass
         t = type(node)
@@ -1102,7 +1172,7 @@ class Interpreter:
             raise ShapeError(f"{func}(): '{pname}' must be a number or a tuple such as (2, -1), got an "
                              f"array of shape {value.shape}", _pos(node))
         f = float(value.value)
-        if not f.is_integer():
+        if not f.is_integer() or abs(f) > _EXACT_INTS:
             return f
         return self.int_of(value, node, f"{func}(): '{pname}'", pname)
 
@@ -1195,7 +1265,9 @@ class Interpreter:
         b.pos = loc
         if kind == "grad":
             return rows[0]
-        return P.reshape(stack(*rows), shape=out.shape + leaf.shape) if rows else b.const(np.zeros(leaf.shape))
+        if not rows:  # (an empty output: an empty Jacobian, of its shape and the input's)
+            return b.const(np.zeros(out.shape + leaf.shape))
+        return P.reshape(stack(*rows), shape=out.shape + leaf.shape)
 
     def derivative_of(self, callee: Call):
         """The function and argnum of ``grad(f, argnum=k)``."""

@@ -467,6 +467,83 @@ def test_mask_selection():
     close(grad("sum(X[X < 0] * [10, 100])", X=X)["X"], [[0.0, 10.0], [100.0, 0.0]])
 
 
+# A value made of masks without arithmetic is a mask, as NumPy keeps a boolean array boolean:
+# copies, elements, shape built-ins, stacks, where's branches (SPEC §2.3: only arithmetic makes
+# an ordinary array).  Each program against NumPy on a boolean array.
+_X = np.array([-1.0, 2.0, -3.0, 4.0])
+_M = _X > 0
+
+
+@pytest.mark.parametrize(("src", "want"), [
+    ("n = m\nx[n]", _X[_M]),
+    ("n = m if x[0] < 0 else m\nx[n]", _X[_M]),
+    ("def f(t) {\n  return m\n}\nx[f(1)]", _X[_M]),
+    ("for i in range(2) {\n  n = m\n}\nx[n]", _X[_M]),
+    ("for i in range(2) {\n  n = stop_gradient(m)\n  k = m[::-1]\n}\nx[n] + x[k]", _X[_M] + _X[_M[::-1]]),
+    ("x[m[::-1]]", _X[_M[::-1]]),
+    ("x[:2][m[1:3]]", _X[:2][_M[1:3]]),
+    ("x[reshape(reshape(m, (2, 2)), (4,))]", _X[_M]),
+    ("x[flip(m)]", _X[np.flip(_M)]),
+    ("x[roll(m, 1)]", _X[np.roll(_M, 1)]),
+    ("x[ravel(transpose(reshape(m, (2, 2))))]", _X[np.ravel(_M.reshape(2, 2).T)]),
+    ("x[stop_gradient(m)]", _X[_M]),
+    ("x[sort(m)]", _X[np.sort(_M)]),
+    ("x[concat(m[:2], m[2:])]", _X[_M]),
+    ("x[concatenate((m[2:], m[:2]))]", _X[np.concatenate((_M[2:], _M[:2]))]),
+    ("x[where(x > 1, m, not m)]", _X[np.where(_X > 1, _M, ~_M)]),
+    ("x[[x[0] > 0, x[1] > 0, x[2] < 0, x[3] > 0]]", _X[[False, True, True, True]]),
+    ("a, b = split(m, 2)\nx[2:][b]", _X[2:][np.split(_M, 2)[1]]),
+    ("M = reshape(m, (2, 2))\nt = 0\nfor row in M {\n  t = t + sum(x[:2][row])\n}\nt",
+     sum(_X[:2][row].sum() for row in _M.reshape(2, 2))),
+    ("n = m\nn[0] = 1\nx[n]", _X[[True, True, False, True]]),  # NumPy stores 1 as True
+    ("n = m\nn[1] = 0.0 * x[0]\nx[n]", _X[[False, False, False, True]]),
+    ("n = m\nn[0] = x[0] < 0\nx[n]", _X[[True, True, False, True]]),
+    # arithmetic makes an ordinary array, whose values gather
+    ("x[m * 1]", _X[_M.astype(int)]),
+    ("n = m\nn[2] += 1\nx[n]", _X[[0, 1, 1, 1]]),
+])
+def test_a_value_made_of_masks_is_a_mask(src, want):
+    got = value("m = x > 0\n" + src, x=_X)
+    assert got.shape == np.shape(want)
+    close(got, want)
+
+
+def test_the_gradient_through_a_copied_mask_selects():
+    # the hunt's case: `n = m; x[n]` gathered x[0], x[1], x[0], x[1]
+    r = grad("m = x > 0\nn = m\nsum(x[n]^2)", x=_X)
+    close(r["x"], np.where(_M, 2 * _X, 0.0))
+    r = grad("m = x > 0\nw = x\nn = m\nw[n] = 0\nsum(w * [1, 2, 3, 4])", x=_X)
+    close(r["x"], np.where(_M, 0.0, [1.0, 2.0, 3.0, 4.0]))
+    close(value("m = x > 0\nw = x\nn = m\nw[n] = 0\nw", x=_X), np.where(_M, 0.0, _X))
+
+
+@pytest.mark.parametrize(("src", "want"), [
+    ("reshape(x, (2.0, -1))", _X.reshape(2, -1)),
+    ("sum(reshape(x, (2, 2)), axis=1.0)", _X.reshape(2, 2).sum(axis=1)),
+    ("tile(x, 2.0)", np.tile(_X, 2)),
+    ("roll(x, 1.0)", np.roll(_X, 1)),
+    ("diff(x, n=2.0)", np.diff(_X, n=2)),
+    ("repeat(x, 2.0)", np.repeat(_X, 2)),
+    ("diag(reshape(x, (2, 2)), k=1.0)", np.diag(_X.reshape(2, 2), k=1)),
+])
+def test_an_integral_float_literal_is_an_integer_argument(src, want):
+    # SPEC §2.3: any expression whose value is an integer; `n = 3.0` was taken, the literal 3.0 was not
+    close(value(src, x=_X), want)
+
+
+def test_a_huge_literal_integer_argument_is_worded_as_a_float():
+    with pytest.raises(GradcalcError, match=r"got 1e\+300$"):
+        value("reshape(x, (1e300, -1))", x=_X)
+
+
+def test_an_empty_jacobian_inside_a_program_has_its_output_and_input_axes():
+    # jacobian(f)(x) has shape f(x).shape + x.shape (JAX's), also when f(x) is empty
+    assert value("def g(t) = zeros(0) + t\njacobian(g)(3)").shape == (0,)
+    assert value("def g(t) = t\njacobian(g)(zeros(0))").shape == (0, 0)
+    assert value("def g(t) = t\njacobian(g)(zeros((2, 0)))").shape == (2, 0, 2, 0)
+    assert value("def g(t) = zeros(0) * sum(t)\njacobian(g)([1, 2]) + ones(1)").shape == (0, 2)
+
+
 def test_integer_valued_expressions_as_indices_and_bounds():
     x = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
     assert value("i = 1\nx[i + 1] - x[i - 1]", x=x) == 3.0
