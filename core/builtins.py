@@ -126,11 +126,16 @@ def _rad2deg(x):
     return x * (180.0 / math.pi)
 
 
-@_builtin("nan_to_num", numbers=("nan", "posinf", "neginf"))
+@_builtin("nan_to_num")
 def _nan_to_num(x, nan=0.0, posinf=None, neginf=None):
-    # numpy.nan_to_num: derivative 1 where x is finite, 0 where it was replaced.  x * 0 is 0
-    # where x is finite, nan elsewhere: a test with no kink at a finite x (x != x, nan's own
-    # test, compares x with itself: check saw a kink of '!=' at every point)
+    # numpy.nan_to_num: derivative 1 where x is finite, 0 where it was replaced, where the
+    # replacement's is 1 (nan=, posinf=, neginf= are values: scalars, or arrays that fit x's
+    # shape, as NumPy's copyto takes them).  x * 0 is 0 where x is finite, nan elsewhere: a
+    # test with no kink at a finite x (x != x, nan's own test, compares x with itself: check
+    # saw a kink of '!=' at every point)
+    for what, v in (("nan", nan), ("posinf", posinf), ("neginf", neginf)):
+        if v is not None and not isinstance(v, float) and not _fits(v.shape, x.shape):
+            raise ShapeError(f"{what}= of shape {v.shape} does not fit x's shape {x.shape}")
     big = float(np.finfo(np.float64).max)
     fill = P.where(P.eq(x, -math.inf), -big if neginf is None else neginf, nan)
     fill = P.where(P.eq(x, math.inf), big if posinf is None else posinf, fill)
@@ -138,6 +143,14 @@ def _nan_to_num(x, nan=0.0, posinf=None, neginf=None):
 
 
 _SQRT_HALF = math.sqrt(0.5)
+
+
+def _fits(shape: tuple, into: tuple) -> bool:
+    """Whether an array of shape broadcasts to the shape into (NumPy's copyto's test)."""
+    try:
+        return broadcast_shapes(shape, into) == into
+    except ValueError:
+        return False
 
 
 @_builtin("where")
@@ -783,7 +796,7 @@ def _tile(x, reps):
 _PAD_MODES = ("constant", "edge", "wrap", "reflect", "symmetric")
 
 
-@_builtin("pad", static=("pad_width", "mode"), numbers=("constant_values",))
+@_builtin("pad", static=("pad_width", "mode"))
 def _pad(x, pad_width, mode="constant", constant_values=0.0):
     if mode not in _PAD_MODES:
         raise UsageError(f"pad: mode {mode!r} is not supported; use one of "
@@ -796,6 +809,8 @@ def _pad(x, pad_width, mode="constant", constant_values=0.0):
         raise ShapeError(f"pad: pad_width holds non-negative integers, got {pad_width!r}")
     if mode == "constant":
         return _pad_constant(x, widths, constant_values)
+    if not isinstance(constant_values, float):  # (as NumPy: a value no mode but 'constant' reads)
+        raise UsageError(f"pad: mode {mode!r} takes no constant_values")
     x.builder.check_size(tuple(d + b + a for d, (b, a) in zip(x.shape, widths.tolist())), "pad()'s result")
     for a, (before, after) in enumerate(widths.tolist()):
         if x.shape[a] == 0 and before + after:
@@ -809,11 +824,31 @@ def _pad_constant(x, widths, value):
     x.builder.check_size(shape)
     inside = tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, widths.tolist()))
     out = P.index_put(x, idx=inside, shape=shape)
-    if value == 0:
+    if isinstance(value, float):  # (the default, 0)
         return out
-    border = np.full(shape, float(value))
-    border[inside] = 0.0
-    return out + border
+    if math.prod(value.shape) == 1:  # one value for the whole border
+        border = np.ones(shape)
+        border[inside] = 0.0
+        return P.where(border, P.reshape(value, shape=()), out)
+    # numpy.pad's (before, after) pairs, axis by axis: the later axes' values fill the corners
+    pairs = _pad_pairs(value, x.ndim)
+    for a, (before, after) in enumerate(widths.tolist()):
+        for k, part in ((0, slice(0, before)), (1, slice(before + x.shape[a], None))):
+            side = np.zeros(shape)
+            side[(slice(None),) * a + (part,)] = 1.0
+            out = P.where(side, P.index(pairs, idx=(a, k)), out)
+    return out
+
+
+def _pad_pairs(value, nd: int):
+    """constant_values as numpy.pad reads it: an (nd, 2) array of (before, after) per axis."""
+    if value.shape in ((2,), (1, 2)):  # (before, after) for every axis
+        value = P.reshape(value, shape=(1, 2))
+    if not _fits(value.shape, (nd, 2)):
+        raise ShapeError(f"constant_values of shape {value.shape} give no (before, after) pair for "
+                         f"each of the {nd} axes", hint="a number, [before, after], or one pair per axis "
+                         "as [[b0, a0], [b1, a1]]")
+    return P.broadcast_to(value, shape=(nd, 2))
 
 
 @_builtin("broadcast_to", static=("shape",))
@@ -1075,7 +1110,7 @@ def _diff(x, n=1, axis=-1):
     return x
 
 
-@_builtin("trapezoid", static=("axis",), numbers=("dx",))
+@_builtin("trapezoid", static=("axis",))
 def _trapezoid(y, x=None, dx=1.0, axis=-1):
     if y.ndim == 0:
         raise ShapeError("trapezoid needs an array of at least one dimension")

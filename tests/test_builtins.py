@@ -296,6 +296,67 @@ def test_nan_to_num_replaces_and_cuts():
     assert _grad("sum(nan_to_num(x))", x=x).tolist() == [0.0, 0.0, 0.0, 1.0]
 
 
+# values taken as arguments that are not integers (trapezoid's dx, pad's constant_values,
+# nan_to_num's nan, posinf and neginf) are differentiable, scalars or arrays as NumPy broadcasts them
+_NAN = np.nan
+VALUE_ARGUMENTS = [
+    ("trapezoid(y, dx=h)", lambda y, h: np.trapezoid(y, dx=h), {"y": [1.0, 2.0, 4.0], "h": 0.5}),
+    ("trapezoid(y, dx=h)", lambda y, h: np.trapezoid(y, dx=h),
+     {"y": [[1.0, -2.0, 0.5, 3.0], [0.25, 1.5, -1.0, 2.0]], "h": [[0.5], [2.0]]}),
+    ("pad(x, 1, constant_values=c)", lambda x, c: np.pad(x, 1, constant_values=c), {"x": [1.0, 2.0], "c": 0.5}),
+    ("pad(x, (0, 2), constant_values=c)", lambda x, c: np.pad(x, (0, 2), constant_values=c),
+     {"x": [1.0, 2.0, -1.0], "c": [-0.75]}),
+    ("pad(x, 1, constant_values=c)", lambda x, c: np.pad(x, 1, constant_values=c),
+     {"x": [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], "c": [0.5, -1.5]}),
+    ("pad(x, ((1, 0), (2, 1)), constant_values=c)", lambda x, c: np.pad(x, ((1, 0), (2, 1)), constant_values=c),
+     {"x": [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], "c": [[0.5, -1.5], [2.5, 3.5]]}),
+    ("pad(x, 1, constant_values=c)", lambda x, c: np.pad(x, 1, constant_values=c),
+     {"x": [[1.0, 2.0], [4.0, 5.0]], "c": [[0.5], [-1.5]]}),
+    # (x at nan or inf has no central differences: the non-finite entries are constants here)
+    ("nan_to_num([nan, x, inf], nan=c, posinf=d)",
+     lambda x, c, d: np.nan_to_num(np.array([_NAN, x, np.inf]), nan=c, posinf=d), {"x": 1.5, "c": 0.5, "d": -2.0}),
+    ("nan_to_num(x * [[nan, 1], [nan, -inf]], nan=c, neginf=c)",
+     lambda x, c: np.nan_to_num(x * np.array([[_NAN, 1.0], [_NAN, -np.inf]]), nan=c, neginf=c),
+     {"x": 1.5, "c": [[0.5], [-3.0]]}),
+]
+
+
+@pytest.mark.parametrize("src, ref, at", VALUE_ARGUMENTS, ids=[f"{c[0]} {np.shape(list(c[2].values())[1])}"
+                                                            for c in VALUE_ARGUMENTS])
+def test_value_arguments_are_differentiable(src, ref, at):
+    report = check_program(src, at, ref=ref, unconnected=[])
+    assert report.ok, f"{src}\n{report}"
+
+
+def test_value_arguments_have_their_closed_form_derivatives_in_both_modes():
+    cases = [  # d/dh trapezoid(y, dx=h) = trapezoid(y); d/dc of a constant pad counts the border
+        ("trapezoid(y, dx=h)", {"y": np.array([1.0, 2.0, 4.0]), "h": 0.5}, "h", 4.5),
+        ("sum(pad(x, 1, constant_values=c))", {"x": np.array([1.0, 2.0]), "c": 0.5}, "c", 2.0),
+        ("sum(pad(x, ((1, 2), (0, 1)), constant_values=c))", {"x": np.ones((2, 2)), "c": 0.5}, "c", 5 * 3 - 4),
+        ("sum(nan_to_num(x, nan=c))", {"x": np.array([np.nan, 1.0]), "c": 0.5}, "c", 1.0),
+        ("sum(nan_to_num(x, posinf=c))", {"x": np.array([np.inf, np.inf, -np.inf, 1.0]), "c": 0.5}, "c", 2.0),
+        ("sum(nan_to_num(x, neginf=c))", {"x": np.array([np.inf, np.inf, -np.inf, 1.0]), "c": 0.5}, "c", 1.0),
+    ]
+    for src, at, name, want in cases:
+        for mode in ("rev", "fwd"):
+            jac = gradcalc.jacobian(src, at=at, mode=mode)
+            assert float(jac["_"][name]) == want, (src, mode)
+            assert name not in jac.unconnected, (src, mode)
+
+
+@pytest.mark.parametrize("src, message", [
+    ("nan_to_num(x, nan=[1, 2, 3])", "nan_to_num(): nan= of shape (3,) does not fit x's shape (2,)"),
+    ("nan_to_num(x, posinf=[[1], [2]])", "nan_to_num(): posinf= of shape (2, 1) does not fit x's shape (2,)"),
+    ("pad(x, 1, constant_values=[1, 2, 3])", "pad(): constant_values of shape (3,) give no (before, after) "
+     "pair for each of the 1 axes"),
+    ("pad(x, 1, mode='edge', constant_values=2)", "pad: mode 'edge' takes no constant_values"),
+])
+def test_value_arguments_of_the_wrong_shape_are_errors(src, message):
+    with pytest.raises(gradcalc.GradcalcError) as err:
+        gradcalc.evaluate(src, at={"x": np.array([1.0, 2.0])})
+    assert message in str(err.value)
+
+
 @pytest.mark.parametrize("fn, base", [("logaddexp", math.e), ("logaddexp2", 2.0)])
 def test_logaddexp_is_stable_at_1000(fn, base):
     x, y = np.array([1000.0, -1000.0, 1000.0]), np.array([1000.0, -1000.0, -1000.0])
