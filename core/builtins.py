@@ -72,7 +72,7 @@ for _name, _prim in {
     "sin": P.sin, "cos": P.cos, "tan": P.tan, "asin": P.asin, "acos": P.acos, "atan": P.atan,
     "sinh": P.sinh, "cosh": P.cosh, "tanh": P.tanh, "asinh": P.asinh, "acosh": P.acosh,
     "atanh": P.atanh, "sigmoid": P.sigmoid, "relu": P.relu, "softplus": P.softplus,
-    "floor": P.floor, "ceil": P.ceil, "round": P.round_, "stop_gradient": P.stop_gradient,
+    "floor": P.floor, "ceil": P.ceil, "stop_gradient": P.stop_gradient,
     "inv": P.inv, "det": P.det, "cholesky": P.cholesky, "trunc": P.trunc, "erf": P.erf, "erfc": P.erfc, "sinc": P.sinc,
 }.items():
     _register_primitive(_name, _prim)
@@ -87,6 +87,18 @@ for _name, _prim in {"atan2": P.atan2, "hypot": P.hypot, "maximum": P.maximum,
 
 
 # -- elementwise, over primitives ----------------------------------------------
+
+@_builtin("round", static=("decimals",), prim=P.round_)
+def _round(x, decimals=0):
+    # numpy.round's own steps: x scaled by 10^decimals (divided for decimals < 0), rounded half
+    # to even, scaled back; a step function, so the derivative is 0, as round(x)'s
+    d = _int(decimals, "decimals")
+    if d == 0:
+        return P.round_(x)
+    with np.errstate(over="ignore"):  # (as NumPy's C pow: 10^400 is inf, and the result nan)
+        scale = float(np.power(10.0, abs(d)))
+    return P.round_(x * scale) / scale if d > 0 else P.round_(x / scale) * scale
+
 
 @_builtin("square")
 def _square(x):
@@ -1021,9 +1033,11 @@ def _trace(x, offset=0, axis1=0, axis2=1):
 def _triangle(name, keep):
     @_builtin(name, static=("k",))
     def fn(x, k=0):
-        if x.ndim < 2:
-            raise ShapeError(f"{name} needs an array of at least two dimensions, got shape {x.shape}")
-        mask = keep(np.ones(x.shape[-2:]), _offset(_int(k, "k"), x.shape[-2:]))
+        if x.ndim < 1:
+            raise ShapeError(f"{name} needs an array of at least one dimension, got shape {x.shape}")
+        # (numpy's mask of a 1-D x is square: x broadcast as the rows of a matrix)
+        square = x.shape[-2:] if x.ndim > 1 else x.shape * 2
+        mask = keep(np.ones(square), _offset(_int(k, "k"), square))
         return P.where(mask, x, 0.0)  # (where, not a product: an inf above the diagonal gives 0)
 
 
@@ -1087,9 +1101,31 @@ def _scan(name, prim, default=None):
 
 _scan("cumsum", P.cumsum)
 _scan("cumprod", P.cumprod)
-_scan("argsort", P.argsort, -1)  # (integer values, no gradient)
-_scan("argmax", P.argmax)
-_scan("argmin", P.argmin)
+
+
+@_builtin("argsort", static=("axis",))
+def _argsort(x, axis=-1):
+    # (integer values, no gradient); numpy.argsort sorts a 0-d array as a 1-D one: [0]
+    x, axis = _along(P.reshape(x, shape=(1,)) if x.ndim == 0 else x, axis)
+    return P.argsort(x, axis=axis)
+
+
+def _arg_extreme(name, prim):
+    @_builtin(name, static=("axis", "keepdims"))
+    def fn(x, axis=None, keepdims=False):
+        # integer values, no gradient; keepdims leaves the reduced axis (or every axis) as 1
+        if keepdims not in (True, False):
+            raise UsageError(f"keepdims must be true or false, not {keepdims!r}")
+        i = prim(*_along(x, axis))
+        if not keepdims:
+            return i
+        kept = (1,) * x.ndim if axis is None else tuple(1 if k == _one_axis(axis, x.ndim) else d
+                                                        for k, d in enumerate(x.shape))
+        return P.reshape(i, shape=kept)
+
+
+_arg_extreme("argmax", lambda x, axis: P.argmax(x, axis=axis))
+_arg_extreme("argmin", lambda x, axis: P.argmin(x, axis=axis))
 
 
 def _axis_slice(nd, axis, part) -> tuple:
@@ -1097,10 +1133,13 @@ def _axis_slice(nd, axis, part) -> tuple:
 
 
 @_builtin("diff", static=("n", "axis"))
-def _diff(x, n=1, axis=-1):
+def _diff(x, n=1, axis=-1, prepend=None, append=None):
     n = _int_arg("n", n)
     if x.ndim == 0:
         raise ShapeError("diff needs an array of at least one dimension")
+    if prepend is not None or append is not None:  # numpy.diff: joined to x along axis first,
+        x = P.concat(*[_diff_end(v, x, axis) if v is not x else v  # a scalar as one slice
+                       for v in (prepend, x, append) if v is not None], axis=axis)
     # as numpy.diff: the difference of two slices, n times; after `length` of them the axis
     # is empty and stays so (a user's n = 10^6 must not run 10^6 Python steps)
     length = x.shape[P.normalize_axes(axis, x.ndim)[0]]
@@ -1108,6 +1147,15 @@ def _diff(x, n=1, axis=-1):
         x = P.index(x, idx=_axis_slice(x.ndim, axis, slice(1, None))) - \
             P.index(x, idx=_axis_slice(x.ndim, axis, slice(None, -1)))
     return x
+
+
+def _diff_end(v, x, axis):
+    """diff's prepend or append as numpy.diff joins it: a scalar broadcast to one slice of x."""
+    if v.ndim:
+        return v
+    shape = list(x.shape)
+    shape[P.normalize_axes(axis, x.ndim)[0]] = 1
+    return P.broadcast_to(v, shape=tuple(shape))
 
 
 @_builtin("trapezoid", static=("axis",))
@@ -1244,10 +1292,10 @@ def _ones(builder, shape):
 
 
 @_constructor("eye")
-def _eye(builder, n, m=None):
+def _eye(builder, n, m=None, k=0):
     n, m = _int_arg("n", n), _int_arg("m", n if m is None else m)
     builder.check_size((n, m))
-    return builder.const(np.eye(n, m))
+    return builder.const(np.eye(n, m, k=_offset(_int(k, "k"), (n, m))))
 
 
 @_constructor("arange", numbers=("start", "stop", "step"))

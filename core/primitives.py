@@ -858,7 +858,8 @@ reduce_prod = _reduction("prod", np.prod, _prod_vjp, _prod_jvp)
 
 
 def _logsumexp(x, axis, keepdims):
-    m = np.max(x, axis=axis, keepdims=True)
+    # (initial=-inf: a sum of no terms is 0 and its log -inf, as SciPy's and JAX's)
+    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0.0)
     r = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
     return r if keepdims else np.squeeze(r, axis=axis)
@@ -868,6 +869,8 @@ def _lse_weights(ans, x, axes, keepdims, xshape):
     """softmax over the reduced axes, e / sum(e) with e = exp(x - max x): exact for equal
     terms (exp(x - ans) lost the last bits of ans, as logaddexp's share did).  The shift
     changes no value, so it carries no derivative (stop_gradient)."""
+    if 0 in xshape:  # (no terms, no weights: and no maximum to shift by)
+        return stop_gradient(x)
     e = exp(x - stop_gradient(reduce_max(x, axis=axes, keepdims=True)))
     return e / reduce_sum(e, axis=axes, keepdims=True)
 

@@ -357,6 +357,71 @@ def test_value_arguments_of_the_wrong_shape_are_errors(src, message):
     assert message in str(err.value)
 
 
+# NumPy's own options and edge cases of the built-ins (SPEC §2.5: arguments, defaults and N-D
+# behaviour are NumPy's): values against NumPy, derivatives against central differences
+_DISTINCT = [[0.5, -1.25, 2.0], [1.75, 0.25, -0.5]]
+NUMPY_OPTIONS = [
+    ("x * argmax(x, axis=1, keepdims=true)", lambda x: x * np.argmax(x, axis=1, keepdims=True), {"x": _DISTINCT}),
+    ("x * argmin(x, keepdims=true)", lambda x: x * np.argmin(x, keepdims=True), {"x": _DISTINCT}),
+    ("x * argmax(x, axis=0, keepdims=false)", lambda x: x * np.argmax(x, axis=0), {"x": _DISTINCT}),
+    ("eye(3, 4, k=1) @ x", lambda x: np.eye(3, 4, k=1) @ x, {"x": [1.0, -2.0, 0.5, 3.0]}),
+    ("eye(3, k=-1) * x", lambda x: np.eye(3, k=-1) * x, {"x": [1.0, -2.0, 0.5]}),
+    ("eye(2, 3, 5) + x", lambda x: np.eye(2, 3, 5) + x, {"x": 1.5}),
+    ("round(x, 2) * x", lambda x: np.round(x, 2) * x, {"x": [0.1234, -2.71828, 3.14159]}),
+    ("round(x, decimals=-1) + x", lambda x: np.round(x, decimals=-1) + x, {"x": [12.3, -47.0, 151.0]}),
+    ("diff(x, prepend=p, append=q)", lambda x, p, q: np.diff(x, prepend=p, append=q),
+     {"x": [1.0, 2.5, -1.0, 4.0], "p": 0.5, "q": [2.0, -3.0]}),
+    ("diff(x, n=2, axis=0, prepend=p)", lambda x, p: np.diff(x, n=2, axis=0, prepend=p),
+     {"x": [[1.0, 2.5, -1.0], [4.0, 0.5, 2.0]], "p": [[3.0, -1.0, 0.25]]}),
+    ("diff(x, axis=0, append=q)", lambda x, q: np.diff(x, axis=0, append=q),
+     {"x": [[1.0, 2.5, -1.0], [4.0, 0.5, 2.0]], "q": -0.75}),
+    ("tril(x)", np.tril, {"x": [1.0, -2.0, 0.5]}),
+    ("triu(x, 1) * x", lambda x: np.triu(x, 1) * x, {"x": [1.0, -2.0, 0.5, 3.0]}),
+    ("x * argsort(x)", lambda x: x * np.argsort(x), {"x": 2.5}),
+    ("x * argsort(x, axis=0)", lambda x: x * np.argsort(x, axis=0), {"x": 2.5}),
+]
+
+
+@pytest.mark.parametrize("src, ref, at", NUMPY_OPTIONS, ids=[c[0] for c in NUMPY_OPTIONS])
+def test_numpy_options_match_numpy(src, ref, at):
+    report = check_program(src, at, ref=ref)
+    assert report.ok, f"{src}\n{report}"
+
+
+def test_round_to_decimals_is_numpys_to_the_bit():
+    x = np.random.default_rng(7).uniform(-1e3, 1e3, 200)
+    x[:4] = [0.125, 2.675, -0.5, 1e300]
+    for d in (-3, -1, 1, 2, 5, 400, -400):
+        with np.errstate(all="ignore"):
+            want = np.round(x, d)
+        got = _value(f"round(x, {d})", x=x)
+        assert got.tobytes() == want.tobytes(), d
+    assert _grad("sum(round(x, 2))", x=x).tolist() == [0.0] * len(x)  # a step function, as round(x)
+
+
+def test_logsumexp_of_nothing_is_minus_inf():
+    # scipy.special.logsumexp([]) and jax's: log(0) = -inf; over an empty axis, one -inf each
+    assert _value("logsumexp(x)", x=np.zeros(0)) == -np.inf
+    assert _value("logsumexp(x, axis=1)", x=np.zeros((2, 0))).tolist() == [-np.inf, -np.inf]
+    assert _value("logsumexp(x, axis=1, keepdims=true)", x=np.zeros((2, 0))).shape == (2, 1)
+    for mode in ("rev", "fwd"):  # the derivative has no elements
+        assert gradcalc.jacobian("logsumexp(x)", at={"x": np.zeros(0)}, mode=mode)["_"]["x"].shape == (0,)
+        jac = gradcalc.jacobian("logsumexp(x, axis=0)", at={"x": np.zeros((0, 2))}, mode=mode)
+        assert jac["_"]["x"].shape == (2, 0, 2)
+
+
+@pytest.mark.parametrize("src, message", [
+    ("tril(x)", "tril needs an array of at least one dimension, got shape ()"),
+    ("round(x, 0.5)", "round(): decimals must be an integer, not 0.5"),
+    ("argmax(x, keepdims=2)", "argmax(): keepdims must be true or false, not 2"),
+    ("diff(x, prepend=[1, 2])", "concat"),
+])
+def test_numpy_options_errors(src, message):
+    with pytest.raises(gradcalc.GradcalcError) as err:
+        gradcalc.evaluate(src, at={"x": 2.0} if src.startswith("tril") else {"x": np.ones((2, 3))})
+    assert message in str(err.value)
+
+
 @pytest.mark.parametrize("fn, base", [("logaddexp", math.e), ("logaddexp2", 2.0)])
 def test_logaddexp_is_stable_at_1000(fn, base):
     x, y = np.array([1000.0, -1000.0, 1000.0]), np.array([1000.0, -1000.0, -1000.0])
