@@ -735,11 +735,11 @@ def _forward_probes(tr: Traced, outs, wrts, rng) -> dict:
 
 
 def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX_STEPS) -> None:
-    """Add the Taylor remainder's observed order to a result; below 1.8 it fails (and a step
+    """Add the Taylor remainder's observed order to a result; below TAYLOR_MIN_ORDER it fails (and a step
     that changes the path, which would explain it, is noted)."""
     order, flipped = taylor_order(tr, result.of, result.wrt, rng, max_steps=max_steps)
     result.extra["taylor_order"] = order
-    if not order >= 1.8:
+    if not order >= TAYLOR_MIN_ORDER:
         result.ok = False
         result.notes.append(f"Taylor remainder order {order:.2f}, expected 2")
         result.notes += [n for n in path_notes(tr, flipped, "Taylor") if n not in result.notes]
@@ -920,25 +920,75 @@ class TaylorOrder(NamedTuple):
     flipped: tuple  # the guards a step changed (see Batch)
 
 
-def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = 6, *,
+#: The Taylor test's steps: TAYLOR_FIRST_STEP * max(1, |x|) halved TAYLOR_HALVINGS - 1 times,
+#: down to ~2e-8 of it: small enough that the h^2 term outgrows the h^3 term even near an
+#: inflection point (sin at 1e-4: they are equal at h = 3e-4), while steps whose remainder
+#: is at rounding level (TAYLOR_ROUNDING) are left out of the estimate.
+TAYLOR_FIRST_STEP = 1e-2
+TAYLOR_HALVINGS = 20
+#: A remainder counts only above this many times eps times the size of what it is the
+#: difference of (|f(x)|, |f(x + p)| and |J p|, per output element): below it, the rounding of
+#: f (which can exceed eps |f| where f sums many terms) would make its order noise.
+TAYLOR_ROUNDING = 1e3
+#: The order of a right derivative's remainder is 2 (or more); a wrong one's tends to 1.
+TAYLOR_MIN_ORDER = 1.8
+#: The observed order is the median over the last pairs of steps that count (at most this many).
+TAYLOR_LAST_PAIRS = 3
+
+
+def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALVINGS, *,
                  max_steps: int = DEFAULT_MAX_STEPS) -> TaylorOrder:
-    """Observed order of |f(x + h v) - f(x) - h J v| as h halves (2 for a correct J v)."""
+    """Observed order of the remainder f(x + p) - f(x) - J p as the step p = h v halves (2
+    for a correct J; inf when the remainder is at rounding level at every step: f is linear
+    along v, or the steps are too small to see its curvature).
+
+    The order is taken at the smallest steps whose remainder is above rounding, where the
+    leading term shows: a wrong J leaves c h, which the smallest steps see; a right one
+    leaves a h^2 + b h^3, whose terms can cancel at larger steps (near an inflection point,
+    a ~ 0).  The remainder with its h^3 term removed, 8 r(h/2) - r(h) = a h^2 + 3 c h + ..., is
+    measured too where the remainder's own order is short of 2, and the larger of the two is
+    reported: a wrong J shows c h in both.
+    p is the step actually taken, (x + h v) - x, with J p from forward mode, since x + h v
+    rounds (by eps |x|, far more than the remainder at small h).
+    """
     x = tr.value(wrt)
     v = rng.standard_normal(x.shape)
-    (jv,) = _tangents(tr, wrt, [of], v[None])
-    jv = np.zeros(tr.value(of).shape) if jv is None else jv[0]
-    h0 = 1e-2 * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
+    h0 = TAYLOR_FIRST_STEP * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
     hs = h0 / 2.0 ** np.arange(halvings)
-    (ys,), (flipped,) = evaluate_batch(tr, wrt, x + hs.reshape((-1,) + (1,) * x.ndim) * v, [of],
-                                       max_steps=max_steps)
+    moved = x + hs.reshape((-1,) + (1,) * x.ndim) * v
+    (ys,), (flipped,) = evaluate_batch(tr, wrt, moved, [of], max_steps=max_steps)
     y0 = tr.value(of)
-    # the largest remainder, not the Euclidean norm: squares of values past 1e154 overflow
-    rem = np.array([np.max(np.abs(ys[i] - y0 - hs[i] * jv), initial=0.0) for i in range(halvings)])
-    if np.all(rem <= 1e-13 * max(1.0, float(np.max(np.abs(y0))) if y0.size else 1.0)):
-        return TaylorOrder(math.inf, flipped)  # f is linear along v: the remainder is rounding alone
-    orders = np.log2(rem[:-1] / rem[1:])
-    orders = orders[np.isfinite(orders)]
-    return TaylorOrder(float(np.median(orders)) if orders.size else math.nan, flipped)
+    (jp,) = _tangents(tr, wrt, [of], moved - x)
+    jp = np.zeros(ys.shape) if jp is None else jp
+    with np.errstate(all="ignore"):
+        rem = ys - y0 - jp
+        scale = np.maximum(np.maximum(np.abs(ys), np.abs(y0)), np.abs(jp))
+        floor = TAYLOR_ROUNDING * stencil.EPS * scale
+        cubic_gone = 8 * rem[1:] - rem[:-1]  # (step i: h_i, with h_i / 2)
+        order = _order_at_small_steps(rem, floor)
+        if not order >= TAYLOR_MIN_ORDER:
+            order = max(order, _order_at_small_steps(cubic_gone, 8 * floor[1:] + floor[:-1]))
+    return TaylorOrder(order, flipped)
+
+
+def _order_at_small_steps(rem: np.ndarray, floor: np.ndarray) -> float:
+    """The order of rem (one row per step, the steps halving) from the last TAYLOR_LAST_PAIRS pairs
+    of consecutive steps whose largest remainder above its floor (rounding) is non-zero; inf when
+    no step's is (the remainder is rounding alone), nan when the remainder is not finite at the
+    smallest steps."""
+    k = len(rem)
+    seen = np.where(np.abs(rem) > floor, np.abs(rem), 0.0).reshape(k, -1)
+    seen[~np.isfinite(rem.reshape(k, -1))] = np.nan
+    size = np.max(seen, axis=1, initial=0.0)
+    if not (size > 0).any():
+        return math.inf if np.isfinite(size).all() else math.nan
+    pairs = [i for i in range(k - 1) if size[i] > 0 and size[i + 1] > 0]
+    if not pairs:
+        # above rounding at one step, below it at the next: a remainder that falls by the floor
+        # in one halving (or not finite where it counts)
+        return math.inf if np.isfinite(size).all() else math.nan
+    last = pairs[-TAYLOR_LAST_PAIRS:]
+    return float(np.median([np.log2(size[i] / size[i + 1]) for i in last]))
 
 
 def _check_expect(tr: Traced, name, outs, wrts, expect: dict, tol, expect_name=None):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -363,3 +364,90 @@ def test_a_nan_derivative_that_the_differences_share_still_records_its_breach(sr
     assert not r.ok and "non-finite derivative" in r.notes and r.worst_index == worst
     assert np.isnan(r.extra["ad"]) and np.isnan(r.extra["fd"]) and r.extra["bound"] == "finite"
     assert breach_text(r) == ("at [0]: " if worst else "") + "ad nan, fd nan: not finite"
+
+
+# -- the Taylor test on random programs -----------------------------------------
+
+#: Smooth one-argument functions, in gradcalc's spelling and NumPy's (for the test's own
+#: finite differences, which decide whether a wrong derivative is detectable at the point).
+UNARY = [("sin({})", np.sin), ("cos({})", np.cos), ("tanh({})", np.tanh), ("atan({})", np.arctan),
+         ("exp({}/2)", lambda a: np.exp(a / 2)), ("log1p({}^2)", lambda a: np.log1p(a * a)),
+         ("({})^3", lambda a: a ** 3), ("sqrt(1 + ({})^2)", lambda a: np.sqrt(1 + a * a))]
+
+
+def _leaf():
+    from hypothesis import strategies as st
+    return st.sampled_from([("x", lambda x, y: x), ("y", lambda x, y: y),
+                            ("(x*y)", lambda x, y: x * y), ("0.7", lambda x, y: 0.7 + 0 * x)])
+
+
+def _expression():
+    from hypothesis import strategies as st
+
+    def grow(inner):
+        unary = st.tuples(st.sampled_from(UNARY), inner).map(
+            lambda t: (t[0][0].format(t[1][0]), lambda x, y, f=t[0][1], g=t[1][1]: f(g(x, y))))
+        binary = st.tuples(inner, st.sampled_from(["+", "*"]), inner).map(
+            lambda t: (f"({t[0][0]} {t[1]} {t[2][0]})",
+                       (lambda x, y, a=t[0][1], b=t[2][1]: a(x, y) + b(x, y)) if t[1] == "+" else
+                       (lambda x, y, a=t[0][1], b=t[2][1]: a(x, y) * b(x, y))))
+        return unary | binary
+    return st.recursive(_leaf(), grow, max_leaves=5)
+
+
+def _taylor_orders(src, at):
+    r = gradcalc.check(src, at=at, taylor=True)
+    return {x.wrt: x.extra["taylor_order"] for x in r.results}
+
+
+def _coordinates():
+    from hypothesis import strategies as st
+    return st.floats(-2, 2, allow_nan=False).map(lambda a: float(np.round(a, 6)))
+
+
+def test_taylor_passes_right_and_fails_wrong_derivatives_of_random_programs():
+    # a right derivative leaves a remainder of order 2 (3 near an inflection point, where
+    # the h^2 and h^3 terms cancelled over the old steps: sin at -1e-3 gave 1.76); one that
+    # misses 1% of the slope (stop_gradient hides it) leaves order 1, at any output scale
+    from hypothesis import HealthCheck, assume, given, settings
+
+    @settings(derandomize=True, max_examples=150, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @given(_expression(), _coordinates(), _coordinates(), st_scale())
+    def run(expr, x, y, scale):
+        src, f = expr
+        assume(re.search(r"\bx\b", src) and re.search(r"\by\b", src))
+        with np.errstate(all="ignore"):
+            value = scale * f(x, y)
+            h = 1e-5  # the test's own central differences: is 1% of each slope detectable?
+            slopes = [scale * (f(x + h, y) - f(x - h, y)) / (2 * h), scale * (f(x, y + h) - f(x, y - h)) / (2 * h)]
+        assume(np.isfinite(value) and np.all(np.isfinite(slopes)))
+        right = _taylor_orders(f"{scale!r} * {src}", {"x": x, "y": y})
+        assert all(o >= 1.8 for o in right.values()), (src, x, y, right)
+        assume(all(abs(s) > 1e-2 * max(1e-300, abs(value)) for s in slopes))
+        wrong = _taylor_orders(f"{scale!r} * ({src} + stop_gradient(0.01 * {src}))", {"x": x, "y": y})
+        assert all(o < 1.8 for o in wrong.values()), (src, x, y, wrong)
+    run()
+
+
+def st_scale():
+    from hypothesis import strategies as st
+    return st.sampled_from([1.0, 1e-12, 1e-200, 1e12])
+
+
+@pytest.mark.parametrize("src, at", [("sin(x)", -1e-3), ("sin(x)", -3e-3), ("sin(x)", -1e-4), ("1/x", 1e-3),
+                                     ("1e-12 * x^2", 1.5), ("sin(x)", 0.0)])
+def test_taylor_order_of_right_derivatives_near_an_inflection_or_at_small_scale(src, at):
+    # sin'' = -sin x vanishes at 0: near it the h^3 term of the remainder outweighs the h^2
+    # term at the old steps (1e-2 to 3e-4), and their signs can cancel (order 1.76 at -1e-3)
+    (r,) = gradcalc.check(src, at={"x": at}, taylor=True).results
+    assert r.ok and r.extra["taylor_order"] >= 1.9, r.extra
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-9, 1e-12, 1e-200])
+def test_taylor_fails_a_wrong_derivative_at_any_output_scale(scale):
+    # d/dx of x + x^2 is 4 at 1.5, the automatic 1: the remainder is 3 h (order 1) times scale;
+    # the old floor of 1e-13 (absolute below |f| = 1) called it rounding at 1e-12
+    (r,) = gradcalc.check(f"{scale!r} * (x + stop_gradient(x^2))", at={"x": 1.5}, taylor=True,
+                          atol=0.0).results
+    assert not r.ok and r.extra["taylor_order"] == pytest.approx(1.0, abs=0.1)
