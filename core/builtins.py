@@ -220,7 +220,28 @@ def _var(x, axis=None, keepdims=False, ddof=0):
 
 @_builtin("std", static=("axis", "keepdims", "ddof"))
 def _std(x, axis=None, keepdims=False, ddof=0):
-    return P.sqrt(_var(x, axis, keepdims, ddof))
+    axes = P.normalize_axes(axis, x.ndim)
+    scale = _power_of_two_scale(x.value, axes)
+    if scale is None:
+        return P.sqrt(_var(x, axis, keepdims, ddof))
+    # values whose squared deviations would underflow (or overflow): the std of x / 2^k times
+    # 2^k, the same number (a power of two scales exactly), each slice with its own 2^k
+    scale = x.builder.const(scale)
+    sd = P.sqrt(_var(x / scale, axis, True, ddof)) * scale
+    return sd if keepdims else P.reshape(sd, shape=tuple(d for k, d in enumerate(x.shape) if k - x.ndim not in axes))
+
+
+def _power_of_two_scale(values: np.ndarray, axes: tuple):
+    """Per slice over axes (keepdims), a power of two within a factor 2 of its largest |value|,
+    if some slice's largest is outside [2^-400, 2^400], where squares could underflow or
+    overflow; None if every slice's is within (or 0, inf or nan: nothing to scale)."""
+    with np.errstate(invalid="ignore"):
+        big = np.max(np.abs(values), axis=axes, keepdims=True, initial=0.0)
+        big = np.where(np.isfinite(big), big, 0.0)
+        outside = (big > 0) & ((big < 2.0 ** -400) | (big > 2.0 ** 400))
+    if not outside.any():
+        return None
+    return np.ldexp(1.0, np.frexp(np.where(outside, big, 1.0))[1] - 1)
 
 
 @_builtin("softmax", static=("axis",))

@@ -883,8 +883,28 @@ logsumexp = _reduction(
         safe_mul(t, _lse_weights(ans, x, axes, keepdims, xshape)), axis=axes, keepdims=keepdims))
 
 
+# Norms in [2^-460, 2^460] summed squares that neither underflow nor overflow (to below a
+# last bit); outside, the slices are scaled by a power of two first, as LAPACK's nrm2 scales.
+_NORM_RANGE = (2.0 ** -460, 2.0 ** 460)
+
+
 def _norm(x, axis, keepdims):
-    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
+    r = np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
+    lo, hi = _NORM_RANGE
+    size = np.abs(r)
+    if ((size >= lo) & (size <= hi)).all():
+        return r
+    return np.where((size >= lo) & (size <= hi), r, _scaled_norm(x, axis, keepdims))
+
+
+def _scaled_norm(x, axis, keepdims):
+    """sqrt(sum(x^2)) of x / 2^k times 2^k, with 2^k within a factor 2 of each slice's largest
+    |x|: a power of two scales exactly, so only the squares' under- and overflow change."""
+    big = np.max(np.abs(x), axis=axis, keepdims=True, initial=0.0)
+    scale = np.ldexp(1.0, np.frexp(np.where(np.isfinite(big), big, 0.0))[1] - 1)
+    y = x / scale
+    r = np.sqrt(np.sum(y * y, axis=axis, keepdims=True)) * scale
+    return r if keepdims else np.squeeze(r, axis=axis)
 
 
 def _norm_direction(ans, x, axes, keepdims, xshape):

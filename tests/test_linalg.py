@@ -475,6 +475,53 @@ def test_vector_norms_at_zero_have_zero_gradient(order):
     assert doc["value"] == 0 and np.all(np.array(doc["gradient"]["x"]) == 0), doc
 
 
+# Tiny and huge values: the squares of 1e-200 underflow (norm 0, gradient 0 by norm'(0) = 0;
+# std's gradient nan or inf) and those of 1e200 overflow; scaled by a power of two, as LAPACK's
+# nrm2 scales, they do not.  Closed forms: norm(c v) = c |v|, d/dx = x / |x|; std(c v) = c std(v),
+# d/dx = (x - mean) / (n std), the same at every scale c.
+_STD_V = np.array([1.0, 2.0, 4.0])
+_STD_V_SD = np.sqrt(42 / 27)  # sqrt(((1 - 7/3)^2 + (2 - 7/3)^2 + (4 - 7/3)^2) / 3)
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e200, 2.0 ** -1000, 2.0 ** 1020])
+def test_norm_and_std_of_tiny_and_huge_values(scale):
+    x = np.array([1.0, 3.0]) * scale
+    want_norm = np.sqrt(10) * scale
+    x3 = _STD_V * scale
+    for mode in ("rev", "fwd"):
+        jac = gradcalc.jacobian("norm(x)", at={"x": x}, mode=mode)
+        assert float(jac.value["_"]) == pytest.approx(want_norm, rel=1e-15)
+        np.testing.assert_allclose(jac["_"]["x"], [1 / np.sqrt(10), 3 / np.sqrt(10)], rtol=1e-15)
+        jac = gradcalc.jacobian("std(x)", at={"x": x3}, mode=mode)
+        assert float(jac.value["_"]) == pytest.approx(_STD_V_SD * scale, rel=1e-15)
+        np.testing.assert_allclose(jac["_"]["x"], (_STD_V - 7 / 3) / (3 * _STD_V_SD), rtol=1e-14)
+
+
+def test_norm_and_std_scale_each_slice_of_an_axis():
+    x = np.array([[1e-200, 3e-200], [3.0, 4.0], [0.0, 0.0]])
+    assert gradcalc.evaluate("norm(x, axis=1)", at={"x": x})["_"].tolist() == \
+        pytest.approx([np.sqrt(10) * 1e-200, 5.0, 0.0], rel=1e-15)
+    g = gradcalc.grad("sum(norm(x, axis=1))", at={"x": x})["x"]
+    np.testing.assert_allclose(g, [[1 / np.sqrt(10), 3 / np.sqrt(10)], [0.6, 0.8], [0.0, 0.0]], rtol=1e-15)
+    y = np.vstack([_STD_V * 1e-200, _STD_V, _STD_V * 1e200])
+    got = gradcalc.evaluate("std(y, axis=1, keepdims=true)", at={"y": y})["_"]
+    assert got.shape == (3, 1)
+    np.testing.assert_allclose(got[:, 0], _STD_V_SD * np.array([1e-200, 1.0, 1e200]), rtol=1e-15)
+    assert float(gradcalc.evaluate("norm(x, ord='fro')", at={"x": np.eye(2) * 1e-200})["_"]) == \
+        pytest.approx(np.sqrt(2) * 1e-200, rel=1e-15)
+
+
+def test_norm_and_std_of_ordinary_values_are_unchanged_to_the_bit():
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        x = rng.standard_normal((4, 7)) * 10.0 ** rng.integers(-100, 100)
+        for axis in (None, 0, 1):
+            got = gradcalc.evaluate(f"norm(x, axis={axis})", at={"x": x})["_"]
+            assert np.asarray(got).tobytes() == np.sqrt(np.sum(x * x, axis=axis)).tobytes()
+            got = gradcalc.evaluate(f"std(x, axis={axis}, ddof=1)", at={"x": x})["_"]
+            assert np.asarray(got).tobytes() == np.asarray(np.std(x, axis=axis, ddof=1)).tobytes()
+
+
 @pytest.mark.parametrize("src, at, warned", [
     ("norm(A, ord=2)", "A=eye(2)", "'norm' at line 1, column 1 with ord=2 has its largest singular value repeated"),
     ("norm(A, ord=-2)", "A=eye(2)", "with ord=-2 has its smallest singular value repeated"),
