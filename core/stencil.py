@@ -112,16 +112,18 @@ def perturb(x: np.ndarray, h: np.ndarray, scales, centre: bool = False):
     return batch, taken
 
 
-def along_direction(x: np.ndarray, method: str) -> tuple[str, float]:
+def along_direction(x: np.ndarray, method: str, relative: bool = False) -> tuple[str, float]:
     """(the method, the step) of a directional difference for method at x.
 
     Directions are unit vectors, so one scalar step serves every element: the
     complex step as it is (COMPLEX_STEP), any other method a central difference
-    with method's largest step at x.
+    with method's largest step at x; with ``relative``, its smallest step relative
+    to |x| (:func:`relative_step`), which moves no element by more than its own.
     """
     if method == "complex":
         return "complex", COMPLEX_STEP
-    return "central", float(np.max(default_step(x, method)))
+    steps = relative_step(x, method) if relative else default_step(x, method)
+    return "central", float(np.min(steps) if relative else np.max(steps))
 
 
 def combine(method: str, ys: list, taken: list, centre=None, with_error: bool = False):

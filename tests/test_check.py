@@ -451,3 +451,39 @@ def test_taylor_fails_a_wrong_derivative_at_any_output_scale(scale):
     (r,) = gradcalc.check(f"{scale!r} * (x + stop_gradient(x^2))", at={"x": 1.5}, taylor=True,
                           atol=0.0).results
     assert not r.ok and r.extra["taylor_order"] == pytest.approx(1.0, abs=0.1)
+
+
+# -- --directions near 0: steps relative to |x|, as the full check ----------------
+
+@pytest.mark.parametrize("src, at, slope", [
+    ("1/x", 1e-3, lambda x: -1 / x ** 2),             # failed: 58 > 31 allowed
+    ("sqrt(x)", 1e-7, lambda x: 0.5 / np.sqrt(x)),    # failed: the step 7.6e-6 reached x < 0, fd nan
+    ("sum(log(x))", [1e-4, 0.5, 3.0], lambda x: 1 / x),
+])
+def test_directions_compare_again_at_steps_relative_to_x(src, at, slope):
+    x = np.asarray(at, float)
+    for directions in (1, 3):
+        (r,) = gradcalc.check(src, at={"x": x}, directions=directions).results
+        assert r.ok, r.notes
+        assert any("compared at steps relative to |x| instead" in n for n in r.notes)
+        assert r.max_rel_err < 1e-6 and r.extra["default_step"] == float(np.max(default_step(x, "central")))
+    # a slope 1% off still fails there: the comparison again disagrees too
+    (r,) = gradcalc.check(f"{src} + stop_gradient(0.01 * {src})", at={"x": x}, directions=2).results
+    assert not r.ok and any("at steps relative to |x| they disagree too" in n for n in r.notes)
+    # (the full check, for reference: its own retry, and d/dx from the closed form)
+    (full,) = gradcalc.check(src, at={"x": x}).results
+    assert full.ok
+    np.testing.assert_allclose(gradcalc.grad(src, at={"x": x})["x"], slope(x), rtol=1e-12)
+
+
+def test_directions_pass_newton_sqrt_where_the_step_is_coarse():
+    with open("samples/newton_sqrt.grad") as f:
+        r = gradcalc.check(f.read(), points=2, seed=7, directions=2)
+    assert r.ok, [x.notes for x in r.results]
+
+
+def test_directions_name_a_kink_within_a_step_and_do_not_compare_again():
+    # abs at 1e-9: the step crosses the kink, as the full check says (no retry there either)
+    for directions in (0, 1):
+        (r,) = gradcalc.check("abs(x)", at={"x": 1e-9}, directions=directions).results
+        assert not r.ok and r.notes == ["near the kink of 'abs' (line 1, column 1)"]
