@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import UsageError, option
 from .results import Result
 from .tape import all_finite
 
@@ -45,7 +46,14 @@ def kink_text(builder, eq) -> str:
 
 
 def tolerance(default: tuple, rtol: float | None, atol: float | None) -> tuple[float, float]:
-    """(rtol, atol): each the one given, or default's."""
+    """(rtol, atol): each the one given, or default's.  A given one must be a finite non-negative
+    number (a negative or nan tolerance would pass anything): every check, of a program or of
+    a black box, refuses it alike."""
+    for opt, v in (("rtol", rtol), ("atol", atol)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))):
+            raise UsageError(f"{option(opt)} takes a number, not {v!r:.60}", option=opt)
+        if v is not None and not (v >= 0 and math.isfinite(v)):
+            raise UsageError(f"{option(opt)} must be a finite non-negative number, not {v}", option=opt)
     return (default[0] if rtol is None else float(rtol), default[1] if atol is None else float(atol))
 
 

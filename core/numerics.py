@@ -493,17 +493,11 @@ def _tolerances(method, points, directions, seed, rtol, atol) -> tuple[float, fl
     for opt, v in (("points", points), ("directions", directions), ("seed", seed)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise UsageError(f"{option(opt)} takes an integer, not {v!r:.60}", option=opt)
-    for opt, v in (("rtol", rtol), ("atol", atol)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))):
-            raise UsageError(f"{option(opt)} takes a number, not {v!r:.60}", option=opt)
     if points < 0 or directions < 0:
         raise UsageError(f"{option('points')} and {option('directions')} must not be negative",
                          option="points" if points < 0 else "directions")
     if seed < 0:
         raise UsageError(f"{option('seed')} must be a non-negative integer, not {seed}", option="seed")
-    for opt, v in (("rtol", rtol), ("atol", atol)):
-        if v is not None and not (v >= 0 and math.isfinite(v)):
-            raise UsageError(f"{option(opt)} must be a finite non-negative number, not {v}", option=opt)
     return tolerance(TOLERANCES[method], rtol, atol)
 
 

@@ -523,3 +523,23 @@ def test_check_exec_refuses_flags_that_do_not_apply_with_the_right_hint(flag, hi
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2, r.output
     assert f"hint: {hint}" in r.stderr
+
+
+@pytest.mark.parametrize("tol", [{"rtol": -5.0}, {"atol": -1.0}, {"rtol": math.nan}, {"atol": math.inf}])
+def test_both_exec_checks_refuse_the_tolerances_plain_check_refuses(tol):
+    # a negative tolerance passed a sign-flipped gradient (exit 0); plain check refused it
+    (name, v), = tol.items()
+    message = f"{name} must be a finite non-negative number, not {v}"  # (the library's word: its keyword)
+    for run in (lambda: check_blackbox(model("--wrong-gradient"), AT, **tol),
+                lambda: check_against_source(model("--wrong-gradient"), traced_model(), **tol),
+                lambda: gradcalc.check("x^2", at={"x": 1.0}, **tol)):
+        with pytest.raises(UsageError) as e:
+            run()
+        assert e.value.message == message
+
+
+def test_cli_exec_checks_refuse_a_negative_tolerance_with_exit_2():
+    for source in ([], [str(MODEL_GRAD)]):
+        res = _cli("check", *source, "--exec", MODEL_CMD + " --wrong-gradient", "--at", "x=[0.5, -1, 2],y=1.5",
+                   "--rtol=-5")
+        assert res.exit_code == 2 and "--rtol must be a finite non-negative number, not -5.0" in res.stderr
