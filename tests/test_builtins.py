@@ -577,6 +577,20 @@ def test_huge_repeats_are_refused_by_size_before_allocating(src):
     assert re.search(r"result would have \S+ elements, more than \S*max_elements", err.value.message)
 
 
+@pytest.mark.parametrize("src, message", [
+    # a count computed past 2^53 arrives as a float and is an integer all the same (SPEC §2.3);
+    # it is worded as written, not in its 301 digits (a shape's, test_language.py: as a float)
+    ("tile(x, 1e300)", "tile()'s result would have 2e+300 elements, more than "),
+    ("tile(x, -1e300)", "tile(): reps must be a non-negative integer, got -1e+300"),
+    ("repeat(x, 1e300)", "repeat(): repeats must be a non-negative integer or a tuple of them, got 1e+300"),
+    ("one_hot([1], -1e300)", "one_hot(): n must be a non-negative integer, got -1e+300"),
+])
+def test_integers_past_two_to_the_53_are_integers(src, message):
+    with pytest.raises(gradcalc.GradcalcError) as err:
+        gradcalc.evaluate(src, at={"x": np.array([1.0, 2.0])} if "x" in src else {})
+    assert err.value.message.startswith(message), err.value.message
+
+
 def test_diff_with_n_beyond_the_length_is_empty_at_once():
     import time
     x = np.array([1.0, 4.0, 9.0])
