@@ -397,7 +397,8 @@ def grad_cmd(
         if source is not None:
             raise UsageError("grad --exec differentiates the black box alone; give no SOURCE",
                              hint="to compare a program with a black box, use check SOURCE --exec CMD")
-        return _grad_exec(exec_, exec_timeout, _at(at, opts), wrt, method.value if method else "richardson")
+        return _grad_exec(exec_, exec_timeout, _at(at, opts), wrt, method.value if method else "richardson",
+                          opts.max_elements)
     if method is not None:
         raise UsageError("--method applies to grad --exec only")
     if source is None:
@@ -409,12 +410,12 @@ def grad_cmd(
     return Shown(r, at=point, sum=sum_)
 
 
-def _grad_exec(cmd: str, timeout: float, point: dict, wrt, method: str) -> Shown:
+def _grad_exec(cmd: str, timeout: float, point: dict, wrt, method: str, max_elements: int) -> Shown:
     from gradcalc.blackbox import BlackBox, fd_gradient
     if not point:
         raise UsageError("grad --exec needs the point: --at NAME=VALUE for every input of the program")
     box = BlackBox(cmd, timeout)
-    return Shown(fd_gradient(box, point, method=method, wrt=wrt, label=cmd), at=point)
+    return Shown(fd_gradient(box, point, method=method, wrt=wrt, label=cmd, max_elements=max_elements), at=point)
 
 
 # ==========================================================================
@@ -602,7 +603,8 @@ def _check_exec(cmd, timeout, sources, given: dict, method):
         if not given["at"]:
             raise UsageError("check --exec needs the point: --at NAME=VALUE for every input")
         return check_blackbox(box, given["at"], method=method.value if method else "richardson",
-                              rtol=given["rtol"], atol=given["atol"], label=cmd, wrt=given["wrt"])
+                              rtol=given["rtol"], atol=given["atol"], label=cmd, wrt=given["wrt"],
+                              max_elements=given["max_elements"])
 
     def against(program, o):
         tr = trace(program, o.get("at") or {}, max_elements=o["max_elements"], max_steps=o["max_steps"])

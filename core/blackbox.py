@@ -43,9 +43,10 @@ from . import stencil
 from .checks import (EXEC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result, compare, fail_non_finite,
                      tolerance)
 from .codec import JSONNumberError, array_from_json, array_to_json
-from .errors import ShapeError, UsageError, ValueError_, option
+from .errors import LimitError, ShapeError, UsageError, ValueError_, option
 from .results import Result
 from .session import jacobian_blocks, select_names, select_output
+from .tape import DEFAULT_MAX_ELEMENTS
 from .transforms import rows_to_jacobian
 
 SCHEMA = 1
@@ -340,6 +341,22 @@ def _wrt(point: dict, wrt) -> list[str]:
     return out
 
 
+def _refuse_a_large_request(points: list[dict], wrts: list[list[str]], method: str, max_elements: int) -> None:
+    """Refuse, before it is built, a request of more than max_elements numbers: each point goes
+    with len(offsets) perturbed copies of itself per element of each wrt input (see _Stencil),
+    so an input of n elements sends some 4 n^2 numbers (n = 20,000: 1.6e9)."""
+    total = 0
+    for at, wrt in zip(points, wrts):
+        copies = 1 + len(stencil.offsets(method, with_error=True)) * sum(at[w].size for w in wrt)
+        total += copies * max(1, sum(v.size for v in at.values()))
+    if total > max_elements:
+        raise LimitError(f"{option('exec')}: the request for the finite differences would hold {float(total):.3g} "
+                         f"numbers ({len(stencil.offsets(method, with_error=True))} perturbed copies of the point "
+                         f"per element differenced), more than {option('max_elements')}={max_elements}",
+                         hint=f"differentiate fewer inputs ({option('wrt')}) or raise {option('max_elements')}",
+                         option="max_elements")
+
+
 class _Stencil:
     """The perturbed points of one finite-difference estimate at one point, for every wrt input:
     the point itself first, then stencil.offsets(method, with_error=True) for each input."""
@@ -377,7 +394,7 @@ class _Stencil:
 
 
 def fd_gradient(box: BlackBox, at: dict, method: str = "richardson", wrt=None, *,
-                label: str | None = None) -> Result:
+                label: str | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Result:
     """The finite-difference gradient of a black box's scalar value (``grad --exec``).
 
     ``at`` is the point {input name: array} (every input the program needs);
@@ -386,12 +403,15 @@ def fd_gradient(box: BlackBox, at: dict, method: str = "richardson", wrt=None, *
     {name: array of the input's shape}, with ``command`` "grad", ``of``
     "value", ``at`` (the point), ``value`` (the value at ``at``), ``error_estimate`` ({name: array},
     per element, see :mod:`.stencil`), ``method``, ``exec`` (``label``, by
-    default the command), ``requests`` (the box's count so far), and empty
-    ``unconnected`` and ``warnings``.  A value that is not a scalar is a ShapeError.
+    default the command), ``requests`` (the box's count so far), ``unconnected``
+    (empty) and ``warnings`` (a value or estimate that is not finite).  A value
+    that is not a scalar is a ShapeError; a request of more than ``max_elements``
+    numbers is refused (LimitError) before it is built.
     """
     _check_method(method)
     at = _as_point(at, f"the point ({option('at')})")
     wrt = _wrt(at, wrt)
+    _refuse_a_large_request([at], [wrt], method, max_elements)
     requests: list = []
     estimate = _Stencil(at, wrt, method, requests)
     results = box.run(requests)
@@ -421,7 +441,7 @@ def _non_finite_warnings(value: np.ndarray, est: dict) -> list[str]:
 
 def check_blackbox(box: BlackBox, at, method: str = "richardson", rtol: float | None = None,
                    atol: float | None = None, label: str | None = None, *, wrt=None,
-                   of: str = "value") -> Result:
+                   of: str = "value", max_elements: int = DEFAULT_MAX_ELEMENTS) -> Result:
     """The gradient a black box reports against finite differences of the values it reports.
 
     ``at`` is one point {name: array} or a list of points (numbered 0, 1, ...
@@ -442,15 +462,18 @@ def check_blackbox(box: BlackBox, at, method: str = "richardson", rtol: float | 
     when the program reports no gradient for the input, or a non-finite one.
     When a result fails and the finite differences' own error estimate is
     larger than the tolerance, a note says so (noisy or imprecisely printed
-    values); the estimate is in ``extra["fd_error_estimate"]``.
+    values); the estimate is in ``extra["fd_error_estimate"]``.  A request of more
+    than ``max_elements`` numbers is refused (LimitError) before it is built.
     """
     _check_method(method)
     pts = [at] if isinstance(at, dict) else list(at)
     pts = [_as_point(p, f"the point ({option('at')})") for p in pts]
     tol = tolerance(TOLERANCES[method], rtol, atol)
     label = box.cmd if label is None else label
+    wrts = [_wrt(p, wrt) for p in pts]
+    _refuse_a_large_request(pts, wrts, method, max_elements)
     requests: list = []
-    stencils = [_Stencil(p, _wrt(p, wrt), method, requests) for p in pts]
+    stencils = [_Stencil(p, w, method, requests) for p, w in zip(pts, wrts)]
     results = box.run(requests)
     out = []
     for p, st in enumerate(stencils):

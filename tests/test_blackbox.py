@@ -543,3 +543,28 @@ def test_cli_exec_checks_refuse_a_negative_tolerance_with_exit_2():
         res = _cli("check", *source, "--exec", MODEL_CMD + " --wrong-gradient", "--at", "x=[0.5, -1, 2],y=1.5",
                    "--rtol=-5")
         assert res.exit_code == 2 and "--rtol must be a finite non-negative number, not -5.0" in res.stderr
+
+
+def test_a_request_over_max_elements_is_refused_before_it_is_built():
+    # 1 + 4 * 2000 points of 2000 numbers: 16,002,000 > 10^6 (at n = 20,000, 1.6e9 numbers were
+    # built and the process was killed); the program is never started
+    from gradcalc.errors import LimitError
+    box = model()
+    message = ("exec: the request for the finite differences would hold 1.6e+07 numbers (4 perturbed copies "
+               "of the point per element differenced), more than max_elements=1000000")  # (the library's words)
+    for run in (fd_gradient, check_blackbox):
+        with pytest.raises(LimitError) as e:
+            run(box, {"x": np.ones(2000), "y": np.array(1.0)}, wrt="x", max_elements=10 ** 6)
+        assert e.value.message == message
+    assert box.requests == 0
+    # AT within the limit: 1 + 4 * (3 + 1) points of 4 numbers
+    assert check_blackbox(box, AT, max_elements=68).ok and box.requests == 1
+    with pytest.raises(LimitError):
+        check_blackbox(box, AT, max_elements=67)
+
+
+def test_cli_exec_refuses_a_request_over_max_elements_with_exit_2():
+    for command in ("grad", "check"):
+        res = _cli(command, "--exec", MODEL_CMD, "--at", "x=ones(20000),y=1")
+        assert res.exit_code == 2, res.output
+        assert "would hold 1.6e+09 numbers" in res.stderr and "more than --max-elements=100000000" in res.stderr
