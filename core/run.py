@@ -167,7 +167,7 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
     statement), from the statements outside defs."""
     assigned: dict = {}
     bare: dict = {}
-    output = None
+    output = last_input = None
     taken = {*declared, *functions, *_BOOLEANS}  # what no top-level assignment may take
     for st in _walk_statements(program.statements):
         t = type(st)
@@ -183,8 +183,8 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
             bare[st.loc] = None  # named below, once every name the program assigns is known
             output = st
             continue
-        if t is Inputs:
-            output = (st.decls[-1].name, st.loc)
+        if t is Inputs:  # (the output only of a program that assigns nothing: SPEC §2.2 names
+            last_input = (st.decls[-1].name, st.loc)  # assignments and bare expressions)
             continue
         target = _TARGETS.get(t)
         if target is None:
@@ -201,7 +201,7 @@ def _outside_defs(program: Program, declared: dict, functions: dict):
         output = (output.name, output.loc)
     elif type(output) is ExprStmt:
         output = (bare[output.loc], output.loc)
-    return assigned, bare, output
+    return assigned, bare, output or last_input
 
 
 def _name_bare(bare: dict, assigned: dict, declared: dict) -> None:

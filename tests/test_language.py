@@ -903,6 +903,16 @@ def test_destructuring_outputs_its_last_name():
     assert value(TWO_RESULTS + "a, b = f(x)", x=2.0) == 8.0
 
 
+def test_an_input_declared_after_the_last_assignment_is_not_the_output():
+    # SPEC §2.2: the output is the last assignment or bare expression; it was the input w
+    assert output_name("input x = 2\ny = x^2\ninput w = 1") == "y"
+    r = grad("input x = 2\ny = x^2\ninput w = 1")
+    assert (float(r["x"]), float(r["w"]), r.unconnected) == (4.0, 0.0, ["w"])
+    assert output_name("input x = 2\nx^2\ninput w = 1") == "_"
+    # a program that assigns nothing still outputs its last input (a choice: SPEC names none)
+    assert output_name("input a = 1\ninput b = 2") == "b"
+
+
 def test_destructuring_with_the_wrong_count_is_an_error():
     err = raised(gradcalc.evaluate, TWO_RESULTS + "a, b, c = f(x)", at={"x": 2.0})
     at_pos(err, 4)
