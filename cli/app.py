@@ -597,14 +597,15 @@ def _check_exec(cmd, timeout, sources, given: dict, method):
     check SOURCE --exec CMD (the program against gradcalc's own derivatives of SOURCE)."""
     from gradcalc.blackbox import BlackBox, check_against_source, check_blackbox
     from gradcalc.lower import trace
-    from gradcalc.suite import check_sources
+    from gradcalc.suite import check_alone, check_sources
     box = BlackBox(cmd, timeout)
     if not sources:
         if not given["at"]:
             raise UsageError("check --exec needs the point: --at NAME=VALUE for every input")
-        return check_blackbox(box, given["at"], method=method.value if method else "richardson",
-                              rtol=given["rtol"], atol=given["atol"], label=cmd, wrt=given["wrt"],
-                              max_elements=given["max_elements"])
+        # (a black box that fails is an error result, reported as a source's: JUnit, annotations)
+        return check_alone(cmd, lambda: check_blackbox(box, given["at"], method=method.value if method else "richardson",
+                                                       rtol=given["rtol"], atol=given["atol"], label=cmd,
+                                                       wrt=given["wrt"], max_elements=given["max_elements"]))
 
     def against(program, o):
         tr = trace(program, o.get("at") or {}, max_elements=o["max_elements"], max_steps=o["max_steps"])

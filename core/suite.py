@@ -132,6 +132,16 @@ def check_sources(sources, *, overrides: dict | None = None, update_expect: bool
     return suite_result(checks)
 
 
+def check_alone(label: str, run) -> Result:
+    """A suite of one check that reads no source (check --exec CMD: a black box alone): run()'s
+    Result, or the user error it raises as an error result under label, so that it is
+    reported as a source's would be (JUnit <error>, annotation, exit 2)."""
+    try:
+        return suite_result([_checked(label, run(), {})])
+    except GradcalcError as err:
+        return suite_result([_failed(label, err)])
+
+
 def expand(sources) -> list:
     """Sources with each directory replaced by its *.grad files (sorted); a directory
     without any is a SourceCheck holding that error."""

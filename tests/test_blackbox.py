@@ -568,3 +568,24 @@ def test_cli_exec_refuses_a_request_over_max_elements_with_exit_2():
         res = _cli(command, "--exec", MODEL_CMD, "--at", "x=ones(20000),y=1")
         assert res.exit_code == 2, res.output
         assert "would hold 1.6e+09 numbers" in res.stderr and "more than --max-elements=100000000" in res.stderr
+
+
+def test_a_failing_black_box_alone_is_reported_in_junit_and_annotated(tmp_path, monkeypatch):
+    # check --exec CMD (no SOURCE) wrote no --junit-xml file and no annotation when the program
+    # failed: now an error result, as check SOURCE --exec reports it
+    import xml.etree.ElementTree as ET
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nsys.stderr.write('model exploded\\n')\nsys.exit(4)\n")
+    cmd = f"{sys.executable} {bad}"
+    xml = tmp_path / "r.xml"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    res = _cli("check", "--exec", cmd, "--at", "x=1", "--junit-xml", str(xml), "-f", "plain")
+    assert res.exit_code == 2
+    assert "exited with status 4" in res.stderr and "model exploded" in res.stderr
+    suite = ET.parse(xml).getroot()
+    assert (suite.get("tests"), suite.get("errors"), suite.get("failures")) == ("1", "1", "0")
+    assert "exited with status 4" in suite.find("testcase/error").get("message")
+    assert "::error title=gradcalc check%3A value error::" in res.stdout
+    # a black box that answers is reported as before: its results, exit 0 or 1
+    assert _cli("check", "--exec", MODEL_CMD, "--at", "x=[0.5, -1, 2],y=1.5", "--junit-xml", str(xml)).exit_code == 0
+    assert ET.parse(xml).getroot().get("tests") == "2"
