@@ -19,7 +19,7 @@ def error_json(err: GradcalcError) -> dict:
     return {"error": {"kind": err.kind, "message": message,
                       "line": err.pos.line if err.pos else None,
                       "column": err.pos.col if err.pos else None,
-                      "source": err.source.label if err.source else None,
+                      "source": err.label(flag),
                       "hint": hint}}
 
 

@@ -88,6 +88,11 @@ def _keyword(name: str) -> str:
     return name
 
 
+def _worded(text: str | None, name_option) -> str | None:
+    """text with each option in it named by ``name_option(option)``."""
+    return text if text is None else _OPTION.sub(lambda m: name_option(m[1]), text)
+
+
 class GradcalcError(Exception):
     """A user error: bad syntax, unknown name, wrong shape, bad value or usage.
 
@@ -126,9 +131,12 @@ class GradcalcError(Exception):
 
     def worded(self, name_option=_keyword) -> tuple[str, str | None]:
         """(message, hint), each option named by ``name_option(option)``."""
-        def word(text):
-            return text if text is None else _OPTION.sub(lambda m: name_option(m[1]), text)
-        return word(self._message), word(self._hint)
+        return _worded(self._message, name_option), _worded(self._hint, name_option)
+
+    def label(self, name_option=_keyword) -> str | None:
+        """The source's label, or None, an option in it named by ``name_option(option)`` (a
+        value given to an option is labelled by it: ``--over x``)."""
+        return None if self.source is None else _worded(self.source.label, name_option)
 
     @property
     def pos(self) -> Pos | None:
@@ -147,7 +155,7 @@ class GradcalcError(Exception):
     def __str__(self) -> str:
         where = ""
         if self.source is not None:
-            where = self.source.label + ":"
+            where = self.label() + ":"
         if self.pos is not None:
             where += f"{self.pos.line}:{self.pos.col}:"
         return f"{where} {self.message}" if where else self.message
@@ -181,7 +189,7 @@ def located_text(err: GradcalcError, word=flag) -> str:
     long line), and the hint: an error as the command line and test reports show it, its
     options worded by ``word`` (as flags by default)."""
     message, hint = err.worded(word)
-    where = (f"{err.source.label}:" if err.source is not None else "") + \
+    where = (f"{err.label(word)}:" if err.source is not None else "") + \
         (f"{err.pos.line}:{err.pos.col}:" if err.pos is not None else "")
     lines = [f"{where} {message}" if where else message]
     line = err.source.line(err.pos.line) if err.source is not None and err.pos is not None else ""

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .checks import kink_text
-from .errors import ShapeError, UsageError, did_you_mean, option
+from .errors import LimitError, ShapeError, UsageError, did_you_mean, option
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .numerics import kinked_equations, on_tape, path_notes, run_at
 from .results import Result
@@ -83,6 +83,9 @@ def plot(source, over: str, lo: float, hi: float, *, samples: int = DEFAULT_SAMP
     program = parse(source)
     if samples < 2:
         raise UsageError(f"{option('samples')} must be at least 2, not {samples}", option="samples")
+    if samples > max_elements:  # (refused before the abscissae are made: 2e8 of them took 14 s)
+        raise LimitError(f"{option('samples')}={samples} asks for more samples than "
+                         f"{option('max_elements')}={max_elements}", option="samples")
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise UsageError(f"{option('over')} needs finite LO < HI, got {lo:g}:{hi:g}", option="over")
     if not math.isfinite(hi - lo):  # (the samples' spacing would overflow)

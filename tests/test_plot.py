@@ -2,6 +2,7 @@
 the command line draws.  Expected values come from closed forms, never from gradcalc."""
 from __future__ import annotations
 
+import json
 import re
 import sys
 
@@ -215,6 +216,22 @@ def test_marks_sit_where_the_kink_or_the_change_of_path_is_not_near_a_sample(tex
 def test_an_interval_wider_than_a_float_spans_is_a_user_error():
     r = user_error("plot", "x", "--over", "x=-1e308:1e308", "--samples", "3")
     assert "is wider than a float can span" in r.stderr
+
+
+def test_more_samples_than_the_element_budget_are_refused_before_they_are_made():
+    # 2e8 samples over --max-elements 1000 took 14 s of system time making the abscissae first
+    r = user_error("plot", "x^3", "--over", "x=0:2", "--samples", "200000000", "--max-elements", "1000")
+    assert r.stderr.startswith("error: <expr>: --samples=200000000 asks for more samples than --max-elements=1000")
+
+
+def test_a_value_given_to_over_is_labelled_by_the_flag_in_errors():
+    # the label held the library's option marker (\x1f), in the JSON error and on stderr
+    r = user_error("plot", "x", "--over", "x=a:1", "-f", "json")
+    assert r.stderr.startswith("error: --over x:1:1: unknown name 'a'")
+    assert json.loads(r.stdout)["error"]["source"] == "--over x"
+    with pytest.raises(GradcalcError) as info:
+        parse_over("x=a:1")
+    assert str(info.value).startswith("over x:1:1: unknown name 'a'")
 
 
 def test_a_huge_but_representable_interval_plots_without_warnings():
