@@ -239,7 +239,7 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
         else None
     stale: list = []
     if stored is not None:
-        stored, stale = _current(program, stored, path, src.label)
+        stored, stale = _current(program, stored, path, src.label, options.get("of"))
     if stored is not None and not options.get("points"):
         # the point the expectation was made at gives the values not given (with points, the
         # values not given are drawn; the expectation is compared at its own point anyway)
@@ -251,16 +251,19 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
     return _checked(src.label, checked, options, path if stored is not None else None, written)
 
 
-def _current(program, stored: dict, path: str, label: str) -> tuple[dict, list]:
+def _current(program, stored: dict, path: str, label: str, of=None) -> tuple[dict, list]:
     """The expectation without its entries that name what the program no longer has (an
     output, an input, a name of its recorded point), and a failing result for each such
     entry: an edit that removed a name is a change to review, as a changed value is (exit 1,
     naming the entry; --update-expect refreshes the file), not a source that cannot be
-    checked.  A malformed file is left as it is, for check() to report."""
+    checked.  So is an entry of an output that check no longer compares (of, else the
+    program's output): the output statement changed (y2 then out = y2 + x), and y2, still a
+    name, would pass unchanged.  A malformed file is left as it is, for check() to report."""
     from .run import analyse
     facts = analyse(program)
     inputs = {i.name for i in facts.inputs}
     names = inputs | set(facts.assigned) | set(facts.bare.values())
+    compared = [of] if isinstance(of, str) else of or ([facts.output] if facts.output else None)
     at = stored.get("at", {})
     gone = {k for k in at if k not in inputs} if isinstance(at, dict) else set()
     kind = "gradient" if "gradient" in stored else "jacobian"
@@ -271,11 +274,16 @@ def _current(program, stored: dict, path: str, label: str) -> tuple[dict, list]:
     for o, row in table.items():
         for w, value in row.items():
             lost = o if o is not None and o not in names else w if w in gone or w not in names else None
-            if lost is None:
+            moved = lost is None and o is not None and compared is not None and o not in compared
+            if lost is None and not moved:
                 kept.setdefault(o, {})[w] = value
                 continue
-            what = "an input" if lost in gone else "a name"
-            note = (f"{path} records d{o or '_'}/d{w}, and '{lost}' is no longer {what} of the program: "
+            if moved:
+                now = f"'{compared[0]}' is" if len(compared) == 1 else "'" + "', '".join(compared) + "' are"
+                what = f"'{o}' is no longer the output check compares ({now})"
+            else:
+                what = f"'{lost}' is no longer {'an input' if lost in gone else 'a name'} of the program"
+            note = (f"{path} records d{o or '_'}/d{w}, and {what}: "
                     "review the change, then refresh the file with --update-expect")
             stale.append(CheckResult(label, 0, o, w, math.inf, math.inf, [], "expect", 0.0, False, [note], {},
                                      "expect"))

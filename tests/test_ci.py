@@ -770,3 +770,25 @@ def test_a_non_finite_comparison_says_which_side_is_not_finite():
     # sqrt at 0: reverse mode gives inf (1 / (2 sqrt 0)), central differences nan (sqrt(-h))
     r, = gradcalc.check("sqrt(x)", at={"x": 0.0}).results
     assert not r.ok and row_text(r).split(" | ")[1:] == ["ad inf, fd nan: not finite", "non-finite derivative"]
+
+
+def test_an_expectation_of_an_output_the_program_no_longer_has_fails(tmp_path):
+    # stored when y2 was the output: d(x^2 y)/dx = 2xy = 4, d/dy = x^2 = 1 at (1, 2); then the
+    # output became out = y2 + 1e-3 x, and y2, still a name, was compared and passed unnoticed
+    src = write(tmp_path / "r2.grad", "# check: --at x=1,y=2\ny2 = x^2*y\nout = y2 + 1e-3*x\n")
+    stored = {"schema": 1, "command": "grad", "of": "y2", "at": {"x": 1.0, "y": 2.0}, "value": 2.0,
+              "gradient": {"x": 4.0, "y": 1.0}, "unconnected": [], "warnings": []}
+    write(tmp_path / "r2.expect.json", json.dumps(stored))
+    checked = check_sources([src])
+    assert checked.exit_code == 1
+    stale = [r for r in checked.results if not r.ok]
+    assert [(r.of, r.wrt) for r in stale] == [("y2", "x"), ("y2", "y")]
+    assert stale[0].notes == [f"{tmp_path / 'r2.expect.json'} records dy2/dx, and 'y2' is no longer the output "
+                              "check compares ('out' is): review the change, then refresh the file with "
+                              "--update-expect"]
+    # an expectation of y2 on purpose says so: --of y2 (on the command line or a # check: line)
+    assert check_sources([src], overrides={"of": ["y2"]}).exit_code == 0
+    # refreshed, it records out: d/dx = 4 + 1e-3
+    assert check_sources([src], update_expect=True).exit_code == 0
+    doc = json.loads((tmp_path / "r2.expect.json").read_text())
+    assert doc["of"] == "out" and doc["gradient"] == {"x": pytest.approx(4.001, rel=1e-12), "y": 1.0}
