@@ -189,8 +189,10 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
         src = read_source(source)
         label = src.label
         program = parse_source(src, source if isinstance(source, str) else None)
-        options = merged(file_options(src, where), overrides or {})
+        from_file = file_options(src, where)
+        options = merged(from_file, overrides or {})
         ignored = drop_unused(options.get("at", {}), program)  # (as every command does: SPEC §3)
+        ignored += _one_point_only(program, from_file, overrides or {}, options)
         if checker is not None:
             checked = _checked(src.label, checker(program, options), options)
         else:
@@ -201,6 +203,28 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
         if where:
             _at_check_line(err, src, where, overrides or {})
         return _failed(source if isinstance(err, FileError) and isinstance(source, str) else label, err)
+
+
+def _one_point_only(program, from_file: dict, overrides: dict, options: dict) -> list[str]:
+    """A caller's --points (``check dir/ --points 3``) draws values for the inputs --at leaves
+    free; a file whose own ``# check: --at`` leaves none free is checked at that one point,
+    with a note, rather than failing: its author fixed the point on purpose.  (--points with
+    an --at that fixes every input, both from the caller or both from the file, stays an
+    error: one of the two was given in vain.)"""
+    from .lower import find_inputs
+    n = overrides.get("points")
+    if not n or "points" in from_file or not from_file.get("at"):
+        return []
+    try:
+        inputs = [i.name for i in find_inputs(program)]
+    except GradcalcError:  # (the run reports it, located)
+        return []
+    at = options.get("at", {})
+    if not inputs or not all(i in at for i in inputs) or all(i in (overrides.get("at") or {}) for i in inputs):
+        return []
+    options["points"] = 0
+    return [f"--points {n} draws the inputs --at leaves free, and the file's # check: --at fixes every "
+            "input: checked at that point only"]
 
 
 def _at_check_line(err: GradcalcError, src: Source, where: dict, overrides: dict) -> None:

@@ -792,3 +792,25 @@ def test_an_expectation_of_an_output_the_program_no_longer_has_fails(tmp_path):
     assert check_sources([src], update_expect=True).exit_code == 0
     doc = json.loads((tmp_path / "r2.expect.json").read_text())
     assert doc["of"] == "out" and doc["gradient"] == {"x": pytest.approx(4.001, rel=1e-12), "y": 1.0}
+
+
+def test_a_global_points_checks_a_file_whose_check_line_fixes_every_input_at_its_point(tmp_path):
+    # `check dir/ --points 2` was an error (exit 2) for every file whose # check: --at fixes
+    # all its inputs; such a file is checked at its one point, with a note
+    fixed = write(tmp_path / "fixed.grad", "# check: --at x=[0.5,-1.0,2.0]\ny = sum(sin(x)*exp(x))\n")
+    write(tmp_path / "free.grad", "input x[3]\ny = sum(x^2)\n")
+    checked = check_sources([str(tmp_path)], overrides={"points": 2})
+    assert checked.exit_code == 0
+    by_source = {c.source: c for c in checked.sources}
+    assert [r.point for r in by_source[fixed].results] == [0]
+    assert by_source[fixed].ignored == ["--points 2 draws the inputs --at leaves free, and the file's # check: --at "
+                                        "fixes every input: checked at that point only"]
+    assert [r.point for r in by_source[str(tmp_path / "free.grad")].results] == [1, 2]
+    # d/dx sum(sin(x) exp(x)) = (cos x + sin x) exp(x), the check's own finite differences agree
+    x = np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(gradcalc.grad(open(fixed).read(), at={"x": x})["x"],
+                               (np.cos(x) + np.sin(x)) * np.exp(x), rtol=1e-13)
+    # both from the caller, or both from the file: one of the two is in vain, an error as before
+    assert check_sources([fixed], overrides={"points": 2, "at": {"x": x}}).exit_code == 2
+    both = write(tmp_path / "both.grad", "# check: --at x=1 --points 2\ny = x^2\n")
+    assert check_sources([both]).exit_code == 2
