@@ -23,6 +23,9 @@ from .results import Result
 #: kind of value each takes ("list": repeatable, "flag": takes none).
 FILE_OPTIONS = {"at": "list", "of": "list", "wrt": "list", "method": "str", "rtol": "float",
                 "atol": "float", "points": "int", "seed": "int", "directions": "int", "taylor": "flag"}
+#: The options of a ``# check:`` line that check SOURCE --exec (a ``checker``) applies: it
+#: compares values and gradients at the point, so a file's others are ignored, with a note.
+CHECKER_FILE_OPTIONS = ("at", "of", "wrt", "rtol", "atol")
 #: The marker of an options line in a program's leading comment block.
 CHECK_LINE = "# check:"
 #: Exit codes of a suite (SPEC §7): all pass, a mismatch, a source that could not be checked.
@@ -194,6 +197,7 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
         ignored = drop_unused(options.get("at", {}), program)  # (as every command does: SPEC §3)
         ignored += _one_point_only(program, from_file, overrides or {}, options)
         if checker is not None:
+            ignored += _not_for_the_checker(from_file, options)
             checked = _checked(src.label, checker(program, options), options)
         else:
             checked = _check_read(src, program, options, update_expect, no_expect)
@@ -203,6 +207,18 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
         if where:
             _at_check_line(err, src, where, overrides or {})
         return _failed(source if isinstance(err, FileError) and isinstance(source, str) else label, err)
+
+
+def _not_for_the_checker(from_file: dict, options: dict) -> list[str]:
+    """Drop from options what a file's # check: lines give that check SOURCE --exec does not
+    apply (on the command line those are refused): the note that says so, or none."""
+    dropped = [k for k in FILE_OPTIONS if k in from_file and k not in CHECKER_FILE_OPTIONS]
+    if not dropped:
+        return []
+    for k in dropped:
+        options.pop(k, None)
+    flags = ", ".join(f"--{k}" if FILE_OPTIONS[k] == "flag" else f"--{k} {from_file[k]}" for k in dropped)
+    return [f"# check: {flags} {'does' if len(dropped) == 1 else 'do'} not apply to check SOURCE --exec; ignored"]
 
 
 def _one_point_only(program, from_file: dict, overrides: dict, options: dict) -> list[str]:

@@ -589,3 +589,15 @@ def test_a_failing_black_box_alone_is_reported_in_junit_and_annotated(tmp_path, 
     # a black box that answers is reported as before: its results, exit 0 or 1
     assert _cli("check", "--exec", MODEL_CMD, "--at", "x=[0.5, -1, 2],y=1.5", "--junit-xml", str(xml)).exit_code == 0
     assert ET.parse(xml).getroot().get("tests") == "2"
+
+
+def test_check_lines_that_exec_does_not_apply_are_ignored_with_a_note(tmp_path):
+    # they were dropped silently (on the command line, the same options are refused)
+    src = tmp_path / "model.grad"
+    src.write_text("# check: --points 3 --taylor --method complex --rtol 1e-9\n" + MODEL_GRAD.read_text())
+    res = _cli("check", str(src), "--exec", MODEL_CMD, "-f", "plain")
+    assert res.exit_code == 0, res.output
+    assert res.stderr == (f"note: {src}: # check: --method complex, --points 3, --taylor do not apply to "
+                          "check SOURCE --exec; ignored\n")
+    assert "rtol 1e-09" in res.stdout  # (what applies still does)
+    assert _cli("check", str(src), "--exec", MODEL_CMD + " --wrong-gradient").exit_code == 1
