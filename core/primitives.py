@@ -18,7 +18,9 @@ Each :class:`Primitive` has
   notes a change of path), ``keeps_finite`` (real finite arguments always give a finite value: tanh,
   sin, and what only rearranges its operand's elements: index, reshape, transpose,
   broadcast_to; the tracer then skips its look for nan and inf, which could only find what
-  an operand already had);
+  an operand already had); ``elementwise`` (each element of the value depends on the same
+  element of each operand, broadcast, alone: a nan or inf where every operand's element is
+  finite is new, and is warned of even when another element of an operand is not finite);
 - ``vjp_reads``: the values its VJP rules read, operands by position (0, 1...) and its output
   as :data:`OUT`; None (the default) when they may read any.  Parameters and shapes are not
   values: ``sum``'s rule reads none.  grad and vjp free, while they record, every array that
@@ -66,11 +68,11 @@ class Primitive:
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "analytic", "kink",
                  "branch", "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp", "eager",
-                 "vjp_reads")
+                 "vjp_reads", "elementwise")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
                  analytic=True, kink=None, branch=None, variadic=False, keeps_finite=False,
-                 plain_vjp=None, eager=None, vjp_reads=None):
+                 plain_vjp=None, eager=None, vjp_reads=None, elementwise=False):
         self.name = name
         self.impl = impl
         self.vjp = vjp
@@ -87,6 +89,7 @@ class Primitive:
         self.plain_vjp = plain_vjp
         self.eager = eager
         self.vjp_reads = None if vjp_reads is None else tuple(vjp_reads)
+        self.elementwise = elementwise
 
     def vjp_rule(self, i: int) -> Callable | None:
         return _rule(self.vjp, i, self.variadic)
@@ -291,7 +294,7 @@ def _at_zero(ans, x):
 def _unary(name, fn, deriv, **facts):
     """An elementwise primitive: both rules multiply by deriv(ans, x)."""
     rule = (lambda g, ans, x, **_: _times(g, deriv(ans, x)),)
-    return _def(name, fn, rule, rule, **facts)
+    return _def(name, fn, rule, rule, elementwise=True, **facts)
 
 
 def _times(g, d, fresh: bool = False):
@@ -333,7 +336,7 @@ def _zero_rule(g, ans, *args, **_):
 
 def _zero_derivative(name, fn, kink):
     return _def(name, fn, (_zero_rule,), (_zero_rule,), analytic=False, kink=kink, keeps_finite=True,
-                vjp_reads=())
+                vjp_reads=(), elementwise=True)
 
 
 def _sigmoid(x):
@@ -454,7 +457,7 @@ def _binary(name, fn, rules, plain=None, **facts):
     (default fn) is called on operands of equal shape: Python's operator for arithmetic,
     which on the NumPy scalars of a scalar program is ten times faster than the ufunc, and
     on arrays calls the same ufunc."""
-    prim = _def(name, _elementwise(fn), rules, rules, _broadcast_params, **facts)
+    prim = _def(name, _elementwise(fn), rules, rules, _broadcast_params, elementwise=True, **facts)
     prim.plain = plain or fn
     return prim
 
@@ -630,7 +633,7 @@ def _mask(fn):
 def _comparison(name, fn):
     # No derivative, but a jump where x = y: check flags points near it.
     return _def(name, _elementwise(_mask(fn)), None, None, _broadcast_params,
-                differentiable=False, analytic=True, kink=lambda ans, x, y, **_: x - y)
+                differentiable=False, analytic=True, kink=lambda ans, x, y, **_: x - y, elementwise=True)
 
 
 lt = _comparison("lt", np.less)
@@ -648,7 +651,8 @@ switch_lt = _def("switch_lt", _elementwise(_mask(np.less)), None, None, _broadca
 def _logical(name, fn):
     # Masks of masks: nonzero is true, as in where and in conditions; no derivative and, on
     # masks, no jump to flag
-    return _def(name, _elementwise(_mask(fn)), None, None, _broadcast_params, differentiable=False)
+    return _def(name, _elementwise(_mask(fn)), None, None, _broadcast_params, differentiable=False,
+                elementwise=True)
 
 
 logical_and = _logical("logical_and", np.logical_and)

@@ -690,8 +690,17 @@ class Builder:
         return label or prim.name
 
     def _note_nonfinite(self, prim, args, value):
-        if all(all_finite(self.values[a.var]) for a in args):  # the first to produce it
+        """Warn that prim made value's nan or inf: the first to produce it (its operands are
+        finite) or, elementwise, where the operands' elements are finite (log([nan, -1]))."""
+        operands = [self.values[a.var] for a in args]
+        if all(map(all_finite, operands)):
             self.note_nonfinite(f"'{self.op_name(prim, self.pos)}'", value)
+        elif prim.elementwise:
+            fresh = ~np.isfinite(value)
+            for x in operands:
+                fresh &= np.isfinite(x)
+            if fresh.any():
+                self.note_nonfinite(f"'{self.op_name(prim, self.pos)}'", value[fresh])
 
     def note_nonfinite(self, op: str, value) -> None:
         """Record a warning that op, at the current position, produced nan or inf."""

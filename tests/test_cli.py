@@ -313,6 +313,22 @@ def test_inf_warning_on_stderr_with_table():
     assert line.startswith("warning: ") and "line 1, column 7" in line and line.endswith("produced inf")
 
 
+@pytest.mark.parametrize(("src", "at", "warned"), [
+    # a new nan or inf beside one an operand already holds is warned of (it was silent: one
+    # missing value in a data array hid every later warning on it)
+    ("log(x)", "x=[nan, -1]", ["warning: 'log' at line 1, column 1 produced nan"]),
+    ("x * 1e300", "x=[1e10, nan]", ["warning: '*' at line 1, column 3 produced inf"]),
+    ("y = x + 1\nsum(sqrt(y))", "x=[nan, -2]", ["warning: 'sqrt' at line 2, column 5 produced nan"]),
+    # what only carries an operand's nan or inf on is not
+    ("log(x) * 2", "x=[nan, 1]", []),
+    ("x + y", "x=[nan, 1],y=[1, inf]", []),
+    ("cumsum(x)", "x=[nan, 1]", []),  # (not elementwise: each element sums those before it)
+])
+def test_a_new_nan_beside_an_operands_own_is_warned_of(src, at, warned):
+    r = ok("eval", src, "--at", at, "-f", "plain")
+    assert r.stderr.splitlines() == warned
+
+
 def test_warnings_go_to_stderr_with_json_too():
     r = ok("eval", "log(x)", "--at", "x=-1", "-f", "json")
     assert json.loads(r.stdout)["warnings"]
