@@ -221,8 +221,8 @@ def test_the_pre_commit_hook_runs_check_on_the_staged_grad_files(tmp_path):
         (tmp_path / name).write_text(text, encoding="utf-8")
     files = [n for n in staged if re.search(hook["files"], n)]  # as pre-commit selects them
     assert files == ["good.grad", "square.grad"]
-    # pre-commit runs the entry, split as a shell would, with the files appended
-    argv = shlex.split(hook["entry"]) + files
+    # pre-commit runs the entry, split as a shell would, then args, with the files appended
+    argv = shlex.split(hook["entry"]) + json.loads(hook["args"]) + files
     assert argv[0] == "gradcalc"
     exe = os.path.join(os.path.dirname(sys.executable), "gradcalc")
     run = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
@@ -233,3 +233,17 @@ def test_the_pre_commit_hook_runs_check_on_the_staged_grad_files(tmp_path):
     (tmp_path / "good.grad").write_text("f = (x +\n", encoding="utf-8")
     run = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 2 and "'(' is never closed" in run.stderr + run.stdout
+
+
+def test_the_pre_commit_hook_checks_a_staged_file_whose_name_begins_with_a_dash(tmp_path):
+    # without "--", -fwrong.grad was read as --format wrong.grad: exit 2 with "Invalid value for
+    # '--format'", the file never checked (with a later -f plain, exit 0)
+    (hook,) = _hooks()
+    (tmp_path / "good.grad").write_text(GOOD, encoding="utf-8")
+    # d/dx (x + x^2) = 1 + 2x = 3 at 1, the program's derivative 1: a mismatch
+    (tmp_path / "-fwrong.grad").write_text("# check: --at x=1\ny = x + stop_gradient(x^2)\n", encoding="utf-8")
+    argv = shlex.split(hook["entry"]) + json.loads(hook["args"]) + ["good.grad", "-fwrong.grad"]
+    exe = os.path.join(os.path.dirname(sys.executable), "gradcalc")
+    run = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "-fwrong.grad" in run.stdout
