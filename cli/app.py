@@ -397,6 +397,7 @@ def grad_cmd(
         if source is not None:
             raise UsageError("grad --exec differentiates the black box alone; give no SOURCE",
                              hint="to compare a program with a black box, use check SOURCE --exec CMD")
+        _one_output(of, "grad")
         return _grad_exec(exec_, exec_timeout, _at(at, opts), wrt, method.value if method else "richardson",
                           opts.max_elements)
     if method is not None:
@@ -408,6 +409,14 @@ def grad_cmd(
     r = grad(program, point, of=_one(of, "grad"), wrt=wrt, sum=sum_, unconnected=unconnected.value,
              symbolic=symbolic, max_elements=opts.max_elements, max_steps=opts.max_steps)
     return Shown(r, at=point, sum=sum_)
+
+
+def _one_output(of, command: str) -> None:
+    """Refuse --of for a black box alone: it has one output, its value (--of was ignored)."""
+    if of:
+        raise UsageError(f"--of does not apply to {command} --exec: a black box has one output, its value",
+                         hint="to compare an output of a program with the black box, give the program: "
+                              "gradcalc check SOURCE --exec CMD --of NAME")
 
 
 def _grad_exec(cmd: str, timeout: float, point: dict, wrt, method: str, max_elements: int) -> Shown:
@@ -602,6 +611,7 @@ def _check_exec(cmd, timeout, sources, given: dict, method):
     if not sources:
         if not given["at"]:
             raise UsageError("check --exec needs the point: --at NAME=VALUE for every input")
+        _one_output(given["of"], "check")
         # (a black box that fails is an error result, reported as a source's: JUnit, annotations)
         return check_alone(cmd, lambda: check_blackbox(box, given["at"], method=method.value if method else "richardson",
                                                        rtol=given["rtol"], atol=given["atol"], label=cmd,

@@ -601,3 +601,13 @@ def test_check_lines_that_exec_does_not_apply_are_ignored_with_a_note(tmp_path):
                           "check SOURCE --exec; ignored\n")
     assert "rtol 1e-09" in res.stdout  # (what applies still does)
     assert _cli("check", str(src), "--exec", MODEL_CMD + " --wrong-gradient").exit_code == 1
+
+
+@pytest.mark.parametrize("command", ["grad", "check"])
+def test_of_is_refused_for_a_black_box_alone(command):
+    # it was ignored: check --exec --of foo passed, grad --exec --of foo gave the value's gradient
+    res = _cli(command, "--exec", MODEL_CMD, "--at", "x=[0.5, -1, 2],y=1.5", "--of", "foo")
+    assert res.exit_code == 2
+    assert f"error: --of does not apply to {command} --exec: a black box has one output, its value" in res.stderr
+    # with a program, --of names its output: f of samples/blackbox/model.grad
+    assert _cli("check", str(MODEL_GRAD), "--exec", MODEL_CMD, "--of", "f").exit_code == 0
