@@ -651,12 +651,19 @@ class Interpreter:
         if len(self.masks) > self.masks_bound:
             self.forget_masks()
         if self.iterations + self.b.operations() > self.max_steps:
+            self.too_many_steps(loc, what)
+
+    def too_many_steps(self, loc=None, what: str = "") -> None:
+        """The error of a run past max_steps, in the loop or call at loc (None: a run of
+        straight-line code, found too long at its end)."""
+        where = ""
+        if loc is not None:
             p = to_pos(loc)
-            where = f"the {what} at line {p.line}, column {p.col}"
-            raise LimitError(f"the program ran more than {option('max_steps')}={self.max_steps} steps "
-                             f"(operations recorded plus loop iterations) in {where}", loc,
-                             hint=f"raise {option('max_steps')} if it is meant to run that long",
-                             option="max_steps")
+            where = f" in the {what} at line {p.line}, column {p.col}"
+        raise LimitError(f"the program ran more than {option('max_steps')}={self.max_steps} steps "
+                         f"(operations recorded plus loop iterations){where}", loc,
+                         hint=f"raise {option('max_steps')} if it is meant to run that long",
+                         option="max_steps")
 
     def forget_masks(self) -> None:
         """Forget the masks whose values are gone (a builder that keeps no tape frees them),
@@ -1428,6 +1435,8 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
             if release:
                 b.release_unread()
             run.block(program.statements)
+            if run.iterations + b.operations() > max_steps:  # (loops and calls count as they run)
+                run.too_many_steps()
         names = {**input_vars, **run.names}
         b.stop_freeing(names.values())  # (before the names' tracers go with env)
         positions = {**{i.name: to_loc(*i.pos) for i in inputs}, **run.positions}

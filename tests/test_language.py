@@ -1426,6 +1426,17 @@ def test_a_loop_within_max_steps_runs():
     assert float(next(iter(r.values()))) == 201.0
 
 
+def test_max_steps_counts_the_operations_of_straight_line_code_too():
+    # SPEC §7: operations recorded plus loop iterations; only loops and calls were counted
+    src = " + ".join(["x"] * 200)  # 199 additions
+    err = raised(gradcalc.evaluate, src, at={"x": 1.0}, max_steps=198)
+    assert err.kind == "limit" and err.pos is None
+    assert err.message == ("the program ran more than max_steps=198 steps (operations recorded plus loop "
+                           "iterations)")
+    assert value(src, x=1.0) == 200.0
+    assert float(next(iter(gradcalc.evaluate(src, at={"x": 1.0}, max_steps=199).values()))) == 200.0
+
+
 def test_max_steps_on_the_command_line_names_the_loop():
     r = user_error("eval", "s = 0\nwhile s < 1 {\n    s = s * 1\n}\ns", "--max-steps", "500")
     first = r.stderr.splitlines()[0]
