@@ -228,7 +228,9 @@ def _std(x, axis=None, keepdims=False, ddof=0):
     # 2^k, the same number (a power of two scales exactly), each slice with its own 2^k
     scale = x.builder.const(scale)
     sd = P.sqrt(_var(x / scale, axis, True, ddof)) * scale
-    return sd if keepdims else P.reshape(sd, shape=tuple(d for k, d in enumerate(x.shape) if k - x.ndim not in axes))
+    if keepdims:
+        return sd
+    return P.reshape(sd, shape=tuple(d for k, d in enumerate(x.shape) if k - x.ndim not in axes))
 
 
 def _power_of_two_scale(values: np.ndarray, axes: tuple):
@@ -1152,9 +1154,8 @@ def _arg_extreme(name, prim):
         i = prim(*_along(x, axis))
         if not keepdims:
             return i
-        kept = (1,) * x.ndim if axis is None else tuple(1 if k == _one_axis(axis, x.ndim) else d
-                                                        for k, d in enumerate(x.shape))
-        return P.reshape(i, shape=kept)
+        a = None if axis is None else _one_axis(axis, x.ndim)
+        return P.reshape(i, shape=tuple(1 if a is None or k == a else d for k, d in enumerate(x.shape)))
 
 
 _arg_extreme("argmax", lambda x, axis: P.argmax(x, axis=axis))
@@ -1170,9 +1171,10 @@ def _diff(x, n=1, axis=-1, prepend=None, append=None):
     n = _int_arg("n", n)
     if x.ndim == 0:
         raise ShapeError("diff needs an array of at least one dimension")
-    if prepend is not None or append is not None:  # numpy.diff: joined to x along axis first,
-        x = P.concat(*[_diff_end(v, x, axis) if v is not x else v  # a scalar as one slice
-                       for v in (prepend, x, append) if v is not None], axis=axis)
+    if prepend is not None or append is not None:  # numpy.diff: joined to x along axis first
+        parts = [_diff_end(prepend, x, axis)] if prepend is not None else []
+        parts += [x] + ([_diff_end(append, x, axis)] if append is not None else [])
+        x = P.concat(*parts, axis=axis)
     # as numpy.diff: the difference of two slices, n times; after `length` of them the axis
     # is empty and stays so (a user's n = 10^6 must not run 10^6 Python steps)
     length = x.shape[P.normalize_axes(axis, x.ndim)[0]]
