@@ -393,6 +393,19 @@ def test_numpy_options_match_numpy(src, ref, at):
     assert report.ok, f"{src}\n{report}"
 
 
+@pytest.mark.parametrize("src, at", [
+    ("sin(trapezoid(y, dx=h)) * h", {"y": [1.0, 2.0, 4.0], "h": 0.5}),
+    ("sum(sin(pad(x, 1, constant_values=c) * x[0]))", {"x": [1.0, 2.0], "c": [0.5, -1.0]}),
+    ("sum(sin(nan_to_num([nan, x, inf], nan=c, posinf=c * x)))", {"x": 1.5, "c": 0.5}),
+    ("sum(sin(diff(x, prepend=p, append=p * x[0])))", {"x": [1.0, 2.5, -1.0], "p": 0.3}),
+    ("sum(sin(tril(x) @ x))", {"x": [1.0, 2.0, 4.0]}),
+    ("sum(sin(dot(a, b)))", {"a": [[[1.0, -0.5, 2.0]], [[0.25, 1.5, -1.0]]], "b": [[[1.0, 2.0], [-0.5, 0.75], [0.3, -1.2]]]}),
+])
+def test_second_derivatives_through_value_arguments_and_numpy_options(src, at):
+    report = check_hessian(src, at)
+    assert report.ok, f"{src}\n{report}"
+
+
 def test_round_to_decimals_is_numpys_to_the_bit():
     x = np.random.default_rng(7).uniform(-1e3, 1e3, 200)
     x[:4] = [0.125, 2.675, -0.5, 1e300]
