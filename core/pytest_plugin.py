@@ -38,7 +38,11 @@ class GradFile(pytest.File):
 
     def collect(self):
         from .suite import CheckError, check_source, result_id
-        checked = check_source(_shown_path(self.path), update_expect=self.config.getoption("gradcalc_update_expect"))
+        # (with --gradcalc-update-expect, the file is written when one of its items runs: not
+        # under --collect-only, nor when -k deselects them all)
+        self.unwritten: list = []
+        checked = check_source(_shown_path(self.path), update_expect=self.config.getoption("gradcalc_update_expect"),
+                               unwritten=self.unwritten)
         for result in checked.results:
             name = result_id(result).split("::", 1)[1]
             if isinstance(result, CheckError):
@@ -61,6 +65,14 @@ def _headline(item) -> str:
     return f"{item.name} in {item.path.name}"
 
 
+def _write_expectations(item) -> None:
+    """Write the expectation files of the item's .grad file that its check left unwritten."""
+    from .suite import save_expect
+    pending = item.parent.unwritten
+    while pending:
+        save_expect(*pending.pop())
+
+
 class CheckFailed(Exception):
     """A result that did not pass (its report is the result's row: repr_failure)."""
 
@@ -73,6 +85,7 @@ class GradResult(pytest.Item):
         self.result, self.tol = result, tol
 
     def runtest(self) -> None:
+        _write_expectations(self)
         if not self.result.ok:
             raise CheckFailed(self.result)
 
@@ -95,6 +108,7 @@ class GradError(pytest.Item):
         self.error = error
 
     def runtest(self) -> None:
+        _write_expectations(self)
         raise self.error
 
     def repr_failure(self, excinfo, style=None):

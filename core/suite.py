@@ -174,7 +174,7 @@ def _failed(source: str, err: GradcalcError) -> SourceCheck:
 
 
 def check_source(source, *, overrides: dict | None = None, update_expect: bool = False,
-                 no_expect: bool = False, checker=None) -> SourceCheck:
+                 no_expect: bool = False, checker=None, unwritten: list | None = None) -> SourceCheck:
     """Check one source (program text, a path, or '-'), never raising a user error.
 
     ``overrides`` holds check()'s keyword arguments as the caller gives them (the command
@@ -184,7 +184,11 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
     The expectation compared: ``expect``, else NAME.expect.json beside NAME.grad unless
     ``no_expect``; ``update_expect`` writes it first from this source's derivatives.
     ``checker(program, options) -> Result`` replaces numerics.check (check SOURCE --exec
-    compares a black box with the program), with no expectation."""
+    compares a black box with the program), with no expectation.  Given a list
+    ``unwritten``, update_expect writes nothing: the file is compared as it would be written,
+    and (path, text) goes to the list for the caller to write (:func:`save_expect`) when the
+    results are used (the pytest plugin checks as it collects, and -k or --collect-only
+    would otherwise write files for tests that never run)."""
     from .values import drop_unused, parse_source, read_source
     label = source if isinstance(source, str) and "\n" not in source else "<expr>"
     where: dict = {}  # the position of each option of a # check: line
@@ -200,7 +204,7 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
             ignored += _not_for_the_checker(from_file, options)
             checked = _checked(src.label, checker(program, options), options)
         else:
-            checked = _check_read(src, program, options, update_expect, no_expect)
+            checked = _check_read(src, program, options, update_expect, no_expect, unwritten)
         checked.ignored = ignored
         return checked
     except GradcalcError as err:  # (a missing file: under its own name, not as program text)
@@ -265,7 +269,8 @@ def _checked(label: str, checked: Result, options: dict, expect_file=None, updat
     return SourceCheck(label, checked.results, options, expect_file, updated, notes)
 
 
-def _check_read(src: Source, program, options: dict, update_expect: bool, no_expect: bool) -> SourceCheck:
+def _check_read(src: Source, program, options: dict, update_expect: bool, no_expect: bool,
+                unwritten: list | None = None) -> SourceCheck:
     from .numerics import check, expect_point
     given = options.pop("expect", None)  # (a file named by the caller must exist; a sibling need not)
     path = given or (None if no_expect else expect_path(src.label))
@@ -274,9 +279,16 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
             raise UsageError(f"{option('update_expect')} writes NAME.expect.json beside a file NAME.grad, "
                              "and this source is not a file", hint=f"give the file with {option('expect')} FILE",
                              option="update_expect")
-    written = update_expect and write_expect(program, options, path)
-    stored = read_expect(path) if path and (written or given and not update_expect or os.path.isfile(path)) \
-        else None
+    text = expect_text(program, options) if update_expect else None
+    written = text is not None
+    if written and unwritten is None:
+        save_expect(path, text)
+    elif written:
+        unwritten.append((path, text))
+    if written:
+        stored = json.loads(text)  # (what the file holds once written)
+    else:
+        stored = read_expect(path) if path and (given and not update_expect or os.path.isfile(path)) else None
     stale: list = []
     if stored is not None:
         stored, stale = _current(program, stored, path, src.label, options.get("of"))
@@ -512,15 +524,26 @@ def records_derivatives(doc: dict) -> bool:
 def write_expect(program, options: dict, path: str) -> bool:
     """Write (or refresh) the expectation file at path; not when it would record no
     derivative (a program without inputs: nothing to compare, ever).  Whether it wrote."""
+    text = expect_text(program, options)
+    if text is not None:
+        save_expect(path, text)
+    return text is not None
+
+
+def expect_text(program, options: dict) -> str | None:
+    """The text of the expectation file of the program (:func:`expect_document`), or None
+    when it would record no derivative."""
     doc = expect_document(program, options)
-    if not records_derivatives(doc):
-        return False
+    return json.dumps(doc, allow_nan=False) + "\n" if records_derivatives(doc) else None
+
+
+def save_expect(path: str, text: str) -> None:
+    """Write an expectation file's text (:func:`expect_text`) at path."""
     try:
         with open(path, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc, allow_nan=False) + "\n")
+            f.write(text)
     except OSError as err:
         raise ValueError_(f"cannot write expectation file '{path}': {err.strerror}") from None
-    return True
 
 
 # ==========================================================================

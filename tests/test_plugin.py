@@ -123,6 +123,18 @@ def test_update_expect_refreshes_the_files(pytester):
     _run(pytester).assert_outcomes(passed=6)  # and they hold afterwards
 
 
+def test_update_expect_writes_only_the_files_whose_items_run(pytester):
+    # the checks run as files are collected: --collect-only and -k deselection wrote files too
+    _folder(pytester, **{"square.grad": SQUARE, "square.expect.json": WRONG_EXPECT, "good.grad": GOOD})
+    _run(pytester, "--gradcalc-update-expect", "--collect-only", "-q")
+    assert json.loads((pytester.path / "square.expect.json").read_text(encoding="utf-8")) == WRONG_EXPECT
+    assert not (pytester.path / "good.expect.json").exists()
+    _run(pytester, "--gradcalc-update-expect", "-k", "good").assert_outcomes(passed=4)  # good: 2 derivatives, twice
+    assert json.loads((pytester.path / "square.expect.json").read_text(encoding="utf-8")) == WRONG_EXPECT
+    made = json.loads((pytester.path / "good.expect.json").read_text(encoding="utf-8"))
+    assert made["gradient"]["y"] == 1.5  # d(x*y + sin x)/dy = x
+
+
 def test_a_file_that_cannot_be_checked_is_one_failing_item(pytester):
     _folder(pytester, **{"good.grad": GOOD, "bad.grad": "f = (x +\n", "novalue.grad": "f = x^2\n"})
     result = _run(pytester, "-rf")
