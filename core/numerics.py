@@ -703,7 +703,11 @@ def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst:
     if again is not None and again.ok:
         return [f"{coarse}: compared at steps relative to |x| instead (up to {float(np.max(again.step)):.3g}), "
                 "where the differences agree"]
-    found = "" if again is None else f"; at steps relative to |x| they disagree too (rel err {again.max_rel:.3g})"
+    # (where the worst disagreement moved to another element, that one is named: the element
+    # near 0 may agree there, and the mismatch be elsewhere)
+    moved = again is not None and not directions and list(again.worst) != list(worst)
+    at_worst = f", worst at [{', '.join(map(str, again.worst))}]" if moved else ""
+    found = "" if again is None else f"; at steps relative to |x| they disagree too (rel err {again.max_rel:.3g}{at_worst})"
     sweep = "--sweep (without --directions)" if directions else "--sweep"
     return [f"{coarse}{found}: near 0, a function like 1/x or log(x) leaves a large truncation error; "
             f"{sweep} shows the error at smaller steps, --method complex (analytic programs) takes no difference"]

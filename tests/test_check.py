@@ -487,3 +487,11 @@ def test_directions_name_a_kink_within_a_step_and_do_not_compare_again():
     for directions in (0, 1):
         (r,) = gradcalc.check("abs(x)", at={"x": 1e-9}, directions=directions).results
         assert not r.ok and r.notes == ["near the kink of 'abs' (line 1, column 1)"]
+
+
+def test_a_failure_near_0_names_the_element_that_still_disagrees_at_relative_steps():
+    # x[1]'s slope misses 3e-5 of 2 x[1] (stop_gradient); x[0] = 1e-3 only needs a finer step.
+    # The note blamed x[0] alone ("near 0, like 1/x"); it now says where the mismatch stays
+    (r,) = gradcalc.check("1/x[0] + x[1]^2 + stop_gradient(3e-5*x[1]^2)", at={"x": [1e-3, 5.0]}).results
+    assert not r.ok
+    assert any("at steps relative to |x| they disagree too (rel err 3e-05, worst at [1])" in n for n in r.notes)
