@@ -568,8 +568,11 @@ def check_cmd(
     result passes, 1 when any fails, 2 when a source could not be checked (after the others).
     """
     from gradcalc.suite import check_sources
+    from gradcalc.values import promise_stdin
     if junit_xml is not None:
         views.check_writable("--junit-xml", junit_xml)
+    if "-" in sources:  # (read after the --at values, which must not take it first)
+        promise_stdin("SOURCE -")
     point = _at(at, opts) if at else None
     given = dict(at=point, of=of, wrt=wrt, rtol=rtol, atol=atol, max_elements=opts.max_elements,
                  max_steps=opts.max_steps)

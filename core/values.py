@@ -296,7 +296,8 @@ def _mapping_of(data, path: str, label: str) -> dict:
     return data
 
 
-#: Standard input, once read: (the stream, what read it), so that a second reader is told.
+#: Standard input, once read or promised: (the stream, its reader, whether it is only promised),
+#: so that a second reader is told.
 _stdin_read: list = []
 
 
@@ -306,11 +307,20 @@ def read_stdin(what: str) -> bytes:
     stream = sys.stdin
     if stream is None:  # (the shell closed it: <&-)
         raise UsageError(f"{what}: standard input is closed", hint="give it in a file, or pipe it in")
-    if _stdin_read and _stdin_read[0][0] is stream:
+    if _stdin_read and _stdin_read[0][0] is stream and not (_stdin_read[0][2] and _stdin_read[0][1] == what):
         raise UsageError(f"{what}: standard input is read already, by {_stdin_read[0][1]}",
                          hint="standard input gives one thing: put the other in a file")
-    _stdin_read[:] = [(stream, what)]
+    _stdin_read[:] = [(stream, what, False)]
     return stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode()
+
+
+def promise_stdin(what: str) -> None:
+    """Keep standard input for what, which reads it later (check's SOURCE -, read after the
+    --at values): another reader is told it is taken, as if what had read it first."""
+    import sys
+    stream = sys.stdin
+    if stream is not None and not (_stdin_read and _stdin_read[0][0] is stream):
+        _stdin_read[:] = [(stream, what, True)]
 
 
 def _json_array(data, path, label) -> np.ndarray:

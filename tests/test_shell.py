@@ -225,9 +225,13 @@ def test_a_value_from_standard_input():
     assert ok("grad", "x*y", "--at", "@-", "-f", "plain", input='{"x": 3, "y": 5}').stdout == "5\n3\n"
 
 
-def test_standard_input_gives_one_thing():
-    r = user_error("grad", "-", "--at", "x=@-", input="x^2")
-    assert "standard input is read already" in r.stderr
+@pytest.mark.parametrize("command", ["grad", "check"])
+def test_standard_input_gives_one_thing(command):
+    # check reads its --at values before its sources: the value took the program text, and the
+    # error was "cannot read '-': loadtxt: input contained no data"
+    r = user_error(command, "-", "--at", "x=@-", input="x^2")
+    assert r.stderr.splitlines()[0] == "error: --at x=@-: standard input is read already, by SOURCE -"
+    assert ok("check", "-", "--at", "x=2", "-f", "plain", input="x^2").stdout.startswith("ok <stdin> ")
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="process substitution is POSIX")
