@@ -390,6 +390,14 @@ _UNARY_PRIMS = {name: fn.prim for name, fn in FUNCTIONS.items()
                 and fn.fn not in _MASK_KEEPING}
 
 
+def _as_array_literal(node):
+    """node, with tuple literals in it as array literals (`pad(x, 1, constant_values=(1, 2))`)."""
+    t = type(node)
+    if t is TupleLit or t is ArrayLit:
+        return ArrayLit(tuple(map(_as_array_literal, node.items)), node.loc)
+    return node
+
+
 def _integral(value):
     """A literal argument with its integral numbers as ints (3.0 as 3, in tuples too), as an
     argument computed to an integral value is taken (Interpreter.static_arg); past 2^53 a float
@@ -978,7 +986,8 @@ class Interpreter:
         """A node that is not a value: a tuple, a string, None or `...` out of place."""
         t = type(node)
         if t is TupleLit:
-            raise SyntaxError_("a tuple is only allowed as a shape or axis argument", node.pos)
+            raise SyntaxError_("a tuple is only allowed as an argument of a built-in (a shape, an axis, an "
+                               "array)", node.pos)
         if t is Str:
             raise SyntaxError_("a string is allowed only as the argument of a built-in that takes one "
                                "(einsum's subscripts, norm's ord=, pad's mode=)", node.pos)
@@ -1090,7 +1099,7 @@ class Interpreter:
             self.b.labels[node.loc] = node.func
         if fn.arity == len(node.args) and not node.kwargs:  # (sin(x) went by call's shortcut)
             prim = fn.prim
-            args = [self.expr(a) for a in node.args]
+            args = [self.expr(a if type(a) is not TupleLit else _as_array_literal(a)) for a in node.args]
             self.b.pos = node.loc
             if prim is not None:
                 out = self.invoke(node, self.b.bind, (prim, tuple(args), NO_PARAMS))
@@ -1123,8 +1132,8 @@ class Interpreter:
                 bound.arguments[pname] = self.number_arg(node.func, pname, arg)
             elif fn.signature.parameters[pname].kind is inspect.Parameter.VAR_POSITIONAL:
                 bound.arguments[pname] = tuple(self.expr(a) for a in arg)
-            else:
-                bound.arguments[pname] = self.expr(arg)
+            else:  # (an array argument: a tuple is array-like there too, as in NumPy)
+                bound.arguments[pname] = self.expr(_as_array_literal(arg))
         self.b.pos = node.loc
         out = self.invoke(node, fn.fn, bound.args, bound.kwargs)
         params = _MASK_KEEPING.get(fn.fn)

@@ -118,7 +118,7 @@ GRAMMAR = [
     ("2 +* 3", "expected an expression, found '*'", (1, 4), None),
     ("x =", "expected an expression, found end of input", (1, 4), None),
     ("1; 2 +", "expected an expression, found end of input", (1, 7), None),
-    ("y = (\n)", "a tuple is only allowed as a shape or axis argument", (1, 5), None),
+    ("y = (\n)", "a tuple is only allowed as an argument of a built-in (a shape, an axis, an array)", (1, 5), None),
     ("2 3", "expected end of statement, found '3'", (1, 3),
      "separate statements with a newline or ';', or add an operator"),
     ("1 = 2", "expected end of statement, found '='", (1, 3), None),

@@ -531,6 +531,18 @@ def test_an_integral_float_literal_is_an_integer_argument(src, want):
     close(value(src, x=_X), want)
 
 
+def test_a_tuple_is_an_array_where_a_built_in_takes_an_array():
+    # NumPy takes a tuple wherever it takes an array (array-like); a tuple elsewhere is an error
+    x, c = np.array([1.0, 2.0]), 3.0
+    close(value("pad(x, 1, constant_values=(c, 2 * c))", x=x, c=c), np.pad(x, 1, constant_values=(c, 2 * c)))
+    close(value("where(x > 1, (5, 6), x)", x=x), np.where(x > 1, (5, 6), x))
+    close(value("maximum(x, ((0, 3), (4, 0)))", x=x), np.maximum(x, ((0, 3), (4, 0))))
+    r = grad("sum(pad(x, 1, constant_values=(c, 2 * c)))", x=x, c=c)
+    assert float(r["c"]) == 3.0  # one c before, one 2c after
+    err = raised(gradcalc.evaluate, "y = (1, 2)")
+    assert err.message == "a tuple is only allowed as an argument of a built-in (a shape, an axis, an array)"
+
+
 def test_a_huge_literal_integer_argument_is_worded_as_a_float():
     with pytest.raises(GradcalcError, match=r"got 1e\+300$"):
         value("reshape(x, (1e300, -1))", x=_X)

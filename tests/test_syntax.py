@@ -523,7 +523,7 @@ def test_tuple_shapes_for_constructors():
 def test_tuple_as_a_value_is_an_error():
     err = error("(1, 2)")
     assert err.kind == "syntax"
-    assert err.message == "a tuple is only allowed as a shape or axis argument"
+    assert err.message == "a tuple is only allowed as an argument of a built-in (a shape, an axis, an array)"
 
 
 # ==========================================================================
