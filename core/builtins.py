@@ -802,7 +802,7 @@ def _repeat(x, repeats, axis=None):
         x, axis = P.reshape(x, shape=(-1,)), 0
     a = _one_axis(axis, x.ndim)
     try:
-        counts = np.asarray(_whole(repeats))
+        counts = np.asarray(whole(repeats))
     except ValueError:  # (a ragged tuple: (1, (2,)))
         counts = None
     if counts is None or counts.dtype.kind not in "iu" or (counts < 0).any() or counts.ndim > 1:
@@ -837,7 +837,7 @@ def _pad(x, pad_width, mode="constant", constant_values=0.0):
         raise UsageError(f"pad: mode {mode!r} is not supported; use one of "
                          f"{', '.join(repr(m) for m in _PAD_MODES)}")
     try:
-        widths = np.broadcast_to(np.asarray(_whole(pad_width)), (x.ndim, 2))
+        widths = np.broadcast_to(np.asarray(whole(pad_width)), (x.ndim, 2))
     except ValueError:
         raise ShapeError(f"pad: pad_width {pad_width!r} does not fit an array of dimension {x.ndim}") from None
     if widths.dtype.kind not in "iu" or (widths < 0).any():
@@ -1096,20 +1096,22 @@ def _offset(k: int, shape) -> int:
 
 
 def _int(v, what) -> int:
-    n = _whole(v)
+    n = whole(v)
     if isinstance(n, bool) or not isinstance(n, int):
         raise ShapeError(f"{what} must be an integer, not {v!r}")
     return n
 
 
-def _whole(v):
-    """An integral float as the int it is, in tuples too: a computed integer past 2^53 (2**62)
-    arrives as a float, and is an integer value all the same (SPEC §2.3).  Messages show v as
-    given (1e+300, not its 301 digits)."""
-    if type(v) is float and v.is_integer():
+def whole(v, largest: float = math.inf):
+    """An integral float as the int it is, in tuples too, up to largest in size (SPEC §2.3: a
+    value that is an integer is one).  The interpreter reads integer arguments so up to 2^53,
+    past which a float stays a float for the messages of built-ins that do not read it again
+    (reshape's 'got 1e+300'); the built-ins that read counts read them so without a bound
+    (2**62 arrives as 4.6e18, and is a count all the same).  Messages show v as given."""
+    if type(v) is float and v.is_integer() and abs(v) <= largest:
         return int(v)
     if type(v) is tuple:
-        return tuple(map(_whole, v))
+        return tuple(whole(x, largest) for x in v)
     return v
 
 
@@ -1398,7 +1400,7 @@ def _linspace(a, b, n=50, endpoint=True, axis=0):
 
 
 def _int_arg(what, v) -> int:
-    n = _whole(v)
+    n = whole(v)
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ShapeError(f"{what} must be a non-negative integer, got {v!r}")
     return n

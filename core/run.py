@@ -21,7 +21,7 @@ import numpy as np
 
 from . import primitives as P
 from .builtins import (CONSTANTS, FUNCTIONS, NotStatic, fold_literal, is_constructor, stack,
-                       static_value, usage)
+                       static_value, usage, whole)
 from .errors import (GradcalcError, LimitError, NameError_, Pos, ShapeError, SyntaxError_,
                      UsageError, ValueError_, did_you_mean, option, to_loc, to_pos)
 from .syntax import (Apply, ArrayLit, Assign, AugAssign, Binary, Bool, Break, Call, CondExpr,
@@ -365,7 +365,7 @@ _BINARY = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div, "@": P.matmul, "^": P
            "and": _primitive("logical_and"), "or": _primitive("logical_or")}
 _MASK_OPS = frozenset(("<", "<=", ">", ">=", "==", "!=", "and", "or"))
 _MASK_BUILTINS = frozenset(("any", "all"))
-_EXACT_INTS = 2 ** 53  # floats up to this are read as ints where an argument is an integer
+_EXACT_INTS = 2 ** 53  # floats up to this are read as ints where an argument is an integer (see whole)
 #: The built-ins that move or pick elements without arithmetic, and the parameters holding the
 #: elements: a result made of masks is a mask, as NumPy keeps a boolean array boolean
 #: (`x[flip(x > 0)]` selects).  Keyed by function, so that NumPy's spellings (ravel) count.
@@ -396,17 +396,6 @@ def _as_array_literal(node):
     if t is TupleLit or t is ArrayLit:
         return ArrayLit(tuple(map(_as_array_literal, node.items)), node.loc)
     return node
-
-
-def _integral(value):
-    """A literal argument with its integral numbers as ints (3.0 as 3, in tuples too), as an
-    argument computed to an integral value is taken (Interpreter.static_arg); past 2^53 a float
-    stays a float (1e300 as a 301-digit int would be worded so in the built-in's error)."""
-    if type(value) is float and value.is_integer() and abs(value) <= _EXACT_INTS:
-        return int(value)
-    if type(value) is tuple:
-        return tuple(map(_integral, value))
-    return value
 
 
 def _elements(params: tuple, arguments: dict) -> list:
@@ -1173,7 +1162,7 @@ class Interpreter:
         """An argument taken as a Python value (axis, shape, keepdims, a string): a literal, or
         an integer-valued expression, evaluated (SPEC §2.3 "Integer arguments")."""
         try:
-            return _integral(static_value(node, self.env))
+            return whole(static_value(node, self.env), _EXACT_INTS)
         except NotStatic:
             pass
         t = type(node)
