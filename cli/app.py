@@ -327,10 +327,14 @@ OfOpt = Annotated[Optional[List[str]], typer.Option(
 OfManyOpt = Annotated[Optional[List[str]], typer.Option(
     "--of", help="an output (repeatable; default: the last statement)", show_default=False)]
 def _split_names(values):
-    """--wrt a,b is --wrt a --wrt b (SPEC §4)."""
+    """--wrt a,b is --wrt a --wrt b (SPEC §4); --wrt '' names nothing, which is an error (it
+    meant every input)."""
     if not values:
         return values
-    return [name.strip() for v in values for name in v.split(",") if name.strip()]
+    names = [name.strip() for v in values for name in v.split(",") if name.strip()]
+    if not names:
+        raise typer.BadParameter(f"{values[0]!r} names no value; leave --wrt out for every input")
+    return names
 
 
 WrtOpt = Annotated[Optional[List[str]], typer.Option(

@@ -232,8 +232,19 @@ def _read_json(source):
     import json
     if isinstance(source, str):
         with open(source, encoding="utf-8") as f:
-            return json.load(f)
-    return json.loads(source.getvalue().decode("utf-8-sig"))
+            return json.load(f, object_pairs_hook=_unique_keys)
+    return json.loads(source.getvalue().decode("utf-8-sig"), object_pairs_hook=_unique_keys)
+
+
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object whose names are all different: a value named twice is an error, as
+    --at x=1,x=2 is (json would keep the last silently)."""
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        seen: set = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"the name '{twice}' appears twice")
+    return out
 
 
 def _read_text(source) -> str:

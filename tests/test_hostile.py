@@ -561,6 +561,21 @@ def test_malformed_at_values(value, first, hint_text):
                  else ["eval", "x + y", "--at", value], first, hint_text=hint_text)
 
 
+def test_a_values_file_naming_a_value_twice_is_an_error(tmp_path):
+    # as --at x=1,x=2 is: json.load kept the last value silently
+    f = tmp_path / "point.json"
+    f.write_text('{"x": 1, "y": 2, "x": 3}')
+    r = user_error("eval", "x + y", "--at", f"@{f}")
+    assert first_line(r) == f"error: --at: cannot read '{f}': the name 'x' appears twice"
+
+
+@pytest.mark.parametrize("wrt", ["", ",", " , "])
+def test_a_wrt_that_names_nothing_is_an_error(wrt):
+    # it meant every input, silently
+    r = user_error("grad", "x * y", "--at", "x=1,y=2", "--wrt", wrt)
+    assert f"{wrt!r} names no value; leave --wrt out for every input" in usage_text(r.stderr)
+
+
 def test_empty_items_between_commas_are_skipped():
     # A deliberate leniency (values.split_top_level): `x=1,,y=2` and a trailing comma read
     # as x=1, y=2 -- no value is lost or misread, so this is not an error.
