@@ -1383,9 +1383,16 @@ def constant_value(text: str, label: str = "<value>", max_elements: int = DEFAUL
         raise err.located(Source(text, label))
 
 
-def _not_an_input(name: str, known: dict, assigned: dict) -> UsageError:
+def _not_an_input(name: str, known: dict, assigned: dict, bare: dict) -> UsageError:
     """A value given for a name that is not an input.  A name the program assigns is never an
-    input (the pitfall of PyTorch's "replaced a variable"): say where, and what to do."""
+    input (the pitfall of PyTorch's "replaced a variable"): say where, and what to do; nor is
+    the name of a bare expression's value (bare: location -> name)."""
+    for loc, named in bare.items():
+        if named == name:
+            p = to_pos(loc)
+            return UsageError(f"'{name}' is not an input of the program: it names the value of the expression at "
+                              f"line {p.line}, column {p.col}", name=name,
+                              hint=f"the inputs are: {', '.join(known) or 'none'}")
     if name in assigned:
         p = to_pos(assigned[name])
         return UsageError(f"'{name}' is not an input of the program: it is assigned at line {p.line}, "
@@ -1420,7 +1427,7 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
         known = {i.name: i for i in inputs}
         for name in at:
             if name not in known:
-                raise _not_an_input(name, known, facts.assigned)
+                raise _not_an_input(name, known, facts.assigned, facts.bare)
         b = Builder(max_elements, check_finite, record=record)
         b.source = program.source  # (warnings name operators as written)
         env: dict[str, Tracer] = {}

@@ -102,7 +102,8 @@ def select_names(tr: Traced, names, what: str, default, among=None) -> list[str]
     kind = "named values" if among is None else "inputs"
     for n in names:
         if n not in tr.tape.names:
-            hint = did_you_mean(n, known) or f"the {kind} are: {', '.join(known)}"
+            hint = did_you_mean(n, known) or (f"the {kind} are: {', '.join(known)}" if known
+                                              else f"the program has no {kind}")
             raise UsageError(f"{option(key) if key else what} '{n}' is not a name in the program", hint=hint,
                              name=n, option=key).located(tr.program.source)
         if n not in out:

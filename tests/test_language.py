@@ -1916,6 +1916,20 @@ def test_a_value_for_a_name_the_program_assigns_says_where_and_what_to_do():
     assert "reads and never assigns" in err.hint and "w0" in err.hint
 
 
+def test_a_value_for_the_name_of_a_bare_expression_says_it_names_that_value():
+    # it said "it is assigned at line 1, column 1", though nothing is assigned there
+    err = raised(gradcalc.grad, "x^2", at={"_": 3.0})
+    assert err.message == "'_' is not an input of the program: it names the value of the expression at line 1, column 1"
+    assert err.hint == "the inputs are: x"
+    err = raised(gradcalc.grad, "x^2\nx + 1", at={"_2": 3.0})
+    assert err.message.endswith("names the value of the expression at line 2, column 1")
+
+
+def test_a_tangent_for_a_program_without_inputs_says_it_has_none():
+    err = raised(gradcalc.jvp, "3 * 4", tangent={"x": 1.0})
+    assert err.hint == "the program has no inputs"
+
+
 # ==========================================================================
 # Values may take a built-in's name (issue 16): diff, size, sort, take, mod...
 # ==========================================================================
