@@ -575,7 +575,7 @@ def check_cmd(
     from gradcalc.values import promise_stdin
     if junit_xml is not None:
         views.check_writable("--junit-xml", junit_xml)
-    if "-" in sources:  # (read after the --at values, which must not take it first)
+    if sources and "-" in sources:  # (read after the --at values, which must not take it first)
         promise_stdin("SOURCE -")
     point = _at(at, opts) if at else None
     given = dict(at=point, of=of, wrt=wrt, rtol=rtol, atol=atol, max_elements=opts.max_elements,
