@@ -984,6 +984,9 @@ class TaylorOrder(NamedTuple):
 #: is at rounding level (TAYLOR_ROUNDING) are left out of the estimate.
 TAYLOR_FIRST_STEP = 1e-2
 TAYLOR_HALVINGS = 20
+#: The steps are evaluated this many at a time (a batch of as many copies of the input), from
+#: the largest, and no further once a batch's remainders are all at rounding level.
+TAYLOR_CHUNK = 5
 #: A remainder counts only above this many times eps times the size of what it is the
 #: difference of (|f(x)|, |f(x + p)| and |J p|, per output element): below it, the rounding of
 #: f (which can exceed eps |f| where f sums many terms) would make its order noise.
@@ -1012,7 +1015,28 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     x = tr.value(wrt)
     v = rng.standard_normal(x.shape)
     h0 = TAYLOR_FIRST_STEP * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
-    hs = h0 / 2.0 ** np.arange(halvings)
+    rems, floors, flipped = [], [], ()
+    for start in range(0, halvings, TAYLOR_CHUNK):
+        hs = h0 / 2.0 ** np.arange(start, min(start + TAYLOR_CHUNK, halvings))
+        rem, floor, seen = _taylor_remainders(tr, of, wrt, v, hs, max_steps)
+        rems.append(rem)
+        floors.append(floor)
+        flipped += tuple(g for g in seen if g not in flipped)
+        if (np.isfinite(rem) & (np.abs(rem) <= floor)).all():
+            break  # at rounding level: the smaller steps would see rounding alone
+    rem, floor = np.concatenate(rems), np.concatenate(floors)
+    with np.errstate(all="ignore"):
+        cubic_gone = 8 * rem[1:] - rem[:-1]  # (step i: h_i, with h_i / 2)
+        order = _order_at_small_steps(rem, floor)
+        if not order >= TAYLOR_MIN_ORDER:
+            order = max(order, _order_at_small_steps(cubic_gone, 8 * floor[1:] + floor[:-1]))
+    return TaylorOrder(order, flipped)
+
+
+def _taylor_remainders(tr: Traced, of: str, wrt: str, v: np.ndarray, hs: np.ndarray, max_steps: int):
+    """(remainders, their rounding floors, the guards a step changed) of the output at the
+    steps p = (x + h v) - x for h in hs, in one batch (one row per step)."""
+    x = tr.value(wrt)
     moved = x + hs.reshape((-1,) + (1,) * x.ndim) * v
     (ys,), (flipped,) = evaluate_batch(tr, wrt, moved, [of], max_steps=max_steps)
     y0 = tr.value(of)
@@ -1021,12 +1045,7 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     with np.errstate(all="ignore"):
         rem = ys - y0 - jp
         scale = np.maximum(np.maximum(np.abs(ys), np.abs(y0)), np.abs(jp))
-        floor = TAYLOR_ROUNDING * stencil.EPS * scale
-        cubic_gone = 8 * rem[1:] - rem[:-1]  # (step i: h_i, with h_i / 2)
-        order = _order_at_small_steps(rem, floor)
-        if not order >= TAYLOR_MIN_ORDER:
-            order = max(order, _order_at_small_steps(cubic_gone, 8 * floor[1:] + floor[:-1]))
-    return TaylorOrder(order, flipped)
+    return rem, TAYLOR_ROUNDING * stencil.EPS * scale, flipped
 
 
 def _order_at_small_steps(rem: np.ndarray, floor: np.ndarray) -> float:
