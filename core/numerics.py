@@ -1050,20 +1050,17 @@ def _taylor_remainders(tr: Traced, of: str, wrt: str, v: np.ndarray, hs: np.ndar
 
 def _order_at_small_steps(rem: np.ndarray, floor: np.ndarray) -> float:
     """The order of rem (one row per step, the steps halving) from the last TAYLOR_LAST_PAIRS pairs
-    of consecutive steps whose largest remainder above its floor (rounding) is non-zero; inf when
-    no step's is (the remainder is rounding alone), nan when the remainder is not finite at the
-    smallest steps."""
+    of consecutive steps whose largest remainder above its floor (rounding) is non-zero; else
+    inf when the remainder is rounding alone at the smallest step (f is linear there, though a
+    larger step may leave its domain: sqrt(x)^2 near 0), nan when it is not finite there."""
     k = len(rem)
     seen = np.where(np.abs(rem) > floor, np.abs(rem), 0.0).reshape(k, -1)
     seen[~np.isfinite(rem.reshape(k, -1))] = np.nan
     size = np.max(seen, axis=1, initial=0.0)
-    if not (size > 0).any():
-        return math.inf if np.isfinite(size).all() else math.nan
     pairs = [i for i in range(k - 1) if size[i] > 0 and size[i + 1] > 0]
     if not pairs:
-        # above rounding at one step, below it at the next: a remainder that falls by the floor
-        # in one halving (or not finite where it counts)
-        return math.inf if np.isfinite(size).all() else math.nan
+        # (or above rounding at one step and below it at the next: it fell by the floor at once)
+        return math.inf if size[-1] == 0 else math.nan
     last = pairs[-TAYLOR_LAST_PAIRS:]
     return float(np.median([np.log2(size[i] / size[i + 1]) for i in last]))
 

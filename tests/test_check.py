@@ -495,3 +495,21 @@ def test_a_failure_near_0_names_the_element_that_still_disagrees_at_relative_ste
     (r,) = gradcalc.check("1/x[0] + x[1]^2 + stop_gradient(3e-5*x[1]^2)", at={"x": [1e-3, 5.0]}).results
     assert not r.ok
     assert any("at steps relative to |x| they disagree too (rel err 3e-05, worst at [1])" in n for n in r.notes)
+
+
+def test_taylor_order_of_a_linear_function_whose_larger_steps_leave_its_domain():
+    # sqrt(x)^2 = x for x >= 0; at 1e-3 along -1 the steps from 1e-2 down to 1e-3 give nan
+    # (sqrt of x < 0), the smaller ones a remainder at rounding level: linear, not nan
+    from gradcalc.numerics import taylor_order
+
+    class Backwards:  # (an rng whose direction is -1)
+        def standard_normal(self, shape):
+            return -np.ones(shape)
+
+    def order(src):
+        tr = trace(gradcalc.parse(src), {"x": 1e-3})
+        return taylor_order(tr, tr.tape.output, "x", Backwards()).order
+
+    assert order("sqrt(x)^2") == math.inf
+    assert order("sqrt(x)*2") == pytest.approx(2.0, abs=0.01)  # 2 sqrt(x): curvature -x^(-3/2) / 2
+    assert order("sqrt(x)^2 + stop_gradient(0.01*x)") == pytest.approx(1.0, abs=0.01)
