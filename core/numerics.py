@@ -713,10 +713,26 @@ def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst:
             f"{sweep} shows the error at smaller steps, --method complex (analytic programs) takes no difference"]
 
 
-#: Along directions, the comparison at steps relative to |x| stands only where its largest
-#: rounding allowance is below this fraction of the mismatch at the default step: then a wrong
-#: derivative, whose error the mismatch holds, would still show beyond it.
-RETRY_RESOLUTION = 0.5
+#: Along directions, the comparison at steps relative to |x| decides only where its rounding
+#: allowance is at most this fraction of the derivative it measures (so that an error of 0.1%
+#: still shows beyond it), or no more than the default step's comparison allowed.
+RETRY_RESOLUTION = 1e-3
+
+
+def _resolves(fine_slack, fine_fd, fd, slack, tol) -> bool:
+    """Whether directional differences at steps relative to |x| (fine_fd, with the rounding
+    allowance fine_slack) can decide a comparison the default step's (fd, slack) failed.
+
+    One step serves every element, so the smallest |x_i| sets it, and its rounding allowance
+    eps |f| / h can swallow a wrong derivative (cumsum 0.1% wrong at n = 2e5; exp(-1/x) 1%
+    wrong beside an x_i of 1e-7): it may be no larger than RETRY_RESOLUTION |J v| at most, or
+    than what the default comparison allowed at most (where that is finite)."""
+    rtol, atol = tol
+    with np.errstate(all="ignore"):
+        allowed = (atol + rtol * np.abs(fd) + slack).ravel()
+    allowed = allowed[np.isfinite(allowed)]
+    seen = atol + max(rtol, RETRY_RESOLUTION) * float(np.max(np.abs(fine_fd), initial=0.0))
+    return float(np.max(fine_slack, initial=0.0)) <= max(float(np.max(allowed, initial=0.0)), seen)
 
 
 def _smallest_nonzero(x: np.ndarray) -> list | None:
@@ -852,12 +868,10 @@ def _direction_result(tr: Traced, name, p, o, w, v, j, dd: Directional, kind, st
         if fine is not None:
             *found, fine_slack = along(fine, fine_step)
             second = _Again(*found, np.array(fine_step))
-            # one step serves every element, so the smallest |x_i| sets it, and its rounding
-            # allowance can swallow a wrong derivative (cumsum 0.1% wrong at n = 2e5): it decides
-            # only where that allowance is well below the mismatch it looks at again
-            if second.ok and not float(np.max(fine_slack, initial=0.0)) < RETRY_RESOLUTION * mabs:
-                second, undecided = None, [f"at steps relative to |x| (down to {fine_step:.3g}) the rounding "
-                                           "allowance outweighs the tolerance, so they cannot decide"]
+            if second.ok and not _resolves(fine_slack, fine.values, d, slack, plan.tol):
+                second, undecided = None, [f"at steps relative to |x| (down to {fine_step:.3g}) rounding could "
+                                           f"hide an error of {float(np.max(fine_slack)):.2g}, so they cannot decide "
+                                           "(the full check, without --directions, steps each element on its own)"]
         notes += _coarse_step_note(x, np.full(x.shape, step), second, smallest, directions=True) + undecided
         if second is not None and second.ok:
             extra["default_step"], hs = hs, fine_step

@@ -513,3 +513,17 @@ def test_taylor_order_of_a_linear_function_whose_larger_steps_leave_its_domain()
     assert order("sqrt(x)^2") == math.inf
     assert order("sqrt(x)*2") == pytest.approx(2.0, abs=0.01)  # 2 sqrt(x): curvature -x^(-3/2) / 2
     assert order("sqrt(x)^2 + stop_gradient(0.01*x)") == pytest.approx(1.0, abs=0.01)
+
+
+def test_directions_do_not_pass_a_wrong_slope_on_the_rounding_of_a_tiny_relative_step():
+    # one step serves every element, so x_i = 1.4e-7 sets the step of the comparison again
+    # (9e-13), whose rounding allowance (~5e-4 here) could hide the 1% error (~5e-3 of J v,
+    # d/dx exp(-1/x) = exp(-1/x) / x^2 ~ 0.54 at 0.53 and 0.47): it may not decide then
+    wrong = "sum(exp(-1/x)) + stop_gradient(0.01*sum(exp(-1/x)))"
+    for seed, x in [(0, [0.5327584213791909, 0.4679657112379884, 0.03895702197041625, 1.4034358543344177e-07]),
+                    (12, [1.0655666920828535e-06, 2.208816459375246, 0.10843078224409902, 5.2821662419148126e-08,
+                          0.3736789210295958])]:
+        (r,) = gradcalc.check(wrong, at={"x": x}, directions=2, seed=seed).results
+        assert not r.ok, r.notes
+        (r,) = gradcalc.check("sum(exp(-1/x))", at={"x": x}).results  # the full check: element by element
+        assert r.ok
