@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .errors import GradcalcError, ShapeError, ValueError_, to_loc, to_pos
+from .errors import GradcalcError, ShapeError, ValueError_, option, to_loc, to_pos
 from .lower import DEFAULT_MAX_STEPS, Traced, trace, walk_names
 from .results import Result
 from .session import as_arrays, parse, quiet
@@ -95,9 +95,13 @@ def _trace_with_stand_ins(program: Program, values: dict, max_elements, max_step
     except (ShapeError, ValueError_) as err:
         if not guessed:
             raise
+        shapes = ", ".join(f"{name} {guesses.get(name, ())}" for name in guessed)
         try:
             tr = attempt(True)
         except GradcalcError:
+            if err.hint is None:  # (the shapes in the message are guesses: say so)
+                err.hint = (f"without values, the shapes were guessed ({shapes}): give {option('at')} "
+                            f"values, or declare the inputs' shapes (input x[5])")
             raise err from None
     return tr, filled, guessed
 

@@ -770,6 +770,14 @@ def test_graph_without_values_shows_the_structure(src, first, guessed):
     assert "warning" not in r.stderr
 
 
+def test_graph_says_when_the_shapes_in_its_error_were_guessed():
+    # "matmul shapes (2, 2) and (5,)" named a shape the user never gave, without saying so
+    r = user_error("graph", "x @ ones(5)")
+    assert r.stderr.splitlines()[0] == "error: <expr>:1:3: matmul shapes (2, 2) and (5,) do not match: 2 != 5"
+    assert r.stderr.splitlines()[-1] == ("hint: without values, the shapes were guessed (x (2, 2)): give --at "
+                                         "values, or declare the inputs' shapes (input x[5])")
+
+
 def test_junit_report_of_a_file_name_with_a_control_character_parses(tmp_path):
     import xml.etree.ElementTree as ET
     (tmp_path / "a\x01b.grad").write_text("x^2\n")
