@@ -1094,10 +1094,7 @@ class Interpreter:
                 out = self.invoke(node, self.b.bind, (prim, tuple(args), NO_PARAMS))
             else:
                 out = self.invoke(node, fn.fn, args)
-            params = _MASK_KEEPING.get(fn.fn)
-            if params is None or not self.masks:
-                return out
-            return self.kept_mask(out, _elements(params, dict(zip(fn.signature.parameters, args))))
+            return self.masks_kept(fn, out, args)
         constructor = is_constructor(node.func)
         _refuse_unknown_keywords(node, fn)
         args, kwargs = _sequence(fn, node.args, {k.name: k.value for k in node.kwargs})
@@ -1124,11 +1121,17 @@ class Interpreter:
             else:  # (an array argument: a tuple is array-like there too, as in NumPy)
                 bound.arguments[pname] = self.expr(_as_array_literal(arg))
         self.b.pos = node.loc
-        out = self.invoke(node, fn.fn, bound.args, bound.kwargs)
+        return self.masks_kept(fn, self.invoke(node, fn.fn, bound.args, bound.kwargs), bound.arguments)
+
+    def masks_kept(self, fn, out, arguments):
+        """out, the result of the built-in fn on arguments (a dict by parameter, or a list in
+        their order), noted as a mask where fn only moves elements and those are masks."""
         params = _MASK_KEEPING.get(fn.fn)
         if params is None or not self.masks:
             return out
-        return self.kept_mask(out, _elements(params, bound.arguments))
+        if type(arguments) is list:
+            arguments = dict(zip(fn.signature.parameters, arguments))
+        return self.kept_mask(out, _elements(params, arguments))
 
     def kept_mask(self, out, elements: list):
         """out, noted as a mask (or each of several results) when the elements it is made of are
