@@ -270,6 +270,9 @@ class FiniteDifferences(NamedTuple):
     jacobian: dict
     step: np.ndarray
     flipped: dict
+    #: {of: an estimate of each element's error (the Jacobian's shape)}, where one was taken
+    #: (see :func:`_estimates_error`), else None
+    error: dict | None = None
 
 
 def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", step=None):
@@ -286,18 +289,31 @@ def fd_estimate(tr: Traced, of: list[str], wrt: str, method: str = "central", st
     x = tr.value(wrt)
     n = x.size
     h = np.broadcast_to(default_step(x, method) if step is None else np.asarray(step, float), x.shape)
-    scales = stencil.offsets(method)
+    with_error = step is None and _estimates_error(x, method)
+    scales = stencil.offsets(method, with_error)
     centre = stencil.needs_centre(method)  # forward differences also need f(x): one more row
     # refused before the batch is made (evaluate_batch checks what flows from it)
     _check_batch(tr, len(scales) * n + centre, n)
     batch, taken = stencil.perturb(x.ravel(), h.ravel(), scales, centre)
     ys, flipped = evaluate_batch(tr, wrt, batch.reshape((len(batch),) + x.shape), of, max_steps=max_steps)
-    jac = {}
+    jac, error = {}, ({} if with_error else None)
     for o, y in zip(of, ys):
         blocks = [y[k * n:(k + 1) * n] for k in range(len(scales))]
-        rows = stencil.combine(method, blocks, taken, y[len(scales) * n:] if centre else None)
+        rows = stencil.combine(method, blocks, taken, y[len(scales) * n:] if centre else tr.value(o),
+                               with_error=with_error)
+        if with_error:
+            rows, err = rows
+            error[o] = rows_to_jacobian(err, tr.value(o).shape, x.shape)
         jac[o] = rows_to_jacobian(rows, tr.value(o).shape, x.shape)
-    return FiniteDifferences(jac, h, dict(zip(of, flipped)))
+    return FiniteDifferences(jac, h, dict(zip(of, flipped)), error)
+
+
+def _estimates_error(x: np.ndarray, method: str) -> bool:
+    """Whether the default estimate also estimates its error (the same difference at h/2, in the
+    same batch: stencil's second table): where some |x| > 1, since there the default step grows
+    with |x|, beyond the step that suits a function varying on a unit scale, and its truncation
+    error can cancel a wrong derivative's error (sin at 562 wrong by 4 times the tolerance passed)."""
+    return method in stencil.ROUNDING and x.size > 0 and bool(np.max(np.abs(x)) > 1)
 
 
 def non_analytic(tr: Traced, wrt_var: int) -> list:
@@ -590,7 +606,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     shape = tr.value(o).shape + tr.value(w).shape
     ad = np.zeros(shape) if ad is None else ad
     ok, mabs, mrel, worst = compare(ad, fd, *tol)
-    extra = {}
+    extra, coarse = {}, False
     if not ok:
         extra.update(breach(ad, fd, worst, *tol))
         notes += _rounding_note(tr.value(o), h, method, mabs)
@@ -602,6 +618,20 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
                 extra = {"default_step": float(np.max(h))}
                 fd, h = again.fd, again.step
                 ok, mabs, mrel, worst = again.ok, again.max_abs, again.max_rel, again.worst
+            coarse = True
+    doubtful = None if notes or coarse else _doubtful(ad, fd, est.error and est.error[o], tol)
+    if doubtful is not None and doubtful.any():
+        # (nothing explains a mismatch, or the estimate's own error could hide one: the step may
+        # be too coarse for a function that varies on a unit scale, since it follows max(1, |x|))
+        smaller = _at_smaller_steps(tr, o, w, ad, fd, h, plan, doubtful)
+        # (a pass at the default step stands unless the smaller steps converge and disagree)
+        if smaller is not None and not (ok and (smaller.ok or not smaller.converged)):
+            notes.append(_smaller_steps_note(h, smaller))
+            extra = {"default_step": float(np.max(h))}
+            if not smaller.ok:  # (the estimates at the smaller steps are the better reference)
+                extra.update(breach(ad, smaller.fd, smaller.worst, *tol))
+            fd, h = smaller.fd, smaller.step
+            ok, mabs, mrel, worst = smaller.ok, smaller.max_abs, smaller.max_rel, smaller.worst
     if probes is not None and not _agrees_with_forward(ad, probes, o, tr.value(w).ndim, extra):
         ok = False
         notes.append("reverse and forward mode disagree")
@@ -711,6 +741,96 @@ def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst:
     sweep = "--sweep (without --directions)" if directions else "--sweep"
     return [f"{coarse}{found}: near 0, a function like 1/x or log(x) leaves a large truncation error; "
             f"{sweep} shows the error at smaller steps, --method complex (analytic programs) takes no difference"]
+
+
+#: How many times a failing comparison halves the default step to see whether the finite
+#: differences converge (to 1/4096 of it: the default step follows max(1, |x|), so at |x| = 1e4
+#: a function that varies on a unit scale needs central steps ~1e3 times smaller).
+REFINE_HALVINGS = 12
+
+
+class _Smaller(NamedTuple):
+    """The comparison made again at the best of the halved steps (see _at_smaller_steps)."""
+
+    ok: bool
+    max_abs: float
+    max_rel: float
+    worst: list
+    fd: np.ndarray  # the estimate per element (the default step's where that agreed)
+    step: np.ndarray  # the step of each element's estimate (the Jacobian's shape)
+    spread: float  # the largest disagreement of the estimates around it (over the elements compared)
+    converged: bool  # whether that spread is within the tolerance at every element compared
+
+
+def _doubtful(ad, fd, error, tol) -> np.ndarray:
+    """The elements the default step cannot decide: those that fail, and those whose estimated
+    error (where one was taken) exceeds half the tolerance, so that it could hide a wrong
+    derivative's error as large as the tolerance; among finite ones (a non-finite derivative
+    or difference is reported as such: smaller steps do not mend it)."""
+    rtol, atol = tol
+    with np.errstate(all="ignore"):
+        allowed = atol + rtol * np.abs(fd)
+        failing = ~(np.abs(ad - fd) <= allowed)
+        if error is not None:
+            failing |= error > allowed / 2
+    return failing & np.isfinite(ad) & np.isfinite(fd)
+
+
+def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing) -> _Smaller | None:
+    """The comparison made again, where the default step's failed, at the best of the steps
+    h / 2^k (k up to REFINE_HALVINGS), or None (the complex step, or a step that takes another
+    path: the differences would mix two branches), for the elements failing (see _doubtful).
+
+    The estimates D_k at successive halvings agree to within their truncation error where it
+    dominates (it shrinks by 2^order with each halving) and to within their rounding where that
+    does (it grows); so each element takes the estimate D_k with the smallest spread
+    max(|D_(k-1) - D_k|, |D_k - D_(k+1)|) plus the rounding bound eps |f| / h_k, the bottom of
+    the sweep's V.  That spread bounds D_k's error: an element passes only when the spread is
+    within the tolerance (the estimates converge) and the automatic derivative is within the
+    tolerance of D_k, so a wrong derivative still fails.  The other elements keep the default
+    step's estimate."""
+    if plan.method not in stencil.ROUNDING:
+        return None
+    rtol, atol = plan.tol
+    size = np.abs(tr.value(o)).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
+    estimates, steps = [fd], [np.broadcast_to(h, fd.shape)]
+    best, spread, where = np.array(fd, float), np.full(fd.shape, np.inf), np.array(steps[0])
+    for k in range(1, REFINE_HALVINGS + 1):
+        est = fd_estimate(tr, [o], w, plan.method, step=h / 2.0 ** k, max_steps=plan.max_steps)
+        if est.flipped[o]:
+            return None
+        estimates.append(est.jacobian[o])
+        steps.append(np.broadcast_to(est.step, fd.shape))
+        if k < 2:
+            continue
+        before, at, after = estimates[-3:]
+        with np.errstate(all="ignore"):
+            rounding = stencil.ROUNDING[plan.method] * stencil.EPS * size / steps[-2]
+            this = np.maximum(np.abs(before - at), np.abs(at - after)) + rounding
+        better = failing & (this < spread)
+        best[better], spread[better], where[better] = at[better], this[better], steps[-2][better]
+        with np.errstate(all="ignore"):
+            if (spread[failing] <= (atol + rtol * np.abs(best[failing])) / 16).all():
+                break  # converged well below the tolerance: smaller steps only add rounding
+    with np.errstate(all="ignore"):
+        converged = bool((spread[failing] <= atol + rtol * np.abs(best[failing])).all())
+    ok, mabs, mrel, worst = compare(ad, best, *plan.tol)
+    return _Smaller(ok and converged, mabs, mrel, worst, best, where,
+                    float(np.max(spread[failing], initial=0.0)), converged)
+
+
+def _smaller_steps_note(h: np.ndarray, smaller: _Smaller) -> str:
+    """What the comparison at halved steps found (see _at_smaller_steps)."""
+    default = f"the default step {float(np.max(h)):.3g} (it follows max(1, |x|))"
+    down = f"steps down to {float(np.min(smaller.step)):.3g}"
+    if smaller.ok:
+        return (f"{default} leaves a truncation error beyond the tolerance here; at {down} the differences "
+                f"converge (within {smaller.spread:.2g}) to the automatic derivative")
+    if smaller.converged:
+        return (f"at {down} the differences converge (within {smaller.spread:.2g}) and still disagree "
+                f"(rel err {smaller.max_rel:.3g})")
+    return (f"at steps smaller than {default} the differences do not converge within the tolerance "
+            f"(they spread by {smaller.spread:.2g}); --sweep shows the error over steps")
 
 
 #: Along directions, the comparison at steps relative to |x| decides only where its rounding

@@ -527,3 +527,72 @@ def test_directions_do_not_pass_a_wrong_slope_on_the_rounding_of_a_tiny_relative
         assert not r.ok, r.notes
         (r,) = gradcalc.check("sum(exp(-1/x))", at={"x": x}).results  # the full check: element by element
         assert r.ok
+
+
+# -- large |x|: the default step follows max(1, |x|), too coarse for a unit-scale function ------
+
+#: (program text in u, closed form of d/du at u, a) for functions that vary on the scale 1/a
+_UNIT_SCALE_TERMS = [
+    (lambda a: f"sin({a!r} * u)", lambda a, u: a * np.cos(a * u)),
+    (lambda a: f"cos({a!r} * u)", lambda a, u: -a * np.sin(a * u)),
+    (lambda a: f"exp(-({a!r} * u)^2)", lambda a, u: -2 * a * a * u * np.exp(-(a * u) ** 2)),
+    (lambda a: f"tanh({a!r} * u)", lambda a, u: a / np.cosh(a * u) ** 2),
+    (lambda a: f"sigmoid({a!r} * u)", lambda a, u: a * np.exp(-a * u) / (1 + np.exp(-a * u)) ** 2),
+]
+
+
+@pytest.mark.parametrize("src, at, slope", [
+    ("sin(2*pi*t)", 100.1, 2 * math.pi * math.cos(2 * math.pi * 100.1)),
+    ("sigmoid(t - 1000)", 1000.5, math.exp(-0.5) / (1 + math.exp(-0.5)) ** 2),
+    ("exp(-(t-500)^2)", 500.3, -2 * (500.3 - 500) * math.exp(-(500.3 - 500) ** 2)),
+    ("sin(t)", 1000.0, math.cos(1000.0)),
+    ("sin(t)", 1e4, math.cos(1e4)),
+])
+@pytest.mark.parametrize("method", ["central", "richardson"])
+def test_a_right_derivative_far_from_0_passes_at_smaller_steps(src, at, slope, method):
+    # (each failed at the default step c max(1, |x|): central's truncation error grows with x^2)
+    r = gradcalc.check(src, at={"t": at}, method=method).results[0]
+    assert r.ok, r
+    assert r.max_abs_err <= 1e-6 * abs(slope) + 1e-8
+    if r.notes:  # (richardson's default step suffices at some of them)
+        assert "differences converge" in r.notes[0] and "to the automatic derivative" in r.notes[0]
+
+
+@pytest.mark.parametrize("src, at, slope", [
+    ("sin(t)", 1000.0, math.cos(1000.0)),
+    ("sin(2*pi*t)", 100.1, 2 * math.pi * math.cos(2 * math.pi * 100.1)),
+    ("exp(-(t-500)^2)", 500.3, -2 * (500.3 - 500) * math.exp(-(500.3 - 500) ** 2)),
+])
+@pytest.mark.parametrize("times", [3, 100])
+def test_a_wrong_derivative_far_from_0_still_fails_at_smaller_steps(src, at, slope, times):
+    # stop_gradient hides a slope of wrong_by: times the tolerance (atol + rtol |slope|)
+    wrong_by = times * (1e-8 + 1e-6 * abs(slope))
+    r = gradcalc.check(f"{src} + stop_gradient({wrong_by!r} * (t - {at!r}))", at={"t": at}).results[0]
+    assert not r.ok
+    assert r.extra["fd"] - r.extra["ad"] == pytest.approx(wrong_by, rel=0.05)
+    assert any("converge" in n and "still disagree" in n for n in r.notes)
+
+
+def test_random_unit_scale_programs_far_from_0_pass_right_and_fail_wrong_derivatives():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    term = st.tuples(st.sampled_from(_UNIT_SCALE_TERMS), st.floats(0.5, 3.0).map(lambda a: round(a, 3)),
+                     st.floats(-2, 2).map(lambda c: round(c, 3)))
+
+    @settings(derandomize=True, max_examples=60, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(term, min_size=1, max_size=3), st.floats(2, 4), st.floats(-1.5, 1.5))
+    def run(terms, decades, offset):
+        centre = float(round(10 ** decades, 2))
+        t = centre + offset
+        u = t - centre  # (exact: Sterbenz)
+        body = " + ".join(f"{c!r} * {text(a)}" for (text, _), a, c in terms)
+        slope = float(sum(c * d(a, u) for (_, d), a, c in terms))
+        src = f"u = t - {centre!r}; {body}"
+        right = gradcalc.check(src, at={"t": t}).results[0]
+        assert right.ok, (src, t, right)
+        wrong_by = 4 * (1e-8 + 1e-6 * abs(slope))  # four times the tolerance
+        wrong = gradcalc.check(f"{src} + stop_gradient({wrong_by!r} * u)", at={"t": t}).results[0]
+        assert not wrong.ok, (src, t, wrong)
+    run()
