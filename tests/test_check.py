@@ -596,3 +596,35 @@ def test_random_unit_scale_programs_far_from_0_pass_right_and_fail_wrong_derivat
         wrong = gradcalc.check(f"{src} + stop_gradient({wrong_by!r} * u)", at={"t": t}).results[0]
         assert not wrong.ok, (src, t, wrong)
     run()
+
+
+# -- reverse against forward mode: the rounding of terms that cancel ----------------------------
+
+_CANCELLING = ("sum(sin(x)/x)", {"x": np.array([1.65505346e-04, 1.20483984e-04, 8.58913524e-07, 2.57223400e-01])})
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("directions", [0, 3])
+def test_reverse_and_forward_mode_allow_for_the_rounding_of_terms_that_cancel(seed, directions):
+    # d/dx sin(x)/x = cos(x)/x - sin(x)/x^2: two terms of ~1e6 at x = 8.6e-7 that cancel to -x/3,
+    # so each mode rounds by ~1e-10, far beyond AD_TOLERANCE's atol 1e-12 ("disagree" before)
+    src, at = _CANCELLING
+    at = {"x": at["x"] * (1.0 if directions == 0 else np.array([1, 1, 2.6e-7 / 8.58913524e-07, 1]))}
+    r = gradcalc.check(src, at=at, seed=seed, directions=directions).results[0]
+    assert r.ok, r
+
+
+@pytest.mark.parametrize("rule", ["jvp", "vjp"])
+@pytest.mark.parametrize("directions", [0, 3])
+def test_a_rule_wrong_by_1e_8_still_disagrees_where_terms_cancel(rule, directions, monkeypatch):
+    # the allowance is measured rounding (the same pass at other scales), which a wrong rule does
+    # not widen: sin's rule 1e-8 too large moves J v by ~1e-8 / x, beyond it
+    if rule == "jvp":
+        monkeypatch.setattr(REGISTRY["sin"], "jvp", (lambda t, ans, x, **_: safe_mul(t, (1 + 1e-8) * REGISTRY["cos"](x)),))
+    else:
+        monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, (1 + 1e-8) * REGISTRY["cos"](x)),))
+    src, at = _CANCELLING
+    r = gradcalc.check(src, at=at, directions=directions).results[0]
+    assert not r.ok
+    expected = "<u, J v> != <J^T u, v>" if directions else "reverse and forward mode disagree"
+    assert expected in r.notes
