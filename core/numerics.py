@@ -605,6 +605,13 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     notes = kinks_near(tr, names[w], h, names[o]) + path_notes(tr, est.flipped[o])
     shape = tr.value(o).shape + tr.value(w).shape
     ad = np.zeros(shape) if ad is None else ad
+    rev, view = ad, _plain
+    symmetric = _symmetric_operand(tr, w, o)
+    if symmetric is not None:  # (see _symmetrised)
+        notes.append(_symmetric_note(tr, w, symmetric))
+        view = _symmetrised
+        ad, fd = view(ad), view(fd)
+        est = est._replace(error=est.error and {o: view(est.error[o])})
     ok, mabs, mrel, worst = compare(ad, fd, *tol)
     extra, coarse = {}, False
     if not ok:
@@ -623,7 +630,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     if doubtful is not None and doubtful.any():
         # (nothing explains a mismatch, or the estimate's own error could hide one: the step may
         # be too coarse for a function that varies on a unit scale, since it follows max(1, |x|))
-        smaller = _at_smaller_steps(tr, o, w, ad, fd, h, plan, doubtful)
+        smaller = _at_smaller_steps(tr, o, w, ad, fd, h, plan, doubtful, view)
         # (a pass at the default step stands unless the smaller steps converge and disagree)
         if smaller is not None and not (ok and (smaller.ok or not smaller.converged)):
             notes.append(_smaller_steps_note(h, smaller))
@@ -632,7 +639,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
                 extra.update(breach(ad, smaller.fd, smaller.worst, *tol))
             fd, h = smaller.fd, smaller.step
             ok, mabs, mrel, worst = smaller.ok, smaller.max_abs, smaller.max_rel, smaller.worst
-    if probes is not None and not _agrees_with_forward(ad, probes, o, tr.value(w).ndim, extra):
+    if probes is not None and not _agrees_with_forward(rev, probes, o, tr.value(w).ndim, extra):
         ok = False
         notes.append("reverse and forward mode disagree")
     if closed is not None and not _agrees_with_symbolic(ad, closed, shape, extra, notes):
@@ -644,6 +651,47 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
         notes.append("finite differences are not finite here (nan or inf near the point)")
     return CheckResult(name, p, o, w, mabs, mrel, worst, method,
                        float(np.max(h)) if h.size else 0.0, ok, notes, extra)
+
+
+def _symmetric_operand(tr: Traced, w: str, o: str):
+    """The first equation on the way from w to o whose primitive reads one triangle of a symmetric
+    operand (eigh, cholesky: primitive fact symmetric_operand), when w is a square matrix (or a
+    stack of them), else None."""
+    x = tr.value(w)
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        return None
+    needed, _ = _upstream(tr, tr.tape.names[o])
+    live = {tr.tape.names[w]}
+    for eq in tr.tape.equations:
+        if any(a in live for a in eq.args):
+            live.add(eq.out)
+            if eq.prim.symmetric_operand and eq.out in needed:
+                return eq
+    return None
+
+
+def _plain(jacobian):
+    return jacobian
+
+
+def _symmetrised(jacobian):
+    """The Jacobian along the symmetric directions E_ij + E_ji of the input's last two axes (E_ii
+    on the diagonal): J_ij + J_ji off it.  eigh and cholesky read one triangle, so finite
+    differences of the other are 0, while their derivative is the symmetric one (SPEC §2.5, as
+    JAX's): a symmetric perturbation is the one both define alike, and a gradient wrong in its
+    symmetric part still disagrees."""
+    if jacobian is None:
+        return None
+    n = jacobian.shape[-1]
+    return np.where(np.eye(n, dtype=bool), jacobian, jacobian + np.swapaxes(jacobian, -1, -2))
+
+
+def _symmetric_note(tr: Traced, w: str, eq) -> str:
+    pos = eq.pos
+    where = f" (line {pos.line}, column {pos.col})" if pos else ""
+    return (f"'{w}' reaches '{tr.builder.op_name(eq.prim, eq.loc)}'{where}, which reads one triangle of "
+            "a symmetric matrix while its derivative treats the matrix as symmetric: compared along "
+            "symmetric directions (E_ij + E_ji), so the gradient's symmetric part")
 
 
 def _agrees_with_forward(ad, probes, o, nw: int, extra: dict) -> bool:
@@ -779,7 +827,8 @@ def _doubtful(ad, fd, error, tol) -> np.ndarray:
     return failing & np.isfinite(ad) & np.isfinite(fd)
 
 
-def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing) -> _Smaller | None:
+def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing,
+                      view=_plain) -> _Smaller | None:
     """The comparison made again, where the default step's failed, at the best of the steps
     h / 2^k (k up to REFINE_HALVINGS), or None (the complex step, or a step that takes another
     path: the differences would mix two branches), for the elements failing (see _doubtful).
@@ -791,7 +840,7 @@ def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failin
     the sweep's V.  That spread bounds D_k's error: an element passes only when the spread is
     within the tolerance (the estimates converge) and the automatic derivative is within the
     tolerance of D_k, so a wrong derivative still fails.  The other elements keep the default
-    step's estimate."""
+    step's estimate.  view is how a Jacobian is compared (see _symmetrised)."""
     if plan.method not in stencil.ROUNDING:
         return None
     rtol, atol = plan.tol
@@ -802,7 +851,7 @@ def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failin
         est = fd_estimate(tr, [o], w, plan.method, step=h / 2.0 ** k, max_steps=plan.max_steps)
         if est.flipped[o]:
             return None
-        estimates.append(est.jacobian[o])
+        estimates.append(view(est.jacobian[o]))
         steps.append(np.broadcast_to(est.step, fd.shape))
         if k < 2:
             continue

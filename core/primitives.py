@@ -68,11 +68,11 @@ class Primitive:
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "analytic", "kink",
                  "branch", "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp", "eager",
-                 "vjp_reads", "elementwise")
+                 "vjp_reads", "elementwise", "symmetric_operand")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
                  analytic=True, kink=None, branch=None, variadic=False, keeps_finite=False,
-                 plain_vjp=None, eager=None, vjp_reads=None, elementwise=False):
+                 plain_vjp=None, eager=None, vjp_reads=None, elementwise=False, symmetric_operand=False):
         self.name = name
         self.impl = impl
         self.vjp = vjp
@@ -90,6 +90,9 @@ class Primitive:
         self.eager = eager
         self.vjp_reads = None if vjp_reads is None else tuple(vjp_reads)
         self.elementwise = elementwise
+        # reads one triangle of its square operand while its derivative treats the operand as
+        # symmetric (SPEC §2.5): check compares such an input along symmetric directions
+        self.symmetric_operand = symmetric_operand
 
     def vjp_rule(self, i: int) -> Callable | None:
         return _rule(self.vjp, i, self.variadic)
@@ -1907,7 +1910,7 @@ def _cholesky_vjp(g, ans, a):
 
 # the lower Cholesky factor (NumPy's: reads the lower triangle); derivatives treat A as symmetric
 cholesky = _def("cholesky", _cholesky, (_cholesky_vjp,), (_cholesky_jvp,), _square_params,
-                analytic=False)
+                analytic=False, symmetric_operand=True)
 
 
 class _Factorisations:
@@ -1965,9 +1968,9 @@ def _eigh_values_jvp(t, ans, a):
 # eigh's w (ascending) and V (NumPy's signs); NumPy reads the lower triangle, the derivatives
 # treat A as symmetric (their gradients are symmetric, as JAX's)
 eigh_values = _def("eigh_values", lambda a: _eigh(a)[0], (_eigh_values_vjp,), (_eigh_values_jvp,),
-                   _square_params, analytic=False)
+                   _square_params, analytic=False, symmetric_operand=True)
 eigh_vectors = _def("eigh_vectors", lambda a: _eigh(a)[1], (_eigh_vectors_vjp,),
-                    (_eigh_vectors_jvp,), _square_params, analytic=False)
+                    (_eigh_vectors_jvp,), _square_params, analytic=False, symmetric_operand=True)
 
 
 # -- svd, qr, pinv -------------------------------------------------------------------

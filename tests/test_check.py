@@ -628,3 +628,47 @@ def test_a_rule_wrong_by_1e_8_still_disagrees_where_terms_cancel(rule, direction
     assert not r.ok
     expected = "<u, J v> != <J^T u, v>" if directions else "reverse and forward mode disagree"
     assert expected in r.notes
+
+
+# -- eigh and cholesky read one triangle; their derivative is the symmetric one ------------------
+
+def _symmetric_slopes(f, a, h=1e-6):
+    """The test's own central differences of f along E_ij + E_ji (E_ii on the diagonal)."""
+    n = len(a)
+    out = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            e = np.zeros((n, n))
+            e[i, j] = e[j, i] = 1.0
+            out[i, j] = (f(a + h * e) - f(a - h * e)) / (2 * h)
+    return out
+
+
+_EIGH = ("w, V = eigh(a); s = sum(w * [1, 2])", [[2.0, 1.0], [1.0, 3.0]],
+         lambda a: float(np.linalg.eigh(a)[0] @ [1, 2]))
+_CHOLESKY = ("sum(cholesky(a) * [[1,2],[3,4]])", [[4.0, 1.0], [1.0, 3.0]],
+             lambda a: float(np.sum(np.linalg.cholesky(a) * [[1, 2], [3, 4]])))
+
+
+@pytest.mark.parametrize("src, at, f", [_EIGH, _CHOLESKY])
+def test_eigh_and_cholesky_are_compared_along_symmetric_directions(src, at, f):
+    # finite differences of a[0, 1] were 0 (NumPy reads the lower triangle) against a symmetric
+    # gradient: a right one failed with no note
+    a = np.array(at)
+    r = gradcalc.check(src, at={"a": a}).results[0]
+    assert r.ok, r
+    assert any("compared along symmetric directions (E_ij + E_ji)" in n for n in r.notes)
+    grad = gradcalc.grad(src, at={"a": a})
+    g = np.asarray(grad["a"])
+    along = np.where(np.eye(2, dtype=bool), g, g + g.T)  # the gradient along E_ij + E_ji
+    assert np.allclose(along, _symmetric_slopes(f, a), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("src, at, f", [_EIGH, _CHOLESKY])
+@pytest.mark.parametrize("where", ["[0, 1]", "[1, 0]", "[0, 0]"])
+def test_a_gradient_wrong_in_its_symmetric_part_still_fails(src, at, f, where):
+    # (stop_gradient hides 1e-4 of a's slope at one element: 1e-4 along E_ij + E_ji)
+    wrong = f"{src}; s + stop_gradient(1e-4 * a{where})" if ";" in src else f"{src} + stop_gradient(1e-4 * a{where})"
+    r = gradcalc.check(wrong, at={"a": np.array(at)}).results[0]
+    assert not r.ok
+    assert abs(r.extra["fd"] - r.extra["ad"]) == pytest.approx(1e-4, rel=1e-3)
