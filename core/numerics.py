@@ -46,8 +46,8 @@ def evaluate_batch(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], *,
     Finite differences are those of the program as written (SPEC §5): one batched pass over
     the recorded tape also recomputes the variable of every guard (every decision the run
     took); a row whose path differs from the one recorded takes its values from a run of the
-    program at that point instead (an input's rows only: an intermediate value cannot be set
-    by a run, and its rows keep the tape's values, still reported in ``flipped``).  A
+    program at that point instead (for an intermediate value, a run where its assignment
+    binds the row's value: see trace's ``replace``).  A
     factorisation on the way to an output that chooses its signs otherwise at some row (its
     primitive's ``branch``: LAPACK's qr and svd) is reported there too, as a Guard of kind
     "sign" (the tape holds there, but its value jumps: another branch of the convention).
@@ -59,7 +59,7 @@ def evaluate_batch(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], *,
     if not rows.size:
         return Batch(tape_values, signs)
     values = tape_values
-    if wrt in tr.tape.inputs and not np.iscomplexobj(batch):  # (a complex step moves no real part)
+    if not np.iscomplexobj(batch):  # (a complex step moves no real part)
         values = _rerun(tr, wrt, batch, outs, tape_values, rows, max_steps)
     return Batch(values, [_flips_seen(guards, first, rows, t, v) + s
                           for t, v, s in zip(tape_values, values, signs)])
@@ -132,10 +132,14 @@ def _rerun(tr: Traced, wrt: str, batch, outs, tape_values: list, rows, max_steps
     A row where the program fails, or its output has another shape, is nan."""
     values = [np.array(v) for v in tape_values]
     point = {name: tr.value(name) for name in tr.tape.inputs}
+    intermediate = wrt not in tr.tape.inputs
     pending = rows
     while pending.size:
         row, pending = pending[0], pending[1:]
-        other = _run_at(tr, {**point, wrt: batch[row]}, max_steps)
+        if intermediate:  # (the run as far as wrt's assignment is the traced one: see trace)
+            other = _run_at(tr, point, max_steps, replace=(tr.tape.names[wrt], batch[row]))
+        else:
+            other = _run_at(tr, {**point, wrt: batch[row]}, max_steps)
         if other is None or any(o not in other.tape.names or other.value(o).shape != v.shape[1:]
                                 for o, v in zip(outs, values)):
             for v in values:
@@ -161,12 +165,13 @@ RERUN_STEPS_FACTOR = 10
 RERUN_MIN_STEPS = 10**5
 
 
-def _run_at(tr: Traced, at: dict, max_steps: int) -> Traced | None:
-    """The program run at the point at= (with tr's limits), or None where it fails there."""
+def _run_at(tr: Traced, at: dict, max_steps: int, replace: tuple | None = None) -> Traced | None:
+    """The program run at the point at= (with tr's limits, and trace's replace), or None where
+    it fails there."""
     steps = min(max_steps, max(RERUN_MIN_STEPS, RERUN_STEPS_FACTOR * len(tr.tape.equations)))
     try:
         return trace(tr.program, at, max_elements=tr.builder.max_elements, max_steps=steps,
-                     check_finite=False)
+                     check_finite=False, replace=replace)
     except GradcalcError:
         return None
 

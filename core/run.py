@@ -428,8 +428,9 @@ class Interpreter:
     """
 
     def __init__(self, builder: Builder, env: dict, facts: Facts = _NO_FACTS, *,
-                 max_steps: int = DEFAULT_MAX_STEPS, constants_only: bool = False):
+                 max_steps: int = DEFAULT_MAX_STEPS, constants_only: bool = False, replace=None):
         self.b = builder
+        self.replace = replace  # (var, value): see trace
         self.env = self.top = env
         self.facts = facts
         self.local_names = None  # the current call's locals (None at the top level)
@@ -483,6 +484,9 @@ class Interpreter:
             value = P.copy(value)
             if var in self.masks:  # (`n = m`: n is the mask m is)
                 self.masks.add(int(value.var))
+            var = value.var
+        if self.replace is not None and var == self.replace[0]:
+            value = self.b.const(self.replace[1])
             var = value.var
         self.env[name] = value
         self.names[name] = var
@@ -1410,7 +1414,7 @@ def _not_an_input(name: str, known: dict, assigned: dict, bare: dict) -> UsageEr
 
 def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAULT_MAX_ELEMENTS,
           sample=None, check_finite: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
-          record: bool = True, release: bool = False) -> Traced:
+          record: bool = True, release: bool = False, replace: tuple | None = None) -> Traced:
     """Run program at the point ``at`` (name -> array), recording the path it takes.
 
     Inputs not in ``at`` take their declared default; without one, ``sample``
@@ -1420,6 +1424,9 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
     With ``release=True``, arrays that no VJP rule reads are freed as the run drops
     them (see ``Builder.release_unread``): for a tape read by a first-order eager
     backward pass alone.
+    ``replace=(var, value)``: the top-level name bound to variable number var takes value
+    instead: check's finite differences of an intermediate re-run the program as written with
+    that value (a run at the same point numbers its variables alike up to there).
     """
     at = dict(at or {})
     try:
@@ -1439,7 +1446,7 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
                 _check_declared(info, max_elements)
                 env[info.name] = b.input(_input_value(info, at, sample, max_elements, known))
             input_vars = {i.name: env[i.name].var for i in inputs}
-            run = Interpreter(b, env, facts, max_steps=max_steps)
+            run = Interpreter(b, env, facts, max_steps=max_steps, replace=replace)
             if release:
                 b.release_unread()
             run.block(program.statements)

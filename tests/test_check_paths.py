@@ -123,13 +123,33 @@ def test_an_output_the_change_of_path_does_not_reach_is_not_flagged():
     assert len(by_of["y"]) == 1 and "line 2, column 4" in by_of["y"][0]
 
 
-def test_an_intermediate_value_is_flagged_though_it_cannot_be_re_run():
-    # a = 2x is set, not run: the tape's path is evaluated on both sides (2a - 1 is linear in a)
-    src = "a = 2*x\nif a > 2 { y = a^2 } else { y = 2*a - 1 }\ny"
-    r = gradcalc.check(src, at={"x": 1.0000000001}, wrt=["a"])
-    (res,) = r.results
-    assert res.ok
-    assert len(res.notes) == 1 and "'a > 2' (line 2, column 4)" in res.notes[0]
+def _program_as_written(a: float) -> float:
+    """The test's own run of 'a = 2*x; if a > 2 { y = a^2 } else { y = 2*a - 1 }; y' from a on."""
+    return a * a if a > 2 else 2 * a - 1
+
+
+@pytest.mark.parametrize("src", ["a = 2*x\nif a > 2 { y = a^2 } else { y = 2*a - 1 }\ny",
+                                 "a = 2*x\ny = 2*a - 1\nwhile a > 2 and y < 4 { y = a^2 }\ny"])
+def test_an_intermediate_value_is_re_run_on_the_new_path_as_an_input_is(src):
+    # SPEC §5: the finite differences are those of the program as written, re-run on the new
+    # path; --wrt a kept the tape's path (ok, max_abs_err 0) while --wrt x, at the same change
+    # of path, failed: now a step of a re-runs the program from a's assignment, as one of x does
+    x = 1.0000000001
+    r = gradcalc.check(src, at={"x": x}, wrt=["a", "x"])
+    da, dx = r.results
+    a = 2 * x
+    s = da.step  # (the run's own step: a power of two near eps^(1/3) a)
+    assert not da.ok and not dx.ok
+    assert da.extra["fd"] == pytest.approx((_program_as_written(a + s) - _program_as_written(a - s)) / (2 * s),
+                                           rel=1e-6)
+    assert dx.extra["fd"] == pytest.approx(2 * da.extra["fd"], rel=1e-3)  # (x's step moves a by twice as much)
+    for res in (da, dx):
+        assert any("near a change of path" in n and "line " in n for n in res.notes), res.notes
+
+
+def test_an_intermediate_value_away_from_a_change_of_path_passes():
+    r = gradcalc.check("a = 2*x\nif a > 2 { y = a^2 } else { y = 2*a - 1 }\ny", at={"x": 1.5}, wrt=["a"])
+    assert r.ok and r.results[0].notes == []
 
 
 # ==========================================================================
