@@ -607,7 +607,8 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     and against forward mode along the random directions of probes and the closed form, if any."""
     names = tr.tape.names
     fd, h, method, tol = est.jacobian[o], est.step, plan.method, plan.tol
-    notes = kinks_near(tr, names[w], h, names[o]) + path_notes(tr, est.flipped[o])
+    kinks, paths = kinks_near(tr, names[w], h, names[o]), path_notes(tr, est.flipped[o])
+    notes = kinks + paths
     shape = tr.value(o).shape + tr.value(w).shape
     ad = np.zeros(shape) if ad is None else ad
     rev, view = ad, _plain
@@ -621,8 +622,10 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     extra, coarse = {}, False
     if not ok:
         extra.update(breach(ad, fd, worst, *tol))
-        notes += _rounding_note(tr.value(o), h, method, mabs)
-        if not notes and _coarse_step(tr.value(w), h, worst, method):
+        rounding = _rounding_note(tr.value(o), h, method, mabs)
+        notes += rounding
+        if not (paths or rounding) and _coarse_step(tr.value(w), h, worst, method) and \
+                not (kinks and _kinks_at_relative_steps(tr, w, o, method)):
             # (a kink, a changed path or rounding explains a failure better than a coarse step)
             again = _at_relative_steps(tr, o, w, ad, plan)
             notes += _coarse_step_note(tr.value(w), h, again, worst)
@@ -755,6 +758,13 @@ def _coarse_step(x: np.ndarray, h: np.ndarray, worst: list, method: str) -> bool
     at = tuple(worst[len(worst) - x.ndim:]) if x.ndim else ()
     xi = abs(float(x[at]))
     return 0 < xi and float(h[at]) > COARSE_STEP * xi  # (at 0 no step is relative to |x|)
+
+
+def _kinks_at_relative_steps(tr: Traced, w: str, o: str, method: str) -> bool:
+    """Whether steps relative to |x| still reach a kink: the default step can straddle one that
+    lies within it (norm's at 0, from x = [1e-200, 3e-200]) where steps relative to |x| do not."""
+    names = tr.tape.names
+    return bool(kinks_near(tr, names[w], stencil.relative_step(tr.value(w), method), names[o]))
 
 
 class _Again(NamedTuple):
@@ -1063,9 +1073,11 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
 
     ok, mabs, mrel, worst, d, slack = along(dd, step)
     # (a step along a unit direction moves no element by more than step)
-    notes, extra = kinks_near(tr, tr.tape.names[w], np.array(step), tr.tape.names[o]) + path_notes(tr, flipped), {}
+    kinks, extra = kinks_near(tr, tr.tape.names[w], np.array(step), tr.tape.names[o]), {}
+    notes = kinks + path_notes(tr, flipped)
     smallest = _smallest_nonzero(x)
-    if not ok and not notes and smallest is not None and _coarse_step(x, np.full(x.shape, step), smallest, kind):
+    if not ok and notes == kinks and smallest is not None and _coarse_step(x, np.full(x.shape, step), smallest, kind) \
+            and not (kinks and _kinks_at_relative_steps(tr, w, o, plan.method)):
         fine, fine_step = again()
         second, undecided = None, []
         if fine is not None:

@@ -482,11 +482,15 @@ def test_directions_pass_newton_sqrt_where_the_step_is_coarse():
     assert r.ok, [x.notes for x in r.results]
 
 
-def test_directions_name_a_kink_within_a_step_and_do_not_compare_again():
-    # abs at 1e-9: the step crosses the kink, as the full check says (no retry there either)
+def test_a_kink_within_the_default_step_is_named_and_compared_again_clear_of_it():
+    # abs at 1e-9: the default step crosses the kink; steps relative to |x| do not, and there
+    # the slope is abs's, 1 (a right gradient failed before); at 0 no step is clear of it
     for directions in (0, 1):
         (r,) = gradcalc.check("abs(x)", at={"x": 1e-9}, directions=directions).results
-        assert not r.ok and r.notes == ["near the kink of 'abs' (line 1, column 1)"]
+        assert r.ok and r.notes[0] == "near the kink of 'abs' (line 1, column 1)"
+        assert "compared at steps relative to |x| instead" in r.notes[1]
+        (r,) = gradcalc.check("abs(x) + stop_gradient(1e-3 * abs(x))", at={"x": 1e-9}, directions=directions).results
+        assert not r.ok and r.notes[0] == "near the kink of 'abs' (line 1, column 1)"
 
 
 def test_a_failure_near_0_names_the_element_that_still_disagrees_at_relative_steps():
@@ -672,3 +676,24 @@ def test_a_gradient_wrong_in_its_symmetric_part_still_fails(src, at, f, where):
     r = gradcalc.check(wrong, at={"a": np.array(at)}).results[0]
     assert not r.ok
     assert abs(r.extra["fd"] - r.extra["ad"]) == pytest.approx(1e-4, rel=1e-3)
+
+
+# -- a kink the default step straddles, which steps relative to |x| do not reach ----------------
+
+@pytest.mark.parametrize("src, at, slope", [
+    ("norm(x)", [1e-200, 3e-200], np.array([1, 3]) / math.sqrt(10)),  # x / |x|
+    ("abs(x)", [1e-9], np.array([1.0])),
+])
+def test_a_kink_only_the_default_step_reaches_is_compared_at_steps_relative_to_x(src, at, slope):
+    # norm's kink at 0 lies within the default step 7.6e-6 of x = [1e-200, 3e-200] (noted, and a
+    # right gradient failed); steps relative to |x| stay clear of it, as std's case already was
+    r = gradcalc.check(src, at={"x": np.array(at)}).results[0]
+    assert r.ok, r
+    assert any("compared at steps relative to |x| instead" in n for n in r.notes)
+    assert np.allclose(np.asarray(gradcalc.grad(src, at={"x": np.array(at)})["x"]).ravel(), slope, rtol=1e-12)
+
+
+def test_a_wrong_slope_beside_a_kink_still_fails_at_steps_relative_to_x():
+    r = gradcalc.check("norm(x) + stop_gradient(1e-3 * norm(x))", at={"x": np.array([1e-200, 3e-200])}).results[0]
+    assert not r.ok
+    assert any("at steps relative to |x| they disagree too" in n for n in r.notes)
