@@ -74,7 +74,9 @@ class Sweep(NamedTuple):
     usable: np.ndarray  # per step: False where left out (see _usable), True elsewhere
 
     def as_dict(self) -> dict:
-        return self._asdict()
+        d = self._asdict()
+        d["usable"] = [bool(u) for u in self.usable]  # (flags: JSON true/false, not 1.0/0.0)
+        return d
 
 
 def sweep(tr: Traced, of: str, wrt: str, method: str = "central", *, element=None, ad=None,

@@ -814,3 +814,9 @@ def test_a_global_points_checks_a_file_whose_check_line_fixes_every_input_at_its
     assert check_sources([fixed], overrides={"points": 2, "at": {"x": x}}).exit_code == 2
     both = write(tmp_path / "both.grad", "# check: --at x=1 --points 2\ny = x^2\n")
     assert check_sources([both]).exit_code == 2
+
+
+@pytest.mark.parametrize("opt", ["--atol", "--rtol"])
+def test_a_tolerance_of_minus_0_is_echoed_as_0(opt):
+    r = run("check", "sin(x)", "--at", "x=1", opt, "-0", "-f", "json")
+    assert "-0.0" not in r.stdout and json.loads(r.stdout)[opt[2:]] == 0.0

@@ -103,6 +103,8 @@ def test_check_sweep_json_carries_the_data_per_result():
     assert len(sw["steps"]) == len(sw["errors"]) == len(STEPS)
     assert sw["verdict"] == OK and abs(sw["slope"] - 2) <= 0.3
     assert 1e-9 <= sw["best_step"] <= 1e-2
+    # (flags, not the numbers 1.0 and 0.0)
+    assert len(sw["usable"]) == len(STEPS) and all(type(u) is bool for u in sw["usable"])
 
 
 def test_check_sweep_names_a_bad_step_from_the_command_line():
