@@ -18,7 +18,7 @@ from .batched import BatchedBuilder
 from .checks import (AD_TOLERANCE, SYMBOLIC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result,
                      compare, fail_non_finite, kink_text, tolerance)
 from .codec import JSONNumberError, array_from_json
-from .errors import GradcalcError, Pos, UsageError, ValueError_, option, to_pos
+from .errors import GradcalcError, LimitError, Pos, UsageError, ValueError_, option, to_pos
 from .lexer import tokenize
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .session import as_arrays, jacobian_blocks, parse, quiet, select_names, select_output
@@ -292,9 +292,20 @@ def fd_estimate(tr: Traced, of: list[str], wrt: str, method: str = "central", st
     single batch (rows on another path come from runs of the program: evaluate_batch)."""
     _known_method(method)
     x = tr.value(wrt)
-    n = x.size
     h = np.broadcast_to(default_step(x, method) if step is None else np.asarray(step, float), x.shape)
-    with_error = step is None and _estimates_error(x, method)
+    if step is None and _estimates_error(x, method):
+        try:
+            return _fd_batch(tr, of, wrt, method, h, True, max_steps)
+        except LimitError:  # (the error estimate doubles the batch: without it, as before)
+            pass
+    return _fd_batch(tr, of, wrt, method, h, False, max_steps)
+
+
+def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, with_error: bool,
+              max_steps: int) -> FiniteDifferences:
+    """fd_estimate at the steps h, with an error estimate or not (stencil.combine's with_error)."""
+    x = tr.value(wrt)
+    n = x.size
     scales = stencil.offsets(method, with_error)
     centre = stencil.needs_centre(method)  # forward differences also need f(x): one more row
     # refused before the batch is made (evaluate_batch checks what flows from it)
@@ -757,7 +768,9 @@ def _coarse_step(x: np.ndarray, h: np.ndarray, worst: list, method: str) -> bool
         return False
     at = tuple(worst[len(worst) - x.ndim:]) if x.ndim else ()
     xi = abs(float(x[at]))
-    return 0 < xi and float(h[at]) > COARSE_STEP * xi  # (at 0 no step is relative to |x|)
+    # (at 0 no step is relative to |x|; from 1 up the relative step is the default one: richardson's
+    # eps^(1/5) |x| can exceed 1e-3 |x| there, and the halved steps of _at_smaller_steps apply)
+    return 0 < xi < 1 and float(h[at]) > COARSE_STEP * xi
 
 
 def _kinks_at_relative_steps(tr: Traced, w: str, o: str, method: str) -> bool:
@@ -810,9 +823,12 @@ def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst:
 
 
 #: How many times a failing comparison halves the default step to see whether the finite
-#: differences converge (to 1/4096 of it: the default step follows max(1, |x|), so at |x| = 1e4
-#: a function that varies on a unit scale needs central steps ~1e3 times smaller).
+#: differences converge: REFINE_HALVINGS, and as many more as log2 max(1, |x|), since the default
+#: step follows max(1, |x|) (richardson's is 8 at |x| = 1.2e4, where a function that varies on a
+#: unit scale needs steps below 1e-3); at most REFINE_MAX_HALVINGS.  It stops earlier once every
+#: element has converged well within the tolerance, or rounding alone exceeds it.
 REFINE_HALVINGS = 12
+REFINE_MAX_HALVINGS = 40
 
 
 class _Smaller(NamedTuple):
@@ -845,43 +861,65 @@ def _doubtful(ad, fd, error, tol) -> np.ndarray:
 def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing,
                       view=_plain) -> _Smaller | None:
     """The comparison made again, where the default step's failed, at the best of the steps
-    h / 2^k (k up to REFINE_HALVINGS), or None (the complex step, or a step that takes another
-    path: the differences would mix two branches), for the elements failing (see _doubtful).
-
-    The estimates D_k at successive halvings agree to within their truncation error where it
-    dominates (it shrinks by 2^order with each halving) and to within their rounding where that
-    does (it grows); so each element takes the estimate D_k with the smallest spread
-    max(|D_(k-1) - D_k|, |D_k - D_(k+1)|) plus the rounding bound eps |f| / h_k, the bottom of
-    the sweep's V.  That spread bounds D_k's error: an element passes only when the spread is
-    within the tolerance (the estimates converge) and the automatic derivative is within the
-    tolerance of D_k, so a wrong derivative still fails.  The other elements keep the default
-    step's estimate.  view is how a Jacobian is compared (see _symmetrised)."""
+    h / 2^k (see _halved), or None (the complex step, or a step that takes another path: the
+    differences would mix two branches), for the elements failing (see _doubtful).  view is how
+    a Jacobian is compared (see _symmetrised)."""
     if plan.method not in stencil.ROUNDING:
         return None
-    rtol, atol = plan.tol
     size = np.abs(tr.value(o)).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
-    estimates, steps = [fd], [np.broadcast_to(h, fd.shape)]
-    best, spread, where = np.array(fd, float), np.full(fd.shape, np.inf), np.array(steps[0])
-    for k in range(1, REFINE_HALVINGS + 1):
+
+    def at_step(k: int):
         est = fd_estimate(tr, [o], w, plan.method, step=h / 2.0 ** k, max_steps=plan.max_steps)
-        if est.flipped[o]:
+        return None if est.flipped[o] else (view(est.jacobian[o]), np.broadcast_to(est.step, fd.shape))
+
+    return _halved(ad, fd, np.broadcast_to(h, fd.shape), at_step,
+                   lambda step: stencil.ROUNDING[plan.method] * stencil.EPS * size / step,
+                   failing, plan.tol, _halvings(tr.value(w)))
+
+
+def _halvings(x: np.ndarray) -> int:
+    """How many times _halved may halve the default step at x (see REFINE_HALVINGS)."""
+    largest = max(1.0, float(np.max(np.abs(x), initial=1.0)))
+    return min(REFINE_MAX_HALVINGS, REFINE_HALVINGS + int(np.log2(largest)))
+
+
+def _halved(ad, first, first_step, at_step, rounding, failing, tol, halvings: int, slack=0.0) -> _Smaller | None:
+    """The comparison of ad with the best of the estimates D_k = at_step(k) (estimate, step per
+    element; None where a step takes another path) at the default step halved k times (D_0 =
+    first, at first_step), for the elements failing; rounding(step) bounds an estimate's
+    rounding error per element, and slack is the comparison's own allowance (see compare).
+
+    The estimates at successive halvings agree to within their truncation error where it
+    dominates (it shrinks by 2^order with each halving) and to within their rounding where that
+    does (it grows); so each element takes the estimate D_k with the smallest spread
+    max(|D_(k-1) - D_k|, |D_k - D_(k+1)|) plus rounding(h_k), the bottom of the sweep's V.  That
+    spread bounds D_k's error: an element passes only when the spread is within the tolerance
+    (the estimates converge) and the automatic derivative is within the tolerance of D_k, so a
+    wrong derivative still fails.  The other elements keep the default step's estimate."""
+    rtol, atol = tol
+    estimates, steps = [first], [first_step]
+    best, spread, where = np.array(first, float), np.full(first.shape, np.inf), np.array(first_step, float)
+    for k in range(1, halvings + 1):
+        found = at_step(k)
+        if found is None:
             return None
-        estimates.append(view(est.jacobian[o]))
-        steps.append(np.broadcast_to(est.step, fd.shape))
+        estimates.append(found[0])
+        steps.append(found[1])
         if k < 2:
             continue
         before, at, after = estimates[-3:]
         with np.errstate(all="ignore"):
-            rounding = stencil.ROUNDING[plan.method] * stencil.EPS * size / steps[-2]
-            this = np.maximum(np.abs(before - at), np.abs(at - after)) + rounding
+            round_off = np.broadcast_to(rounding(steps[-2]), first.shape)
+            this = np.maximum(np.abs(before - at), np.abs(at - after)) + round_off
         better = failing & (this < spread)
         best[better], spread[better], where[better] = at[better], this[better], steps[-2][better]
         with np.errstate(all="ignore"):
-            if (spread[failing] <= (atol + rtol * np.abs(best[failing])) / 16).all():
-                break  # converged well below the tolerance: smaller steps only add rounding
+            allowed = (atol + rtol * np.abs(best) + slack)[failing]
+            if (spread[failing] <= allowed / 16).all() or round_off[failing].min() > allowed.max():
+                break  # converged well below the tolerance, or rounding alone exceeds it from here on
     with np.errstate(all="ignore"):
-        converged = bool((spread[failing] <= atol + rtol * np.abs(best[failing])).all())
-    ok, mabs, mrel, worst = compare(ad, best, *plan.tol)
+        converged = bool((spread <= atol + rtol * np.abs(best) + slack)[failing].all())
+    ok, mabs, mrel, worst = compare(ad, best, *tol, slack=slack)
     return _Smaller(ok and converged, mabs, mrel, worst, best, where,
                     float(np.max(spread[failing], initial=0.0)), converged)
 
@@ -920,6 +958,26 @@ def _resolves(fine_slack, fine_fd, fd, slack, tol) -> bool:
     allowed = allowed[np.isfinite(allowed)]
     seen = atol + max(rtol, RETRY_RESOLUTION) * float(np.max(np.abs(fine_fd), initial=0.0))
     return float(np.max(fine_slack, initial=0.0)) <= max(float(np.max(allowed, initial=0.0)), seen)
+
+
+def _directions_halved(tr: Traced, o: str, w: str, v, j, d, slack, step: float, kind: str, sizes, spread,
+                       plan: _Plan) -> tuple:
+    """(_Smaller or None, the inner product's rounding allowance): J v (j) against directional
+    differences at the default step halved (see _halved), where the default step's (d, with its
+    allowance slack) disagree; the allowance of J v itself, gamma_n sum_i |J_i v_i|, stays."""
+    x = tr.value(w)
+    inner = gamma(x.size) * spread.reshape((-1,) + (1,) * (j.ndim - 1))
+    rtol, atol = plan.tol
+    with np.errstate(all="ignore"):
+        failing = ~(np.abs(j - d) <= atol + rtol * np.abs(d) + slack) & np.isfinite(j) & np.isfinite(d)
+
+    def at_step(k: int):
+        found = _directional_differences(tr, w, [o], v, kind, step / 2.0 ** k, plan.max_steps)
+        return None if found.flipped[0] else (found.values[0], np.full(j.shape, step / 2.0 ** k))
+
+    return _halved(j, d, np.full(j.shape, step), at_step,
+                   lambda h: stencil.ROUNDING[kind] * stencil.EPS * sizes / h,
+                   failing, plan.tol, _halvings(x), slack=inner), inner
 
 
 def _smallest_nonzero(x: np.ndarray) -> list | None:
@@ -1091,6 +1149,13 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
         if second is not None and second.ok:
             extra["default_step"], hs = hs, fine_step
             ok, mabs, mrel, worst, d, slack = along(fine, fine_step)
+    elif not ok and not notes and kind in stencil.ROUNDING:  # (as the full check: see _at_smaller_steps)
+        smaller, inner = _directions_halved(tr, o, w, v, j, d, slack, step, kind, dd.sizes, spread, plan)
+        if smaller is not None:
+            notes.append(_smaller_steps_note(np.array(step), smaller))
+            extra["default_step"], hs = hs, float(np.max(smaller.step))
+            ok, mabs, mrel, worst, d, slack = (smaller.ok, smaller.max_abs, smaller.max_rel, smaller.worst,
+                                               smaller.fd, inner)
     if not ok:
         extra.update(breach(j, d, worst, *plan.tol, slack=slack))
     # the dot-product test: <u, J v> = <J^T u, v>

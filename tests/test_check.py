@@ -697,3 +697,14 @@ def test_a_wrong_slope_beside_a_kink_still_fails_at_steps_relative_to_x():
     r = gradcalc.check("norm(x) + stop_gradient(1e-3 * norm(x))", at={"x": np.array([1e-200, 3e-200])}).results[0]
     assert not r.ok
     assert any("at steps relative to |x| they disagree too" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("wrong_by", [0.0, 1e-5])
+def test_directions_far_from_0_compare_again_at_halved_steps(wrong_by):
+    # one step along unit directions, c max |x_i| = 0.0156 at x ~ 3000: central's truncation
+    # (|d^3 f / dv^3| h^2 / 6 ~ 4e-5) failed a right sum(sin(x)); a slope 1e-5 wrong still fails
+    x = np.array([1000, 2000.5, 3000.25])
+    src = f"sum(sin(x)) + stop_gradient({wrong_by!r} * sum(x - {x.tolist()!r}))"
+    r = gradcalc.check(src, at={"x": x}, directions=2).results[0]
+    assert r.ok == (wrong_by == 0.0), r
+    assert "converge" in r.notes[-1]
