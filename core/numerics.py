@@ -710,7 +710,7 @@ def _symmetric_note(tr: Traced, w: str, eq) -> str:
     where = f" (line {pos.line}, column {pos.col})" if pos else ""
     return (f"'{w}' reaches '{tr.builder.op_name(eq.prim, eq.loc)}'{where}, which reads one triangle of "
             "a symmetric matrix while its derivative treats the matrix as symmetric: compared along "
-            "symmetric directions (E_ij + E_ji), so the gradient's symmetric part")
+            "symmetric directions (E_ij + E_ji), which check the gradient's symmetric part")
 
 
 def _agrees_with_forward(ad, probes, o, nw: int, extra: dict) -> bool:
