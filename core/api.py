@@ -122,6 +122,9 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
     """
     tr = trace_source(source, at, max_elements, max_steps=max_steps, release=True)
     if isinstance(cotangent, dict):
+        if not cotangent:
+            raise UsageError(f"{option('cotangent')} names no output", option="cotangent",
+                             hint="give {output name: value}, or one value for the output")
         outs = select_names(tr, list(cotangent) if of is None else of, "of", ())
         _cotangents_name_outputs(tr, list(cotangent), outs, of)
         missing_ct = [o for o in outs if o not in cotangent]
@@ -130,10 +133,13 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
                              option="cotangent", hint=f"give {option('cotangent')} {missing_ct[0]}=...")
         cts = {o: cotangent[o] for o in outs}
     else:
-        outs = [select_output(tr, of)] if of is None or isinstance(of, str) or len(of) == 1 else None
-        if outs is None:
-            raise UsageError(f"with several {option('of')}, give one {option('cotangent')} NAME=VALUE for each",
-                             option="cotangent")
+        if of is not None and not isinstance(of, str):  # (a list of names: one of them)
+            of = select_names(tr, of, "of", ())
+            if len(of) != 1:
+                raise UsageError(f"with several {option('of')}, give one {option('cotangent')} NAME=VALUE for each"
+                                 if of else f"{option('of')} names no output", option="cotangent")
+            of = of[0]
+        outs = [select_output(tr, of)]
         cts = {outs[0]: cotangent}
     wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     seeds = {}
@@ -178,6 +184,9 @@ def jvp(source, tangent: dict, at=None, of=None, wrt=None, *, max_elements=DEFAU
     ``wrt`` (default: every input) restricts the inputs that may carry a tangent."""
     tr = trace_source(source, at, max_elements, max_steps=max_steps)
     out = select_output(tr, of)
+    if not isinstance(tangent, dict):
+        raise UsageError(f"{option('tangent')} is a dict of input name -> value, not {tangent!r:.60}",
+                         option="tangent")
     names = select_names(tr, list(tangent), "tangent", (), among=tr.tape.inputs)  # (jvp: inputs only)
     inputs_only(tr, names, "jvp")
     if wrt is not None:
@@ -247,6 +256,9 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
         jac[o], miss = _unconnected(tr, wrt, blocks[o], unconnected,
                                     lambda w, o=o: tr.value(o).shape + tr.value(w).shape, f"'{o}'")
         missing += [m for m in miss if m not in missing]
+    # (the caller's own writable arrays: a block can be a broadcast view, sum(x)'s rows of ones)
+    owned = own_arrays({(o, w): block for o in outs for w, block in jac[o].items()}, {})
+    jac = {o: {w: owned[o, w] for w in jac[o]} for o in outs}
     _nonfinite(jac, "jacobian", tr)
     closed = None
     if symbolic:

@@ -12,7 +12,7 @@ import gc
 import numpy as np
 
 from .batched import JVP_FOLDS, BatchedBuilder
-from .errors import GradcalcError, Source, UsageError, ValueError_, did_you_mean, option
+from .errors import GradcalcError, LimitError, Source, UsageError, ValueError_, did_you_mean, option, to_pos
 from .lower import DEFAULT_MAX_STEPS, Traced, trace
 from .syntax import Program
 from .syntax import parse as parse_text
@@ -58,15 +58,30 @@ def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_ST
     """Parse and trace source at at; with record=False, keeping no tape (values only: eval); with
     release=True, freeing the arrays no VJP rule reads (for one eager backward pass: grad, vjp)."""
     program = parse(source)
-    return trace(program, as_arrays(at), max_elements=max_elements, sample=sample, max_steps=max_steps,
-                 record=record, release=release)
+    check_limits(max_elements, max_steps)
+    return trace(program, as_arrays(at, max_elements), max_elements=max_elements, sample=sample,
+                 max_steps=max_steps, record=record, release=release)
 
 
-def as_arrays(at) -> dict:
-    """at= of the API: numbers, nested lists or arrays of numbers, as float64 arrays."""
+def check_limits(max_elements, max_steps) -> None:
+    """Refuse a max_elements or max_steps that is not a positive whole number (the command
+    line's option types say so; the API's keywords are checked here)."""
+    for name, v in (("max_elements", max_elements), ("max_steps", max_steps)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise UsageError(f"{option(name)} must be a positive integer, not {v!r:.60}", option=name)
+
+
+def as_arrays(at, max_elements=None) -> dict:
+    """at= of the API: numbers, nested lists or arrays of numbers, as float64 arrays (each
+    within max_elements, where given, as the command line's --at values are)."""
     if at is not None and not isinstance(at, dict) or any(not isinstance(k, str) for k in at or ()):
         raise UsageError(f"at= is a dict of input name -> value, not {at!r:.60}", option="at")
-    return {k: float_array(v, f"the value given for '{k}'") for k, v in (at or {}).items()}
+    out = {k: float_array(v, f"the value given for '{k}'") for k, v in (at or {}).items()}
+    for k, v in out.items():
+        if max_elements is not None and v.size > max_elements:
+            raise LimitError(f"the value given for '{k}' has shape {v.shape}, {v.size} elements, more than "
+                             f"{option('max_elements')}={max_elements}", name=k, option="max_elements")
+    return out
 
 
 def float_array(v, what: str) -> np.ndarray:
@@ -102,13 +117,25 @@ def select_names(tr: Traced, names, what: str, default, among=None) -> list[str]
     kind = "named values" if among is None else "inputs"
     for n in names:
         if n not in tr.tape.names:
-            hint = did_you_mean(n, known) or (f"the {kind} are: {', '.join(known)}" if known
-                                              else f"the program has no {kind}")
-            raise UsageError(f"{option(key) if key else what} '{n}' is not a name in the program", hint=hint,
-                             name=n, option=key).located(tr.program.source)
+            raise _no_such_name(tr, n, option(key) if key else what, known, kind, key)
         if n not in out:
             out.append(n)
     return out
+
+
+def _no_such_name(tr: Traced, n: str, what: str, known, kind: str, key) -> UsageError:
+    """The error for a name selected that the run has no value for: one the program assigns
+    only on a path not taken says where (SPEC §2.2), any other is not a name of the program."""
+    from .run import analyse
+    loc = analyse(tr.program).assigned.get(n)
+    if loc is not None:
+        p = to_pos(loc)
+        return UsageError(f"{what} '{n}' has no value: it is assigned at line {p.line}, column {p.col}, which did "
+                          "not run at this point", name=n, option=key,
+                          hint="its branch or loop did not run here").located(tr.program.source)
+    hint = did_you_mean(n, known) or (f"the {kind} are: {', '.join(known)}" if known else f"the program has no {kind}")
+    return UsageError(f"{what} '{n}' is not a name in the program", hint=hint, name=n,
+                      option=key).located(tr.program.source)
 
 
 def select_output(tr: Traced, of) -> str:

@@ -150,6 +150,46 @@ def test_api_options_of_the_wrong_type_are_usage_errors(call, message):
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize("call, message", [
+    # the API hunt's finds: IndexError, TypeError, or accepted (max_steps=1.5, -5) before
+    (lambda: gradcalc.vjp("x*2", {}, at=_AT), "cotangent names no output"),
+    (lambda: gradcalc.vjp("x*2", 1.0, of=3, at=_AT), "of takes a name or a list of names, not 3"),
+    (lambda: gradcalc.vjp("x*2", 1.0, of=[], at=_AT), "of names no output"),
+    (lambda: gradcalc.jvp("x*2", None, at=_AT), "tangent is a dict of input name -> value, not None"),
+    (lambda: gradcalc.jvp("x*2", "x", at=_AT), "tangent is a dict of input name -> value, not 'x'"),
+    (lambda: gradcalc.jvp("x*2", [1, 1], at=_AT), "tangent is a dict of input name -> value, not [1, 1]"),
+    (lambda: gradcalc.grad("x*2", at=_AT, max_steps=None), "max_steps must be a positive integer, not None"),
+    (lambda: gradcalc.grad("x*2", at=_AT, max_steps=1.5), "max_steps must be a positive integer, not 1.5"),
+    (lambda: gradcalc.grad("x*2", at=_AT, max_steps=-5), "max_steps must be a positive integer, not -5"),
+    (lambda: gradcalc.evaluate("x*2", at=_AT, max_elements="10"), "max_elements must be a positive integer, not '10'"),
+    (lambda: gradcalc.grad("if x > 5 { h = x*2 }\nz = x^2", at={"x": 2.0}, wrt="h"),
+     "wrt 'h' has no value: it is assigned at line 1, column 12, which did not run at this point"),
+])
+def test_api_arguments_and_limits_of_the_wrong_kind_are_usage_errors(call, message):
+    with pytest.raises(gradcalc.errors.UsageError) as info:
+        call()
+    assert message in str(info.value)
+
+
+def test_at_values_are_held_to_max_elements_as_on_the_command_line():
+    with pytest.raises(gradcalc.errors.LimitError, match="the value given for 'x' has shape .11,., 11 elements, "
+                                                         "more than max_elements=10"):
+        gradcalc.evaluate("x", at={"x": np.zeros(11)}, max_elements=10)
+    assert gradcalc.evaluate("x", at={"x": np.zeros(10)}, max_elements=10)["_"].shape == (10,)
+
+
+@pytest.mark.parametrize(("src", "mode", "at"), [
+    ("sum(x)", "rev", {"x": np.arange(3.0)}),  # its rows of ones were a read-only broadcast view
+    ("mean(x)", "rev", {"x": np.arange(3.0)}),
+    ("stop_gradient(x) + y", "fwd", {"x": np.arange(3.0), "y": 1.0}),
+])
+def test_jacobian_blocks_are_the_callers_own_writable_arrays(src, mode, at):
+    blocks = gradcalc.jacobian(src, at=at, mode=mode)["_"]
+    for block in blocks.values():
+        block[...] = 7.0  # (raised "assignment destination is read-only")
+        assert (block == 7.0).all()
+
+
 @pytest.mark.parametrize("value", [10**400, [1, 10**400], "1", ["1", "2"], np.array([1 + 2j]), None, [None, 1]])
 def test_at_values_that_are_not_real_numbers_are_value_errors(value):
     # (OverflowError; strings read as numbers; complex arrays losing their imaginary part with a
