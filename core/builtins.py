@@ -1144,7 +1144,7 @@ _scan("cumprod", P.cumprod)
 def _argsort(x, axis=-1):
     # (integer values, no gradient); numpy.argsort sorts a 0-d array as a 1-D one: [0]
     x, axis = _along(P.reshape(x, shape=(1,)) if x.ndim == 0 else x, axis)
-    return P.argsort(x, axis=axis)
+    return _chosen(P.argsort(x, axis=axis), "argsort")
 
 
 def _arg_extreme(name, prim):
@@ -1153,7 +1153,7 @@ def _arg_extreme(name, prim):
         # integer values, no gradient; keepdims leaves the reduced axis (or every axis) as 1
         if keepdims not in (True, False):
             raise UsageError(f"keepdims must be true or false, not {keepdims!r}")
-        i = prim(*_along(x, axis))
+        i = _chosen(prim(*_along(x, axis)), name)
         if not keepdims:
             return i
         a = None if axis is None else _one_axis(axis, x.ndim)
@@ -1211,6 +1211,14 @@ def _trapezoid(y, x=None, dx=1.0, axis=-1):
     pair = P.index(y, idx=_axis_slice(y.ndim, axis, slice(1, None))) + \
         P.index(y, idx=_axis_slice(y.ndim, axis, slice(None, -1)))
     return P.reduce_sum(d * pair / 2.0, axis=axis)
+
+
+def _chosen(t, what: str):
+    """t, positions the point chose (argsort, argmax, argmin: integer values, no derivative),
+    recorded as a decision as a sort order is: another point may choose others, which check and
+    plot treat as another path, and a closed form (--symbolic) holds for this choice only."""
+    _decided(t, what)
+    return t
 
 
 def _decided(t, what: str) -> np.ndarray:

@@ -411,6 +411,24 @@ def test_a_sort_order_is_not_called_a_branch():
     assert "this program branches or loops" in r.symbolic["x"]["note"]
 
 
+@pytest.mark.parametrize(("src", "at", "text", "chosen"), [
+    # argmax, argmin and argsort used as values: the closed form holds for the positions the point
+    # chose (derivative [argmax(x), 0, 0] = [2, 0, 0] at [0, 1, 5]); it was [0, 0, 0] without --at
+    # and with no note at one (the API hunt's find)
+    ("argmax(x) * x[0]", [0.0, 1.0, 5.0], "[2, 0, 0]", "argmax"),
+    ("x[0] * argmin(x)", [3.0, 1.0, 5.0], "[1, 0, 0]", "argmin"),
+    ("sum(x * argsort(x))", [3.0, 1.0, 2.0], "[1, 2, 0]", "argsort"),
+])
+def test_positions_chosen_at_the_point_are_named_in_the_note(src, at, text, chosen):
+    from cli_run import user_error
+    r = gradcalc.grad(src, at={"x": at}, symbolic=True)
+    assert r.symbolic["x"]["text"] == text
+    assert r.symbolic["x"]["note"] == (f"the closed form for the {chosen} found at this point (the program does "
+                                       f"not branch, but another point may give another {chosen})")
+    r = user_error("grad", "input x[3]\n" + src, "--symbolic")
+    assert f"the path the program takes ({chosen}) depends on the values" in r.stderr
+
+
 @pytest.mark.parametrize("x", [1e-9, 1e-6, -1e-7])
 def test_closed_forms_are_evaluated_without_cancellation(x):
     # sinc's closed-form slope cos(pi x)/x - sin(pi x)/(pi x^2) cancels near 0: at 15 digits its
