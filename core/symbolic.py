@@ -56,7 +56,7 @@ import time
 
 import numpy as np
 
-from .errors import GradcalcError, ShapeError, UsageError, did_you_mean, option
+from .errors import GradcalcError, ShapeError, UsageError, ValueError_, did_you_mean, option
 
 SIZE_LIMIT = 64
 """Most elements in any one value (input, constant or intermediate) for --symbolic."""
@@ -995,8 +995,18 @@ def closed_form_alone(command: str, source, at, of, wrt, *, max_elements, max_st
     graph does) for its structure; a program whose path depends on them is refused."""
     from .graphs import _trace_with_stand_ins
     from .results import Result
+    from .run import find_inputs
     from .session import as_arrays, parse, select_names, select_output
-    tr, filled, guessed = _trace_with_stand_ins(parse(source), as_arrays(at), max_elements, max_steps)
+    program = parse(source)
+    try:
+        tr, filled, guessed = _trace_with_stand_ins(program, as_arrays(at), max_elements, max_steps)
+    except (ShapeError, ValueError_) as err:  # (the stand-ins, 0.5, are no index, count or shape)
+        stood_in = [i.name for i in find_inputs(program) if i.name not in (at or {}) and i.default is None]
+        if not stood_in:
+            raise
+        raise UsageError(f"{_SYMBOLIC} without a value for {', '.join(repr(n) for n in stood_in)}: the program "
+                         f"does not run on stand-in values ({err.message})",
+                         hint=f"give the point with {option('at')}", option="at") from None
     if tr.tape.guards:
         what = sorted({g.what for g in tr.tape.guards})
         raise UsageError(f"{_SYMBOLIC} without a value for {', '.join(repr(n) for n in filled)}: the path "

@@ -396,6 +396,15 @@ def test_symbolic_without_a_point_on_the_command_line():
     assert "--symbolic without a value for 'x'" in r.stderr and "hint: give the point with --at" in r.stderr
 
 
+@pytest.mark.parametrize("src", ["input x[3]\nx[n]", "min(x, y)", "s = 0\nfor i in range(n) { s = s + x }\ns"])
+def test_a_program_that_cannot_run_on_stand_ins_asks_for_at(src):
+    # the stand-in 0.5 leaked into the error ("an index must be an integer, got 0.5"), with no word of --at
+    from cli_run import user_error
+    r = user_error("grad", src, "--symbolic")
+    assert "--symbolic without a value for" in r.stderr and "does not run on stand-in values" in r.stderr
+    assert r.stderr.splitlines()[-1] == "hint: give the point with --at"
+
+
 def test_a_guessed_shape_is_named_in_the_note():
     r = gradcalc.grad("x[2] * y", symbolic=True)
     assert r.symbolic["y"]["text"] == "x[2]"
