@@ -746,7 +746,9 @@ def _number(e, point: dict, sp) -> float:
         v = e.xreplace(point).evalf()
     except (TypeError, ValueError, ZeroDivisionError):
         return math.nan
-    if v is sp.zoo or v is sp.oo:
+    if v is sp.zoo:  # (complex infinity has no sign: log(0) + 1 is -inf, 1/x at 0 is either)
+        return math.nan
+    if v is sp.oo:
         return math.inf
     if v is -sp.oo or v == -sp.oo:
         return -math.inf

@@ -405,6 +405,12 @@ def test_a_program_that_cannot_run_on_stand_ins_asks_for_at(src):
     assert r.stderr.splitlines()[-1] == "hint: give the point with --at"
 
 
+def test_a_closed_form_at_complex_infinity_has_no_sign():
+    # sympy's log(0) is zoo, which was read as +inf, where the numbers give -inf (log(x) + 1 at 0)
+    r = gradcalc.grad("log(x)*x", at={"x": 0.0}, symbolic=True)
+    assert r["x"] == -np.inf and np.isnan(r.symbolic["x"]["value"])
+
+
 def test_a_guessed_shape_is_named_in_the_note():
     r = gradcalc.grad("x[2] * y", symbolic=True)
     assert r.symbolic["y"]["text"] == "x[2]"
