@@ -1304,6 +1304,21 @@ def _basic_index(idx, xshape: tuple) -> tuple | None:
     return tuple(out) + (slice(None),) * (nd - len(idx))
 
 
+def _separates_advanced(idx: tuple, at: int) -> bool:
+    """Whether idx[at] (a '...') stands between advanced indices (an index array or mask on one
+    side, an array or an integer on the other: integers are advanced beside arrays) whose axes
+    NumPy would therefore move to the front, past a slice or None before them.  Covering no
+    axes, the '...' vanishes from the normalised index, and the separation with it."""
+    def advanced(items, arrays_only):
+        return any(isinstance(i, np.ndarray) or (not arrays_only and _is_int(i)) for i in items)
+    before, after = idx[:at], idx[at + 1:]
+    if not (advanced(before, True) and advanced(after, False) or advanced(before, False) and advanced(after, True)):
+        return False
+    # (the order of the axes differs only where a slice or None comes before the first of them)
+    first = next(k for k, i in enumerate(idx) if isinstance(i, np.ndarray) or _is_int(i))
+    return any(i is None or type(i) is slice for i in idx[:first])
+
+
 def normalize_index(idx, xshape: tuple) -> tuple:
     """NumPy's index idx (ints, slices, None, ..., integer arrays, masks) for an operand of
     logical shape xshape, in the form the index primitives keep (see the banner above)."""
@@ -1319,6 +1334,10 @@ def normalize_index(idx, xshape: tuple) -> tuple:
     if len(dots) > 1:
         raise ShapeError("an index can have only one '...'")
     at = dots[0] if dots else len(idx)
+    if dots and taken == nd and _separates_advanced(idx, at):
+        raise ShapeError("this '...' covers no axes but stands between index arrays (or an index array and "
+                         "an integer): NumPy would move their axes to the front; gradcalc does not",
+                         hint="write the index without '...' (it covers no axes here)")
     idx = idx[:at] + (slice(None),) * (nd - taken) + idx[at + 1:]
     out, axis = [], 0
     for item in idx:

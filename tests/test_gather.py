@@ -303,3 +303,24 @@ def test_special_arguments_give_a_result_or_a_user_error():
                 escaped.append(escapes.escaped(program, point))
     escaped = [e for e in escaped if e]
     assert not escaped, escaped[:10]
+
+
+_Z = np.arange(24.0).reshape(2, 3, 4)
+
+
+@pytest.mark.parametrize("index", ["[1, ..., [0, 2]]", "[[0, 1], ..., 2]", "[:, ..., [0, 2]]", "[[0, 1], 1, ...]",
+                                   "[[0, 1], ..., 1, 2]", "[[0, 1], ..., 1, :]"])  # (no axis before: the same)
+def test_a_dots_that_covers_axes_separates_index_arrays_as_numpy_does(index):
+    # separated advanced indices put their axes first (NumPy's rule), through '...' too
+    want = eval("_Z" + index)  # noqa: S307 (the test's own literal index, on NumPy)
+    got = gradcalc.evaluate("o = z" + index, at={"z": _Z})["o"]
+    assert got.shape == want.shape and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("index", ["[:, 1, ..., [0, 2, 3]]", "[None, 1, ..., [0, 2], 0]", "[:, [0, 1], ..., 2]"])
+def test_a_dots_that_covers_no_axes_between_index_arrays_is_refused(index):
+    # it vanished from the normalised index, and NumPy's moving of the arrays' axes to the front
+    # with it: z[:, 1, ..., [0, 2, 3]] had shape (2, 3), NumPy's (3, 2) (the fuzzing hunt's find)
+    r = user_error("eval", "o = z" + index, "--at", "z=reshape(arange(24), (2, 3, 4))")
+    assert "this '...' covers no axes but stands between index arrays" in r.stderr
+    assert "hint: write the index without '...' (it covers no axes here)" in r.stderr
