@@ -1457,6 +1457,11 @@ index_put = _def("index_put", _index_put,
                  _index_put_params)
 
 
+def selection_shape(idx, xshape: tuple) -> tuple:
+    """The shape of x[idx] for an operand of logical shape xshape (NumPy's index idx)."""
+    return _indexed_shape(normalize_index(idx, xshape), xshape)
+
+
 def _scatter_params(verb: str):
     def params(shapes, builder, idx):
         xshape, vshape = tuple(shapes[0]), tuple(shapes[1])
@@ -1467,8 +1472,7 @@ def _scatter_params(verb: str):
         except ValueError:
             fits = False
         if not fits:
-            raise ShapeError(f"cannot {verb} a value of shape {vshape} to the selection x[index] of "
-                             f"shape {ishape}")
+            raise ShapeError(f"cannot {verb} a value of shape {vshape} to a selection of shape {ishape}")
         return {"idx": idx, "xshape": xshape, "nd": len(vshape)}
     return params
 

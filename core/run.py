@@ -390,6 +390,15 @@ _UNARY_PRIMS = {name: fn.prim for name, fn in FUNCTIONS.items()
                 and fn.fn not in _MASK_KEEPING}
 
 
+def _without_leading_ones(value: Tracer, shape: tuple) -> Tracer:
+    """value, less the leading axes of length 1 it has beyond shape's rank: NumPy assigns a
+    value of shape (1, 2) to a selection of shape (2,) (broadcasting never adds them)."""
+    extra = value.ndim - len(shape)
+    if extra > 0 and all(d == 1 for d in value.shape[:extra]):
+        return P.reshape(value, shape=value.shape[extra:])
+    return value
+
+
 def _as_array_literal(node):
     """node, with tuple literals in it as array literals (`pad(x, 1, constant_values=(1, 2))`)."""
     t = type(node)
@@ -522,6 +531,8 @@ class Interpreter:
         mask = st.op == "=" and old.var in self.masks
         if mask and value.var not in self.masks:  # NumPy's m[i] = v on a boolean array stores v != 0
             value = P.ne(value, self.number(0.0))
+        if st.op == "=":  # (as NumPy's x[i] = v; its x[i] += v broadcasts v without them)
+            value = _without_leading_ones(value, P.selection_shape(idx, old.shape))
         update = P.index_add if st.op == "+=" else P.index_update
         new = update(old, value, idx=idx)
         if mask:

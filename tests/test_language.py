@@ -543,6 +543,19 @@ def test_a_tuple_is_an_array_where_a_built_in_takes_an_array():
     assert err.message == "a tuple is only allowed as an argument of a built-in (a shape, an axis, an array)"
 
 
+def test_an_assigned_value_may_have_leading_axes_of_length_one_as_in_numpy():
+    # w[0] = ones((1, 2)) was "cannot assign a value of shape (1, 2) to the selection x[index]"
+    y, v = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[5.0, 6.0]])
+    want = y.copy()
+    want[0] = v
+    close(value("w = y * 1\nw[0] = v\nw", y=y, v=v), want)
+    r = grad("w = y * 1\nw[0] = v\nsum(w * [[1, 2], [3, 4]])", y=y, v=v)
+    close(r["y"], [[0.0, 0.0], [3.0, 4.0]])
+    close(r["v"], [[1.0, 2.0]])  # (v's own shape)
+    err = raised(gradcalc.evaluate, "w = y * 1\nw[0] = ones((2, 2))", at={"y": y})
+    assert err.message == "cannot assign a value of shape (2, 2) to a selection of shape (2,)"
+
+
 def test_a_huge_literal_integer_argument_is_worded_as_a_float():
     with pytest.raises(GradcalcError, match=r"got 1e\+300$"):
         value("reshape(x, (1e300, -1))", x=_X)
