@@ -57,6 +57,8 @@ _OFFSETS = {"central": (1.0, -1.0), "forward": (1.0,), "richardson": (1.0, -1.0,
 _OFFSETS_WITH_ERROR = {"central": (1.0, -1.0, 0.5, -0.5), "forward": (1.0, 0.5),
                        "richardson": (1.0, -1.0, 0.5, -0.5)}
 
+#: The order of each real method's truncation error: O(h^ORDER).
+ORDER = {"forward": 1, "central": 2, "richardson": 4}
 #: Rounding error of each method's difference quotient, in units of eps |f| / h.
 ROUNDING = {"forward": 2.0, "central": 1.0, "richardson": 3.0}
 
