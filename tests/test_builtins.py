@@ -496,6 +496,19 @@ def test_sort_ties_share_the_gradient_as_max_does():
     assert jac["rev"][2:, [0, 2]].tolist() == [[0.5, 0.5], [0.5, 0.5]]
 
 
+def test_sort_ties_are_shared_in_time_and_memory_linear_in_the_length():
+    # which elements shared a run was an n x n matrix: 12,000 values, half of them tied at 0 (a
+    # relu's), were refused by max_elements (1.44e8 elements); now a segment sum and a gather
+    x = np.random.default_rng(5).standard_normal(12_000)
+    zeros = int((x <= 0).sum())
+    want = np.zeros_like(x)  # relu'(x) = 0 where x <= 0: the tied zeros pass nothing back
+    want[x > 0] = np.argsort(np.argsort(x[x > 0])) + zeros  # each other value its own place
+    np.testing.assert_array_equal(_grad("sum(sort(relu(x)) * arange(len(x)))", x=x), want)
+    y = np.repeat([2.0, -1.0, 5.0], 4_000)  # three runs of 4,000 ties: each shares its places' mean
+    got = _grad("sum(sort(x) * arange(len(x)))", x=y)
+    np.testing.assert_allclose(got, np.repeat([5_999.5, 1_999.5, 9_999.5], 4_000), rtol=1e-13)
+
+
 def test_argmax_values_are_numpys():
     x = np.array([[1.0, 5.0, 2.0], [7.0, 0.0, 7.0]])
     assert _value("argmax(x)", x=x) == 3
