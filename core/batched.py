@@ -458,7 +458,7 @@ def _band_dense(band: dict, n: int, m: int):
         lo, hi = max(0, -k), min(m, n - k)  # columns j with a row r = j + k in range
         if lo < hi:
             first = (lo + k) * m + lo
-            flat[first:first + (hi - lo - 1) * (m + 1) + 1:m + 1] = np.ravel(d)[lo:hi]
+            flat[first:first + (hi - lo - 1) * (m + 1) + 1:m + 1] = (d if d.ndim == 1 else d.reshape(-1))[lo:hi]
     return out
 
 
