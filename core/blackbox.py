@@ -548,6 +548,10 @@ def check_against_source(box: BlackBox, traced, at=None, rtol: float | None = No
     with np.errstate(all="ignore"):
         for p, ((_, (tr, out, ws)), res) in enumerate(zip(plans, results)):
             ref = tr.value(out)
+            if res["value"].shape != ref.shape:  # (SPEC §9: wrong shapes are the user's error, exit 2)
+                raise box._fail(f"returned in result {p} a value of shape {res['value'].shape}, but the "
+                                f"program's '{out}' has shape {ref.shape}", box.last_stderr, returncode=0,
+                                hint=f"the black box answers for the output of the program ({option('of')})")
             checks.append(_against(name, p, out, "", res["value"], ref, "exec value", tol, extra, "value"))
             blocks = jacobian_blocks(tr, [out], ws, "rev")[out]
             for w in ws:

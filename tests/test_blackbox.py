@@ -450,10 +450,15 @@ def test_check_against_source_shapes_and_missing_gradients():
     value, gx, gy = check_against_source(model("--no-gradient"), traced_model()).results
     assert value.ok and value.max_rel_err < 1e-14
     assert not gx.ok and gx.notes == ["the program reports no gradient"] and not gy.ok
+
+def test_check_against_source_refuses_a_value_of_another_shape():
+    # SPEC §9: a program that returns the wrong shapes is a user error (exit 2), whose message
+    # quotes its stderr; it was a failing result (exit 1)
     vec = gradcalc.parse("input x[3] = [0.5, -1, 2], y = 1.5\nf = y * sin(x)")
-    value, gx, gy = check_against_source(model(), trace(vec)).results
-    assert not value.ok and value.notes == ["the program's value has shape (), gradcalc's (3,)"]
-    assert not gx.ok and gx.notes == ["the program's gradient has shape (3,), gradcalc's (3, 3)"]
+    with pytest.raises(ExecError) as info:
+        check_against_source(model(), trace(vec))
+    assert "returned in result 0 a value of shape (), but the program's 'f' has shape (3,)" in info.value.message
+    assert info.value.hint == "the black box answers for the output of the program (of)"
 
 
 def test_check_against_source_refuses_a_disagreeing_point():
