@@ -200,6 +200,11 @@ _DECISIONS = {
     "mask": ("changes", "the mask", ""),
     "index": ("changes", "the index", ""),
     "range": ("changes", "the range argument", ", so the loop runs a different number of times"),
+    "sort order": ("changes", "the sort order", ""),
+    # (the positions argmax, argmin and argsort choose: builtins._chosen)
+    "argmax": ("changes", "the position chosen by", ""),
+    "argmin": ("changes", "the position chosen by", ""),
+    "argsort": ("changes", "the order chosen by", ""),
 }
 
 
@@ -337,7 +342,7 @@ def _estimates_error(x: np.ndarray, method: str) -> bool:
     if method == "richardson":
         return True
     h = float(np.max(stencil.default_step(np.max(np.abs(x)), method)))
-    return h ** stencil.ORDER[method] > 0.1 * TOLERANCES[method][0]
+    return h > (0.1 * TOLERANCES[method][0]) ** (1 / stencil.ORDER[method])  # (h^p would overflow at 1e160)
 
 
 def non_analytic(tr: Traced, wrt_var: int) -> list:

@@ -901,7 +901,8 @@ def _norm(x, axis, keepdims):
     size = np.abs(r)
     if ((size >= lo) & (size <= hi)).all():
         return r
-    return np.where((size >= lo) & (size <= hi), r, _scaled_norm(x, axis, keepdims))
+    r = np.where((size >= lo) & (size <= hi), r, _scaled_norm(x, axis, keepdims))
+    return r[()] if r.ndim == 0 else r  # (a number as a NumPy scalar, as the tape keeps it)
 
 
 def _scaled_norm(x, axis, keepdims):

@@ -532,7 +532,10 @@ class Interpreter:
         if mask and value.var not in self.masks:  # NumPy's m[i] = v on a boolean array stores v != 0
             value = P.ne(value, self.number(0.0))
         if st.op == "=":  # (as NumPy's x[i] = v; its x[i] += v broadcasts v without them)
-            value = _without_leading_ones(value, P.selection_shape(idx, old.shape))
+            try:
+                value = _without_leading_ones(value, P.selection_shape(idx, old.shape))
+            except GradcalcError:
+                pass  # (an index that does not fit: the update below says so, at its position)
         update = P.index_add if st.op == "+=" else P.index_update
         new = update(old, value, idx=idx)
         if mask:

@@ -708,3 +708,19 @@ def test_directions_far_from_0_compare_again_at_halved_steps(wrong_by):
     r = gradcalc.check(src, at={"x": x}, directions=2).results[0]
     assert r.ok == (wrong_by == 0.0), r
     assert "converge" in r.notes[-1]
+
+
+@pytest.mark.parametrize(("src", "x"), [("x", 1e160), ("2*x", [1.0, 1e200]), ("softplus(x)", 1e308)])
+def test_a_huge_input_does_not_overflow_the_choice_of_steps(src, x):
+    # h^p overflowed where check decides whether to difference at h/2 too: exit 3 (the review's find)
+    assert gradcalc.check(src, at={"x": x}).ok
+
+
+@pytest.mark.parametrize(("src", "x", "what"), [
+    ("x[argmax(x)] + 0", [0.0, 0.0, 0.0], "changes the position chosen by 'argmax(x)' (line 1, column 3)"),
+    ("sum(sort(x) * [1, 2])", [1.0, 1.0], "changes the sort order "),
+])
+def test_a_change_of_chosen_positions_is_worded_as_such(src, x, what):
+    # "the integer argument 'argmax' 'argmax(x)'" and "the integer argument 'sort order'" before
+    (result,) = [r for r in gradcalc.check(src, at={"x": x}).results if r.notes]
+    assert any(what in note for note in result.notes), result.notes

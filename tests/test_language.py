@@ -556,6 +556,13 @@ def test_an_assigned_value_may_have_leading_axes_of_length_one_as_in_numpy():
     assert err.message == "cannot assign a value of shape (2, 2) to a selection of shape (2,)"
 
 
+def test_an_index_error_in_an_assignment_keeps_its_position():
+    # a selection's shape, read first to drop a value's leading axes, raised it without one
+    err = raised(gradcalc.evaluate, "y = x\ny[5] = 1\ny", at={"x": [1.0, -2.0, 3.0]})
+    assert err.message == "index 5 is out of range for axis 0 with size 3"
+    assert (err.pos.line, err.pos.col) == (2, 1)
+
+
 def test_a_huge_literal_integer_argument_is_worded_as_a_float():
     with pytest.raises(GradcalcError, match=r"got 1e\+300$"):
         value("reshape(x, (1e300, -1))", x=_X)

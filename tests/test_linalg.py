@@ -738,3 +738,10 @@ def test_det_gradient_at_a_finite_singular_matrix_still_takes_the_svd_route():
     cof = np.array([[np.linalg.det(np.delete(np.delete(B, i, 0), j, 1)) * (-1) ** (i + j) for j in range(3)]
                     for i in range(3)])
     np.testing.assert_allclose(got, cof, atol=1e-12)
+
+
+@pytest.mark.parametrize("x", [[], [1e-200, 3e-200], [float("nan"), 1.0], [1e200, 1e200]])
+def test_a_scaled_norm_is_a_numpy_scalar_as_every_number_is(x):
+    # np.where's 0-d array came back where a slice was scaled (the review's find)
+    v = gradcalc.evaluate("norm(x)", at={"x": np.array(x)})["_"]
+    assert type(v) is np.float64
