@@ -531,7 +531,8 @@ class Interpreter:
         mask = st.op == "=" and old.var in self.masks
         if mask and value.var not in self.masks:  # NumPy's m[i] = v on a boolean array stores v != 0
             value = P.ne(value, self.number(0.0))
-        if st.op == "=":  # (as NumPy's x[i] = v; its x[i] += v broadcasts v without them)
+        if st.op == "=" and value.shape[:1] == (1,):  # (as NumPy's x[i] = v; its += broadcasts v without them;
+            # the selection's shape, which normalises the index once more, only for a v that may need it)
             try:
                 value = _without_leading_ones(value, P.selection_shape(idx, old.shape))
             except GradcalcError:
