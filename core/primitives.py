@@ -633,18 +633,34 @@ def _mask(fn):
     return lambda x, y: fn(np.real(x), np.real(y)).astype(np.float64)
 
 
-def _comparison(name, fn):
+def _comparison(name, fn, scalar_op):
     # No derivative, but a jump where x = y: check flags points near it.
-    return _def(name, _elementwise(_mask(fn)), None, None, _broadcast_params,
+    prim = _def(name, _elementwise(_mask(fn)), None, None, _broadcast_params,
                 differentiable=False, analytic=True, kink=lambda ans, x, y, **_: x - y, elementwise=True)
+    prim.plain = _compare_plain(_mask(fn), scalar_op)
+    return prim
 
 
-lt = _comparison("lt", np.less)
-le = _comparison("le", np.less_equal)
-gt = _comparison("gt", np.greater)
-ge = _comparison("ge", np.greater_equal)
-eq = _comparison("eq", np.equal)
-ne = _comparison("ne", np.not_equal)
+_TRUE, _FALSE = F64_SCALAR(1.0), F64_SCALAR(0.0)
+
+
+def _compare_plain(mask, scalar_op):
+    """A comparison's plain function (operands of equal shape): on two NumPy scalars (a while
+    loop's condition) Python's operator, the same IEEE comparison as the ufunc's, nan included,
+    at a tenth of the ufunc's cost on a scalar."""
+    def plain(x, y):
+        if x.__class__ is F64_SCALAR and y.__class__ is F64_SCALAR:
+            return _TRUE if scalar_op(x, y) else _FALSE
+        return mask(x, y)
+    return plain
+
+
+lt = _comparison("lt", np.less, operator.lt)
+le = _comparison("le", np.less_equal, operator.le)
+gt = _comparison("gt", np.greater, operator.gt)
+ge = _comparison("ge", np.greater_equal, operator.ge)
+eq = _comparison("eq", np.equal, operator.eq)
+ne = _comparison("ne", np.not_equal, operator.ne)
 # (internal) x < y for a switch that is no kink of the value, so check flags none: between
 # two formulas of one smooth function (sinc's slope: a series near 0, the closed form
 # beyond), or at a boundary no finite value reaches (nan_to_num's test for finite values)

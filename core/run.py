@@ -380,8 +380,10 @@ _AUGMENTED = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div}
 _ADD, _NEG, _INDEX = P.add, P.neg, P.index
 _COMPILE_DEPTH = 32  # levels of an expression compiled (see Interpreter.compiled); deeper: expr()
 _PRIMITIVE = P.Primitive  # (sub is a function: add(a, neg(b)))
-#: The operators whose primitive broadcasts (Builder.bind2 records them).
-_PLAIN = {op: p for op, p in _BINARY.items() if p.__class__ is _PRIMITIVE and p.plain is not None}
+#: The arithmetic operators whose primitive broadcasts (Builder.bind2 records them; the comparisons,
+#: which do too, make masks: see binary).
+_PLAIN = {op: p for op, p in _BINARY.items()
+          if p.__class__ is _PRIMITIVE and p.plain is not None and op not in _MASK_OPS}
 _ARITHMETIC = {op: p for op, p in _PLAIN.items() if op != "^"}  # (x^2's exponent may be a parameter)
 #: The built-ins whose call on one argument records their primitive on it and nothing else
 #: (sin, exp...: Builder.bind1 records them directly; see Interpreter.call).
@@ -504,21 +506,24 @@ class Interpreter:
     def assign(self, st: Assign) -> None:
         name, node, loc = st  # (unpacked: cheaper than the fields' descriptors)
         before = self.b._next
-        if self.loops:  # run again and again: compiled once
-            done = self.compiled_values.get(id(st))
+        self.bind(name, self.value_of(node), loc, before)
+
+    def value_of(self, node) -> Tracer:
+        """expr(node) for an expression a statement evaluates (an assigned value, a condition):
+        in a loop, which runs it again and again, compiled once (see compiled, end_loop)."""
+        if self.loops:
+            done = self.compiled_values.get(id(node))
             if done is None:
-                done = self.compiled_values[id(st)] = (st, self.compiled(node, _COMPILE_DEPTH))
-            value = done[1]()
-        else:
-            value = self.binary(node) if type(node) is Binary else self.expr(node)
-        self.bind(name, value, loc, before)
+                done = self.compiled_values[id(node)] = (node, self.compiled(node, _COMPILE_DEPTH))
+            return done[1]()
+        return self.binary(node) if type(node) is Binary else self.expr(node)
 
     def aug_assign(self, st: AugAssign) -> None:
         before = self.b._next
         old = self.env.get(st.name)  # (expr(Name(st.name, st.loc)), without making the node first)
         if old is None:
             old = self.name(Name(st.name, st.loc))
-        right = self.expr(st.value)
+        right = self.value_of(st.value)
         self.b.pos = st.loc
         self.bind(st.name, _AUGMENTED[st.op](old, right), st.loc, before)
 
@@ -526,7 +531,7 @@ class Interpreter:
         before = self.b._next
         old = self.expr(Name(st.name, st.loc))
         idx = self.index_items(st.items)
-        value = self.expr(st.value)
+        value = self.value_of(st.value)
         self.b.pos = st.loc
         mask = st.op == "=" and old.var in self.masks
         if mask and value.var not in self.masks:  # NumPy's m[i] = v on a boolean array stores v != 0
@@ -696,7 +701,7 @@ class Interpreter:
 
     def condition(self, node, loc, what: str) -> bool:
         """A condition's truth: it has one element, not nan, and is true when non-zero."""
-        t = self.expr(node)
+        t = self.value_of(node)
         value = t.value
         if value.__class__ is F64_SCALAR:  # (the usual condition: its number, without a reshape)
             f = float(value)
@@ -956,13 +961,22 @@ class Interpreter:
                 return b.bind2(prim, x, y)
             return apply_names
         prim = _BINARY.get(op)
-        if prim is not None and prim.__class__ is _PRIMITIVE and op not in _MASK_OPS:
-            def apply_params():
+        if prim is None or prim.__class__ is not _PRIMITIVE:
+            return None
+        if op in _MASK_OPS:  # x < y: a mask (as binary() notes it; forget_masks renews the set)
+            def compare():
                 x, y = left(), right()
                 b.pos = loc
-                return b.bind(prim, (x, y), NO_PARAMS)
-            return apply_params
-        return None
+                t = b.bind(prim, (x, y), NO_PARAMS)
+                self.masks.add(int(t.var))
+                return t
+            return compare
+
+        def apply_params():
+            x, y = left(), right()
+            b.pos = loc
+            return b.bind(prim, (x, y), NO_PARAMS)
+        return apply_params
 
     def unary(self, node: Unary) -> Tracer:
         x = self.expr(node.operand)

@@ -534,3 +534,70 @@ def test_math_cos_is_numpys_cos_bit_for_bit():
         for x in (float("inf"), -float("inf")):
             got = _cos_float(np.float64(x))
             assert type(got) is float and np.isnan(got) and np.isnan(np.cos(np.float64(x)))
+
+
+# Statements other than plain assignments also run compiled in a loop (Interpreter.value_of): a
+# while loop's condition, an if's, the value of x += v and of x[i] = v. Each program below is
+# compared with the same program unrolled by hand (no loop: every value made by expr()).
+_UNROLLED = [
+    ("input x\nn = 0\ns = x\nwhile n < 3 {\n  n = n + 1\n  s = s * x + n\n}\nout = s",
+     "input x\nn = 0\ns = x\nn = n + 1\ns = s * x + n\nn = n + 1\ns = s * x + n\nn = n + 1\ns = s * x + n\nout = s"),
+    ("input x\ns = x\nfor i in range(3) {\n  if s > 1.5 { s = s - x } else { s = s + x^2 }\n}\nout = s",
+     None),  # (unrolled per point below: the branches taken depend on x)
+    ("input x\nloss = 0\nh = x\nfor t in range(3) {\n  h = tanh(h * 2)\n  loss += sum(h^2)\n}\nout = loss",
+     "input x\nloss = 0\nh = x\nh = tanh(h * 2)\nloss += sum(h^2)\nh = tanh(h * 2)\nloss += sum(h^2)\n"
+     "h = tanh(h * 2)\nloss += sum(h^2)\nout = loss"),
+    ("input x\nv = [0, 0, 0]\nfor i in range(3) {\n  v[i] = x * (i + 1) - sin(x)\n}\nout = sum(v^2)",
+     "input x\nv = [0, 0, 0]\nv[0] = x * (0 + 1) - sin(x)\nv[1] = x * (1 + 1) - sin(x)\n"
+     "v[2] = x * (2 + 1) - sin(x)\nout = sum(v^2)"),
+    ("input x\nm = x > 0\nfor i in range(2) {\n  m = x > i\n}\nout = sum(x[m]^2)",
+     "input x\nm = x > 0\nm = x > 0\nm = x > 1\nout = sum(x[m]^2)"),
+]
+
+
+def _unrolled_if(x: float) -> str:
+    lines, s = ["input x", "s = x"], x
+    for _ in range(3):
+        if s > 1.5:
+            lines.append("s = s - x")
+            s = s - x
+        else:
+            lines.append("s = s + x^2")
+            s = s + x * x
+    return "\n".join(lines + ["out = s"])
+
+
+@pytest.mark.parametrize("k", range(len(_UNROLLED)))
+@pytest.mark.parametrize("x", [0.7, -1.3, 1.6])
+def test_statements_compiled_in_a_loop_give_what_the_program_unrolled_gives(k, x):
+    src, unrolled = _UNROLLED[k]
+    point = {"x": [x, -0.5 * x, 2.0]} if "x[m]" in src or "loss" in src else {"x": x}
+    unrolled = unrolled or _unrolled_if(x)
+    assert _same_bits(gradcalc.evaluate(src, at=point)["out"], gradcalc.evaluate(unrolled, at=point)["out"]), src
+    got, want = gradcalc.grad(src, at=point), gradcalc.grad(unrolled, at=point)
+    assert _same_bits(got.value, want.value) and _same_bits(got["x"], want["x"]), src
+    assert _tape_and_values(src, point)[2:] == _interpreted(src, point)[2:], src
+
+
+def test_masks_made_in_a_long_loop_select_after_the_loop():
+    """A comparison compiled in a loop notes its mask in the set forget_masks renews as the loop
+    runs (past 256 masks): the last one, x > 1, still selects (a 0/1 array would gather x[0], x[1])."""
+    src = "input x\nm = x > 0\nfor i in range(600) {\n  m = x > (i - 598)\n}\nout = sum(x[m])"
+    x = [-3.0, 0.5, 2.0, 4.0]
+    assert float(gradcalc.evaluate(src, at={"x": x})["out"]) == 6.0
+    assert gradcalc.grad(src, at={"x": x})["x"].tolist() == [0.0, 0.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("op, ufunc", [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                                       ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)])
+def test_a_comparison_of_scalars_is_the_ufuncs(op, ufunc):
+    """A comparison's plain function compares two NumPy scalars with Python's operator: the same
+    0.0 or 1.0 (as np.float64) as the ufunc on every pair, nan, infinities and signed zeros included."""
+    from gradcalc import primitives as P
+    values = _VALUES + (float("inf"), -float("inf"), float("nan"))
+    for a in values:
+        for b in values:
+            x, y = np.float64(a), np.float64(b)
+            got = getattr(P, op).plain(x, y)
+            want = ufunc(x, y).astype(np.float64)
+            assert type(got) is np.float64 and got.tobytes() == want.tobytes(), (op, a, b)
