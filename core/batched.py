@@ -39,7 +39,7 @@ import numpy as np
 from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import ValueError_
-from .tape import F64, F64_SCALAR, LARGE_BATCH, Tracer, _scalar_or_array, all_finite
+from .tape import F64, F64_SCALAR, LARGE_BATCH, Tracer, _scalar_or_array, all_finite, squared_norm
 
 _new_object = object.__new__
 
@@ -231,7 +231,7 @@ class BatchedBuilder:
         for d in band.values():
             if d.dtype is not F64 or d.ndim != 1:  # (a matrix's d.dot(d) is its product)
                 return all(map(all_finite, band.values()))
-            total += d.dot(d)
+            total += squared_norm(d)
         return math.isfinite(total) or all(map(all_finite, band.values()))
 
 

@@ -36,43 +36,44 @@ F64_SCALAR = np.float64  # the class of a value with no axes on the tape
 NO_PARAMS: dict = {}  # the parameters of every equation that has none (never mutated)
 
 
-_ROW = 2048  # elements per row when a large array is summed as a matrix-vector product
-_ONES = np.ones(_ROW)
-
-
 def by_row(value: np.ndarray) -> np.ndarray:
     """A batch (its first axis) as rows of its flattened items: ``reshape(len, -1)`` with the
     row length spelt out, which -1 leaves ambiguous when the batch has no rows."""
     return value.reshape(len(value), math.prod(value.shape[1:]))
 
 
+#: The most elements BLAS's dot sums here.  A dot of a few hundred elements costs a third of
+#: np.add.reduce's call; but OpenBLAS runs a longer one on its thread pool, whose threads, asleep
+#: after a pause (a loop's Python between two looks), wait a scheduler tick to wake on a busy
+#: machine: under load a dot of 30,000 elements took 11-12 ms after a 0.2 ms pause, np.add.reduce
+#: 12 us (np.einsum's single-threaded loop 22 us).  Below this, OpenBLAS's dot runs on one thread.
+SERIAL_DOT = 8192
+
+
+def squared_norm(v: np.ndarray) -> float:
+    """The sum of the squares of v's elements (a float64 array): inf or nan when an element is,
+    or when the sum overflows.  Never on BLAS's thread pool (see SERIAL_DOT)."""
+    flat = v.reshape(-1)
+    return float(flat.dot(flat) if flat.size <= SERIAL_DOT else np.einsum("i,i->", flat, flat))
+
+
 def all_finite(value) -> bool:
     """True when no element is nan or inf.
 
-    A sum is one pass with no temporary array, and nan or inf in means nan or
-    inf out; only when the sum is not finite (or overflowed) is each element
-    looked at.  A large contiguous array is summed as a matrix-vector product
-    with a vector of ones: BLAS runs it on every core, at 3-4 times the speed
-    of np.add.reduce (which matters on the 4-million-element gradients of a
-    2000×2000 weight matrix).  A smaller one is summed as its dot product with
-    itself (a sum of squares: nan and inf carry through it too), which costs
-    a third of np.add.reduce's call on a vector of a few hundred elements.
+    A sum is one pass with no temporary array, and nan or inf in means nan or inf out; only
+    when the sum is not finite (or overflowed) is each element looked at.  An array of up to
+    SERIAL_DOT elements is summed as its dot product with itself (a sum of squares: nan and
+    inf carry through it too), which costs a third of np.add.reduce's call on a vector of a
+    few hundred elements; a larger one by np.add.reduce, on this thread (see SERIAL_DOT).
     """
     dtype = value.dtype
     if dtype.kind == "f":
         nd = value.ndim
         if nd == 0:
             return math.isfinite(value)
-        if nd == 1 and dtype is F64 and value.size < 16 * _ROW:
-            total = value.dot(value)  # (a vector of any strides: no flags to read, nothing to reshape)
-        elif dtype is F64 and value.flags.c_contiguous:
-            flat = value.reshape(-1)
-            n = flat.size
-            if n >= 16 * _ROW:
-                whole = n - n % _ROW
-                total = float(np.add.reduce(flat[whole:])) + float(np.add.reduce(flat[:whole].reshape(-1, _ROW) @ _ONES))
-            else:
-                total = flat.dot(flat)
+        if dtype is F64 and value.size <= SERIAL_DOT and (nd == 1 or value.flags.c_contiguous):
+            flat = value if nd == 1 else value.reshape(-1)  # (a vector of any strides: dot reads them)
+            total = flat.dot(flat)
         else:
             total = np.add.reduce(value, axis=None)
         if math.isfinite(total):

@@ -1234,11 +1234,12 @@ def test_broadcast_shapes_agrees_with_numpy():
         assert broadcast_shapes(*shapes) == want, shapes
 
 
-@pytest.mark.parametrize("size", [1, 5, 32767, 32768, 40000, 2048 * 40 + 7])
+@pytest.mark.parametrize("size", [1, 5, 8192, 8193, 32768, 2048 * 40 + 7])
 def test_all_finite_finds_every_nan_and_inf(size):
-    # Large arrays are summed by BLAS as a matrix-vector product; a nan or inf anywhere,
-    # in the rows or the leftover tail, must still be found, and overflow is no false alarm.
-    from gradcalc.tape import all_finite
+    # Small arrays are summed as a dot product with themselves, large ones by np.add.reduce
+    # (tape.SERIAL_DOT); a nan or inf anywhere must be found, and overflow is no false alarm.
+    from gradcalc.tape import all_finite, squared_norm
+    assert squared_norm(np.full(size, 0.5)) == 0.25 * size  # (exact: the sum of squares of 0.5)
     rng = np.random.default_rng(size)
     x = rng.uniform(-1, 1, size)
     assert all_finite(x) and all_finite(x.reshape(1, -1)) and all_finite(x[::-1])
@@ -1248,6 +1249,7 @@ def test_all_finite_finds_every_nan_and_inf(size):
             y[where] = bad
             assert not all_finite(y), (where, bad)
             assert not all_finite(y[::-1])  # not contiguous: the plain path
+            assert not math.isfinite(squared_norm(y)) and not math.isfinite(squared_norm(y.reshape(1, -1)))
     big = np.full(size, 1e308)
     with np.errstate(over="ignore"):
         assert all_finite(big)  # its sum overflows; every element is finite
