@@ -1036,7 +1036,7 @@ def _cumprod_vjp(g, ans, x, axis):
 cumsum = _def("cumsum", _cumsum,
               (lambda g, ans, x, axis, reverse=False: cumsum(g, axis=axis, reverse=not reverse),),
               (lambda t, ans, x, axis, reverse=False: cumsum(t, axis=axis, reverse=reverse),),
-              _scan_params)
+              _scan_params, vjp_reads=())
 cumprod = _def("cumprod", lambda x, axis: np.cumprod(x, axis), (_cumprod_vjp,), (_cumprod_jvp,),
                lambda shapes, builder, axis=-1: _axis_params(shapes, builder, axis))
 
@@ -1471,7 +1471,7 @@ index = _def("index", _gather,
 index_put = _def("index_put", _index_put,
                  (lambda g, ans, x, idx, shape, nd: index(g, idx=idx),),
                  (lambda t, ans, x, idx, shape, nd: index_put(t, idx=idx, shape=shape),),
-                 _index_put_params)
+                 _index_put_params, vjp_reads=())
 
 
 def selection_shape(idx, xshape: tuple) -> tuple:
@@ -1551,14 +1551,14 @@ index_update = _def("index_update", _scatter(accumulate=False),
                     (lambda g, ans, x, v, idx, xshape, nd: index_update(g, 0.0, idx=idx), _update_vjp_v),
                     (lambda t, ans, x, v, idx, xshape, nd: index_update(t, 0.0, idx=idx),
                      lambda t, ans, x, v, idx, xshape, nd: index_update(zeros_like(x), t, idx=idx)),
-                    _scatter_params("assign"))
+                    _scatter_params("assign"), vjp_reads=())
 # x with v added at idx, repeated indices accumulating (numpy.add.at): `x[i] += e`
 index_add = _def("index_add", _scatter(accumulate=True),
                  (lambda g, ans, x, v, idx, xshape, nd: g,
                   lambda g, ans, x, v, idx, xshape, nd: index(g, idx=idx)),
                  (lambda t, ans, x, v, idx, xshape, nd: t,
                   lambda t, ans, x, v, idx, xshape, nd: index_add(zeros_like(x), t, idx=idx)),
-                 _scatter_params("add"))
+                 _scatter_params("add"), vjp_reads=())
 
 
 def _concat_params(shapes, builder, axis=0):
@@ -2330,11 +2330,11 @@ def _diag_embed(x, k, shape):
 diag = _def("diag", lambda x, k, xshape: np.diagonal(x, offset=k, axis1=-2, axis2=-1).copy(),
             (lambda g, ans, x, k, xshape: diag_embed(g, k=k, shape=xshape),),
             (lambda t, ans, x, k, xshape: diag(t, k=k),),
-            _diag_params)
+            _diag_params, vjp_reads=())
 diag_embed = _def("diag_embed", _diag_embed,
                   (lambda g, ans, x, k, shape: diag(g, k=k),),
                   (lambda t, ans, x, k, shape: diag_embed(t, k=k, shape=shape),),
-                  _diag_embed_params)
+                  _diag_embed_params, vjp_reads=())
 
 
 # ==========================================================================

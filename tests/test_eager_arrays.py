@@ -190,6 +190,11 @@ _DECLARED = [
     (P.broadcast_to, [(3, 1)], {"shape": (2, 3, 4)}, _R), (P.sum_to, [(2, 3, 4)], {"shape": (3, 1)}, _R),
     (P.index, [(4, 5)], {"idx": (1, slice(1, 4))}, _R), (P.transpose, [(2, 3, 4)], {"axes": (2, 0, 1)}, _R),
     (P.matmul, [(3, 4), (4, 2)], {}, _R), (P.matmul, [(4,), (4, 2)], {}, _R), (P.matmul, [(3, 4), (4,)], {}, _R),
+    (P.cumsum, [(3, 4)], {"axis": 0}, _R), (P.diag, [(4, 4)], {"k": 1}, _R), (P.diag_embed, [(3,)], {"k": -1, "shape": (4, 4)}, _R),
+    (P.index_update, [(4, 5), (2, 5)], {"idx": (np.array([3, 0]),)}, _R),
+    (P.index_update, [(4, 5), ()], {"idx": (1, slice(None, None, 2))}, _R),
+    (P.index_add, [(4, 5), (3, 5)], {"idx": (np.array([1, 1, 2]),)}, _R),
+    (P.index_put, [(3,)], {"idx": (np.array([2, 0, 2]),), "shape": (4,)}, _R),
 ]
 
 
@@ -224,6 +229,9 @@ _RELEASED = {
         "a = exp(x) * sin(x) / cosh(x) + sqrt(x) - log(x)^3\nm = reshape(transpose(M), (2, 3)) @ M\n"
         "sum(a * sigmoid(-a)) + sum(relu(m) + abs(m) * floor(m)) + sum(sinc(x) * erf(x))",
         {"x": _RNG.uniform(0.5, 2.0, 3), "M": _RNG.standard_normal((3, 2))}),
+    "index updates in a loop": ("w = x\nfor i in range(3) {\n  w[i] = w[i + 1] * x[i]\n  w[0:2] += cumsum(w)[1:3]\n}\n"
+                                "sum(w[0:3] @ diag(diag(A, k=1), k=-1)[1:, 0:3])",
+                                {"x": _RNG.uniform(0.5, 2.0, 4), "A": _RNG.standard_normal((4, 4))}),
     "a warning: log of 0": ("y = log(x) * w + 1\nz = y @ A\nsum(tanh(z))",
                             {"x": np.array([0.0, 1.0]), "w": np.array([1.0, 2.0]), "A": np.ones((2, 2))}),
     "a nan a zero cotangent removes": ("s = sqrt(x - 1)\nsum(s * 0)", {"x": np.array([0.5, 2.0, 3.0])}),
