@@ -60,44 +60,98 @@ class _Group(TyperGroup):
 
     def resolve_command(self, ctx, args):
         name, cmd, rest = super().resolve_command(ctx, args)
-        return name, cmd, programs_last(rest, cmd) if cmd is not None else rest
+        return name, cmd, programs_last(rest, cmd, ctx) if cmd is not None else rest
 
 
-def programs_last(args: list, cmd) -> list:
+def programs_last(args: list, cmd, ctx=None) -> list:
     """args with the command's arguments moved after '--', where click reads each as an
     argument, when one of them begins with '-' but is none of the command's options
-    ('-log(p)', '-x^2'); the arguments keep their order.  Values of options that take one
-    (--cotangent -1.5) stay with them; '--word' stays an option (a misspelt one is reported
-    as such)."""
-    import re
-    if "--" in args or not any(a.startswith("-") and a != "-" for a in args):
+    ('-log(p)', '-floor(x)', a file '-fwrong.grad'); the arguments keep their order.
+
+    A word is one of the command's options only as click would accept it: an option's exact
+    spelling (whose value, when it takes one, is the next word, whatever it looks like:
+    --cotangent -1.5), --option=VALUE, or a short option glued to a value it accepts (-fjson,
+    but not -floor(x)).  Every value given is checked, even one a later repeat replaces, so
+    that '-f' cannot swallow the next word unnoticed.  Only where a command that takes one
+    SOURCE would get more than one are the words that merely look like options (--bogus,
+    -fjsno) handed back to click, which reports them as the misspelt options they are."""
+    if "--" in args or not any(_dashed(a) for a in args):
         return args
-    takes_value, flags = _option_words(cmd)
+    by_word = _option_words(cmd)
     options, arguments, i = [], [], 0
     while i < len(args):
-        word = args[i]
-        if word.split("=", 1)[0] in takes_value:
-            options.append(word)
-            if "=" not in word and i + 1 < len(args):  # its value, whatever it looks like
-                i += 1
-                options.append(args[i])
-        elif word in flags or word[:2] in takes_value or re.match(r"--[\w-]+(=|$)", word):
-            options.append(word)  # (-fjson: a short option with its value; --bogus: click says no such option)
-        else:
-            arguments.append(word)
-        i += 1
-    dashed = any(a.startswith("-") and a != "-" for a in arguments)
-    return options + ["--"] + arguments if dashed else args
+        taken = _option_length(args, i, by_word, ctx)
+        (options if taken else arguments).extend(args[i:i + (taken or 1)])
+        i += taken or 1
+    if len(arguments) > _capacity(cmd):
+        misspelt = [_looks_like_option(a, by_word) for a in arguments]
+        misspelt[0] = misspelt[0] and not all(misspelt)  # (one of them stays the program)
+        options += [a for a, m in zip(arguments, misspelt) if m]
+        arguments = [a for a, m in zip(arguments, misspelt) if not m]
+    return options + ["--"] + arguments if any(_dashed(a) for a in arguments) else args
 
 
-def _option_words(cmd) -> tuple[set, set]:
-    """The command's option words: those that take a value, and flags."""
+def _dashed(word: str) -> bool:
+    return word.startswith("-") and word != "-"
+
+
+def _option_words(cmd) -> dict:
+    """The command's option spellings -> their click.Option (None for -h/--help)."""
     import click
-    takes_value, flags = set(), {"-h", "--help"}
+    by_word = {"-h": None, "--help": None}
     for p in cmd.params:
         if isinstance(p, click.Option):
-            (flags if p.is_flag or p.count else takes_value).update(p.opts + p.secondary_opts)
-    return takes_value, flags
+            by_word.update(dict.fromkeys(p.opts + p.secondary_opts, p))
+    return by_word
+
+
+def _takes_value(param) -> bool:
+    return param is not None and not (param.is_flag or param.count)
+
+
+def _option_length(args: list, i: int, by_word: dict, ctx) -> int:
+    """How many words args[i] takes as one of the command's options: 0 when it is none."""
+    word = args[i]
+    if word in by_word:
+        if not _takes_value(by_word[word]):
+            return 1
+        if i + 1 < len(args):
+            _accepted(by_word[word], args[i + 1], ctx, raise_=True)
+            return 2
+        return 1  # (click says the value is missing)
+    name, eq, value = word.partition("=")
+    if word.startswith("--") and eq and name in by_word:
+        if _takes_value(by_word[name]):
+            _accepted(by_word[name], value, ctx, raise_=True)
+        return 1
+    short = by_word.get(word[:2]) if not word.startswith("--") else None
+    return int(len(word) > 2 and _takes_value(short) and _accepted(short, word[2:], ctx))
+
+
+def _accepted(param, value: str, ctx, raise_: bool = False) -> bool:
+    """Whether the option accepts value (click's own conversion); raise_: click's error if not."""
+    import click
+    try:
+        param.type.convert(value, param, ctx)
+    except click.BadParameter:
+        if raise_:
+            raise
+        return False
+    return True
+
+
+def _capacity(cmd) -> float:
+    """How many arguments the command takes (inf: any number, as check's SOURCE...)."""
+    import click
+    counts = [p.nargs for p in cmd.params if isinstance(p, click.Argument)]
+    return float("inf") if -1 in counts else sum(counts)
+
+
+def _looks_like_option(word: str, by_word: dict) -> bool:
+    """--word, or a short option that takes a value glued to one it refuses (-fjsno)."""
+    import re
+    return re.match(r"--[A-Za-z][\w-]*(=|$)", word) is not None or \
+        (not word.startswith("--") and _takes_value(by_word.get(word[:2])))
 
 
 def _print_version(value: bool) -> None:

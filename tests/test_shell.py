@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_run import ok, ok_json, user_error
+from cli_run import ok, ok_json, run as run_cli, user_error
 
 
 #: The installed console script (its name is the one completion scripts use).
@@ -206,6 +206,70 @@ def test_an_unknown_long_option_is_still_reported_as_one():
     assert "No such option '--bogus'" in user_error("grad", "-x", "--at", "x=1", "--bogus").stderr
 
 
+# Each command that takes SOURCE, with a program that begins with '-f' (as -floor, -fabs, -fmax,
+# -flip, -full and -flatten do) and the plain output expected of -fabs(x) at x = 1.5, from the
+# closed form -|x|: value -1.5, derivative -1, second derivative of -|x|^3 = -6 x = -9.
+DASH_F = [
+    (("eval", "-fabs(x)", "--at", "x=1.5"), "-1.5\n"),
+    (("grad", "-fabs(x)", "--at", "x=1.5"), "-1\n"),
+    (("jacobian", "-fabs(x)", "--at", "x=1.5"), "-1\n"),
+    (("vjp", "-fabs(x)", "--at", "x=1.5", "--cotangent", "2"), "-2\n"),
+    (("jvp", "-fabs(x)", "--at", "x=1.5", "--tangent", "x=3"), "-3\n"),
+    (("hessian", "-fabs(x)^3", "--at", "x=1.5"), "-9\n"),
+]
+
+
+@pytest.mark.parametrize("args, plain", DASH_F, ids=[a[0] for a, _ in DASH_F])
+@pytest.mark.parametrize("fmt", [("-f", "plain"), ("-fplain",), ("--format=plain",)])
+def test_a_program_beginning_with_dash_f_is_a_program(args, plain, fmt):
+    # SPEC §5: a SOURCE that begins with '-' is a program when it is none of the command's
+    # options; -f glued to 'abs(x)' is no format, so it is the program (it was -f 'abs(x)')
+    assert ok(*args, *fmt).stdout == plain
+    assert ok(args[0], *fmt, *args[1:]).stdout == plain
+
+
+def test_plot_and_graph_read_a_program_beginning_with_dash_f():
+    doc = ok_json("plot", "-fabs(x)", "--over", "x=1:2", "--samples", "3")
+    assert json.dumps(doc).count("-1.5") >= 1  # -|x| at x = 1.5, the middle sample
+    assert "abs" in ok("graph", "-fabs(x)", "--at", "x=1.5", "-fplain").stdout
+
+
+@pytest.fixture
+def dash_f_files(tmp_path, monkeypatch):
+    """A file whose gradient is wrong (stop_gradient hides 2x: ad 1, fd 1 + 2x = 4 at 1.5)
+    named like a glued -f option, and a right one."""
+    monkeypatch.chdir(tmp_path)
+    Path("-fwrong.grad").write_text("# check: --at x=1.5\nf = x + stop_gradient(x^2)\n")
+    Path("ok.grad").write_text("# check: --at x=1.5\nf = x^2\n")
+
+
+@pytest.mark.usefixtures("dash_f_files")
+def test_check_checks_a_file_named_like_a_glued_option():
+    # it passed with exit 0: -fwrong.grad was read as -f wrong.grad, and the later -f plain won
+    r = run_cli("check", "-fwrong.grad", "ok.grad", "-f", "plain")
+    assert r.exit_code == 1, r.stdout
+    assert r.stdout.splitlines()[0].startswith("FAIL -fwrong.grad point=0 df/dx")
+    assert "check: 1 passed, 1 failed, 0 errors" in r.stdout
+    r = run_cli("check", "-fabs(x) + stop_gradient(x^2)", "x^2", "--at", "x=1.5", "-f", "plain")
+    assert r.exit_code == 1 and "check: 1 passed, 1 failed" in r.stdout
+    assert ok("eval", "-fwrong.grad", "--at", "x=2", "-f", "plain").stdout == "6\n"  # 2 + 2^2
+
+
+def test_a_long_word_that_is_no_option_is_a_program():
+    assert ok("eval", "--x", "--at", "x=2", "-f", "plain").stdout == "2\n"  # -(-x)
+    assert ok("eval", "-fdot", "--at", "fdot=2", "-f", "plain").stdout == "-2\n"  # (dot: graph's format only)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("eval", "x", "--at", "x=1", "-fjsno"), "Invalid value for '--format' / '-f': 'jsno'"),
+    (("eval", "x", "--at", "x=1", "--bogus"), "No such option '--bogus'"),
+    # '-f' alone is the option: it may not take the next word and let a later -f win unnoticed
+    (("grad", "-f", "--at", "f=1", "-f", "json"), "Invalid value for '--format' / '-f': '--at'"),
+])
+def test_what_looks_like_a_misspelt_option_is_reported_as_one(args, message):
+    assert message in user_error(*args).stderr
+
+
 def test_programs_last_moves_only_what_is_no_option():
     from gradcalc.cli.app import build_app, programs_last
     from typer.main import get_command
@@ -215,6 +279,10 @@ def test_programs_last_moves_only_what_is_no_option():
     assert programs_last(["x", "--at", "x=1"], cmd) == ["x", "--at", "x=1"]
     check = get_command(build_app(["check"])).commands["check"]
     assert programs_last(["-y", "x", "-", "--at", "x=1"], check) == ["--at", "x=1", "--", "-y", "x", "-"]
+    assert programs_last(["-floor(x)", "--at", "x=1", "-fjson"], cmd) == \
+        ["--at", "x=1", "-fjson", "--", "-floor(x)"]
+    assert programs_last(["-fwrong.grad", "ok.grad", "-fplain", "--json"], check) == \
+        ["-fplain", "--json", "--", "-fwrong.grad", "ok.grad"]
 
 
 # -- values: stdin, pipes, headers, shared parameter files ------------------------------
