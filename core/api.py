@@ -125,8 +125,10 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
         if not cotangent:
             raise UsageError(f"{option('cotangent')} names no output", option="cotangent",
                              hint="give {output name: value}, or one value for the output")
-        outs = select_names(tr, list(cotangent) if of is None else of, "of", ())
-        _cotangents_name_outputs(tr, list(cotangent), outs, of)
+        names = select_names(tr, list(cotangent), "cotangent", ())
+        _no_cotangent_for_an_input(tr, names, of)
+        outs = [select_output(tr, None)] if of is None else select_names(tr, of, "of", ())
+        _cotangents_name_outputs(names, outs, of)
         missing_ct = [o for o in outs if o not in cotangent]
         if missing_ct:
             raise UsageError(f"no cotangent for output '{missing_ct[0]}'", name=missing_ct[0],
@@ -162,19 +164,30 @@ def vjp(source, cotangent, at=None, of=None, wrt=None, unconnected: str = "zero"
                   unconnected=missing, warnings=_warnings(tr))
 
 
-def _cotangents_name_outputs(tr: Traced, names: list, outs: list, of) -> None:
-    """A --cotangent NAME=V names an output: one of --of when it is given, and without --of
-    never an input (vjp 'x*x' --cotangent x=... would differentiate x with respect to itself)."""
+def _no_cotangent_for_an_input(tr: Traced, names: list, of) -> None:
+    """Without --of, a --cotangent NAME=V for an input is its own error: vjp 'x*x' --cotangent
+    x=... would differentiate x with respect to itself."""
     default = tr.tape.output
     for n in names:
-        if of is not None and n not in outs:
-            raise UsageError(f"{option('cotangent')} '{n}' is not one of the outputs ({', '.join(outs)})",
-                             name=n, option="cotangent", hint=f"add {option('of')} {n}, or drop its cotangent")
         if of is None and n in tr.tape.inputs:
             hint = (f"the output is '{default}': give {option('cotangent')} VALUE (or {default}=VALUE)"
                     if default is not None else f"name an output with {option('of')}")
             raise UsageError(f"{option('cotangent')} '{n}' names an input, not an output", name=n,
                              option="cotangent", hint=hint)
+
+
+def _cotangents_name_outputs(names: list, outs: list, of) -> None:
+    """A --cotangent NAME=V names an output: one of --of when it is given, else the program's
+    output (SPEC §5: never a silent change of --of)."""
+    for n in names:
+        if n in outs:
+            continue
+        if of is not None:
+            raise UsageError(f"{option('cotangent')} '{n}' is not one of the outputs ({', '.join(outs)})",
+                             name=n, option="cotangent", hint=f"add {option('of')} {n}, or drop its cotangent")
+        raise UsageError(f"{option('cotangent')} '{n}' is not an output: the output is '{outs[0]}'", name=n,
+                         option="cotangent", hint=f"for the output, give {option('cotangent')} VALUE (or "
+                         f"{outs[0]}=VALUE); to take '{n}' as an output, add {option('of')} {n}")
 
 
 @quiet

@@ -29,6 +29,8 @@ MISUSES = [
     (lambda: gradcalc.jacobian("a = x*2\nb = a*3", at={"x": 1.0}, wrt=["a"], mode="fwd"),
      "jacobian mode fwd differentiates with respect to inputs only; 'a' is an intermediate value", "a"),
     (lambda: gradcalc.vjp("a = x*2\nb = x*3", {"a": 1.0}, at={"x": 1.0}, of=["a", "b"]), "no cotangent for output 'b'", "b"),
+    (lambda: gradcalc.vjp("h = x^2\nz = h*3", {"h": 1.0}, at={"x": 2.0}),  # (z is the output: SPEC §5)
+     "cotangent 'h' is not an output: the output is 'z'", "h"),
     (lambda: gradcalc.vjp("a = x*2\nb = x*3", 1.0, at={"x": 1.0}, of=["a", "b"]),
      "with several of, give one cotangent NAME=VALUE for each", None),
     (lambda: gradcalc.jvp("x*y", {"q": 1.0}, at={"x": 1.0, "y": 2.0}), "tangent 'q' is not a name in the program", "q"),

@@ -520,7 +520,7 @@ NAMES = [
     (["jvp", "x*x", "--at", "x=[1,2]", "--tangent", "y=[1,2]"],
      "error: <expr>: --tangent 'y' is not a name in the program", "the inputs are: x"),  # (jvp takes tangents of inputs only)
     (["vjp", "a = x*x; b = sum(x)", "--at", "x=[1,2]", "--cotangent", "c=[1,2]"],
-     "error: <expr>: --of 'c' is not a name in the program", "the named values are: x, a, b"),
+     "error: <expr>: --cotangent 'c' is not a name in the program", "the named values are: x, a, b"),
 ]
 
 
@@ -716,7 +716,7 @@ TANGENTS = [
      "error: <expr>: the cotangent for '_' has shape (1, 2), but '_' has shape (2,)", CT_HINT),
     (["vjp", "a = x*x; b = sum(x)", "--at", "x=[1,2]", "--of", "a", "--of", "b", "--cotangent", "a=[1,2]"],
      "error: <expr>: no cotangent for output 'b'", "give --cotangent b=..."),
-    (["vjp", "a = x*x; b = sum(x)", "--at", "x=[1,2]", "--cotangent", "a=[1,2],b=[1,2]"],
+    (["vjp", "a = x*x; b = sum(x)", "--at", "x=[1,2]", "--of", "a", "--of", "b", "--cotangent", "a=[1,2],b=[1,2]"],
      "error: <expr>: the cotangent for 'b' has shape (2,), but 'b' has shape ()", CT_HINT),
     (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", ""], "error: --cotangent: empty value", None),
     (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", "[1,"], "error: --cotangent:1:1: '[' is never closed", "add ']'"),

@@ -438,9 +438,24 @@ def test_a_cotangent_for_a_non_output_is_an_error():
     r = user_error("vjp", "a = x^2; b = sum(x)", "--of", "a", "--at", "x=[1,2]", "--cotangent", "a=[1,1]",
                    "--cotangent", "b=1")
     assert "--cotangent 'b' is not one of the outputs (a)" in r.stderr
-    # named outputs without --of still work: v^T J = [1,1]*2x + 1 = [3, 5]
-    assert ok("vjp", "a = x^2; b = sum(x)", "--at", "x=[1,2]", "--cotangent", "a=[1,1]", "--cotangent", "b=1",
-              "-f", "plain").stdout == "3 5\n"
+    # named outputs are those of --of: v^T J = [1,1]*2x + 1 = [3, 5]
+    assert ok("vjp", "a = x^2; b = sum(x)", "--of", "a", "--of", "b", "--at", "x=[1,2]", "--cotangent",
+              "a=[1,1]", "--cotangent", "b=1", "-f", "plain").stdout == "3 5\n"
+
+
+@pytest.mark.parametrize("cotangents", [["h=1"], ["h=1", "z=1"]])
+def test_a_cotangent_for_an_intermediate_value_is_no_change_of_the_output(cotangents):
+    # SPEC §5: a NAME that is not an output is an error, never a silent change of --of; the
+    # output is z (the last statement), and h took its place (vjp 4 = dh/dx, "of": "h")
+    args = [a for ct in cotangents for a in ("--cotangent", ct)]
+    r = user_error("vjp", "h = x^2; z = h*3", "--at", "x=2", *args)
+    assert r.stderr == ("error: <expr>: --cotangent 'h' is not an output: the output is 'z'\n"
+                        "hint: for the output, give --cotangent VALUE (or z=VALUE); to take 'h' as an "
+                        "output, add --of h\n")
+    # dz/dx = 6x = 12 and dh/dx = 2x = 4 at x = 2
+    assert ok("vjp", "h = x^2; z = h*3", "--at", "x=2", "--cotangent", "z=1", "-f", "plain").stdout == "12\n"
+    assert ok("vjp", "h = x^2; z = h*3", "--at", "x=2", "--of", "h", "--cotangent", "h=1",
+              "-f", "plain").stdout == "4\n"
 
 
 # -- the table's footer: the point, nested as given ----------------------------------------
