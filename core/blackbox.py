@@ -41,7 +41,7 @@ import numpy as np
 
 from . import stencil
 from .checks import (EXEC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result, compare, fail_non_finite,
-                     tolerance)
+                     tolerance, unmeasured_errors)
 from .codec import JSONNumberError, array_from_json, array_to_json
 from .errors import LimitError, ShapeError, UsageError, ValueError_, option
 from .results import Result
@@ -496,6 +496,7 @@ def _against_differences(label, p, of, w, ad, fd, e, method, step, tol) -> Check
     ok, mabs, mrel, worst = compare(ad, fd, *tol)
     notes, extra = [], {}
     ok, worst = fail_non_finite(ad, fd, ok, worst, tol, notes, extra)
+    mabs, mrel = unmeasured_errors(ad, fd, mabs, mrel)
     if not np.isfinite(fd).all():
         notes.append("non-finite finite differences: the program's values are not "
                      "finite near the point")
@@ -598,6 +599,7 @@ def _against(name, p, out, w, got, ref, method, tol, extra, what) -> CheckResult
     notes = []
     if what == "gradient":  # (as gradcalc's own check: a non-finite derivative fails, nan against nan too)
         ok, worst = fail_non_finite(got, ref, ok, worst, tol, notes)
+        mabs, mrel = unmeasured_errors(got, ref, mabs, mrel)
     if not ok and ref.size:
         idx = "".join(f"[{i}]" for i in worst)
         entry = f"{what}['{w}']{idx}" if w else f"{what}{idx}"

@@ -152,6 +152,23 @@ def fail_non_finite(ad, ref, ok: bool, worst: list, tol: tuple, notes: list, ext
     return False, worst
 
 
+def unmeasured_errors(ad, ref, max_abs: float, max_rel: float) -> tuple[float, float]:
+    """The errors a result reports: where its derivative is not finite, nan when |ad - ref| has
+    a nan (a nan, or an infinity met by the same infinity), as NumPy's max of it has.  compare
+    counts such a meeting as agreement, an error of 0, which a row that fails for its non-finite
+    derivative must not show: it read 'FAIL ... max_abs_err=0'."""
+    if np.isfinite(ad).all():
+        return max_abs, max_rel
+    with np.errstate(invalid="ignore"):
+        unknown = np.isnan(np.abs(np.asarray(ad, float) - np.asarray(ref, float))).any()
+    return (math.nan, math.nan) if unknown else (max_abs, max_rel)
+
+
+def directions_label(method: str, k: int) -> str:
+    """What a --directions result compared: 'central (4 directions)', 'central (1 direction)'."""
+    return f"{method} ({k} direction{'' if k == 1 else 's'})"
+
+
 def breach_text(result) -> str | None:
     """A failing result's numbers in words (None when it has none):
     ``at [3]: ad 2.5, fd 2.4: |ad - fd| = 0.1 > 2.4e-06 allowed (rtol bound: rtol 1e-06 x |fd|)``."""

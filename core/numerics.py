@@ -16,7 +16,8 @@ import numpy as np
 from . import stencil
 from .batched import BatchedBuilder
 from .checks import (AD_TOLERANCE, SYMBOLIC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result,
-                     compare, fail_non_finite, kink_text, tolerance)
+                     compare, directions_label, fail_non_finite, kink_text, tolerance,
+                     unmeasured_errors)
 from .codec import JSONNumberError, array_from_json
 from .errors import GradcalcError, LimitError, Pos, UsageError, ValueError_, option, to_pos
 from .lexer import tokenize
@@ -679,6 +680,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
         notes.append("automatic and symbolic derivatives disagree")
     if not np.isfinite(ad).all():
         ok, worst = fail_non_finite(ad, fd, ok, worst, tol, notes, extra)
+        mabs, mrel = unmeasured_errors(ad, fd, mabs, mrel)
     elif not np.isfinite(fd).all():
         notes.append("finite differences are not finite here (nan or inf near the point)")
     return CheckResult(name, p, o, w, mabs, mrel, worst, method,
@@ -1043,7 +1045,7 @@ def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
     method, k = plan.method, plan.directions
     x = tr.value(w)
     if x.size == 0:  # no direction to take: as the full check of an empty Jacobian, nothing is wrong
-        return [CheckResult(name, p, o, w, 0.0, 0.0, [], f"{method} ({k} directions)", 0.0, True, [],
+        return [CheckResult(name, p, o, w, 0.0, 0.0, [], directions_label(method, k), 0.0, True, [],
                             {"dot_product_abs_err": 0.0}, "directions") for o in outs]
     kind, step = stencil.along_direction(x, method)
     _check_batch(tr, len(stencil.offsets(kind)) * k, x.size)
@@ -1184,7 +1186,8 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
     if not (np.isfinite(j).all() and np.isfinite(jtu).all()):  # as the full check: a failure
         ok2 = False
         notes.append("non-finite derivative")
-    return CheckResult(name, p, o, w, mabs, mrel, worst, f"{plan.method} ({k} directions)", hs,
+        mabs, mrel = unmeasured_errors(j, d, mabs, mrel)
+    return CheckResult(name, p, o, w, mabs, mrel, worst, directions_label(plan.method, k), hs,
                        ok and ok2, notes, extra, "directions")
 
 

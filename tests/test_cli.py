@@ -848,3 +848,26 @@ def test_sources_with_classic_mac_line_endings_and_stdin_given_twice(tmp_path):
     assert r.exit_code == 2 and r.stderr.splitlines()[0] == f"error: {p}:2:5: unknown function 'sine'"
     r = run("check", "-", "-", "--at", "x=1", input="x^2\n")
     assert r.exit_code == 2 and r.stderr.splitlines()[0] == "error: '-' (standard input) is given more than once"
+
+
+# ==========================================================================
+# check rows that fail for a non-finite derivative, and their labels
+# ==========================================================================
+
+@pytest.mark.parametrize("args", [("sqrt(x)", "--at", "x=-1"),  # d sqrt(x)/dx = nan at x < 0, fd nan too
+                                  ("sum(x)*nan", "--at", "x=[1,2]", "--directions", "1")])
+def test_a_row_failing_for_a_nan_derivative_shows_nan_errors_not_zero(args):
+    # NumPy's max of |ad - fd| when both are nan is nan; the row showed max_abs_err=0 and FAIL
+    with np.errstate(invalid="ignore"):
+        expected = float(np.max(np.abs(np.array([np.nan]) - np.array([np.nan]))))
+    r = run("check", *args, "-f", "json")
+    assert r.exit_code == 1
+    (row,) = json.loads(r.stdout)["results"]
+    assert math.isnan(expected) and (row["max_abs_err"], row["max_rel_err"], row["ok"]) == ("nan", "nan", False)
+    assert "max_abs_err=nan max_rel_err=nan" in run("check", *args, "-f", "plain").stdout
+
+
+@pytest.mark.parametrize("k, label", [(1, "central (1 direction)"), (2, "central (2 directions)")])
+def test_the_directions_label_agrees_with_its_number(k, label):
+    out = ok("check", "sum(x^2)", "--at", "x=[1,2]", "--directions", str(k), "-f", "plain").stdout
+    assert f"[{label}]" in out and out.splitlines()[-1].startswith(f"check: 1 passed, 0 failed, 0 errors; {label};")
