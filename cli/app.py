@@ -217,6 +217,19 @@ class Options(NamedTuple):
                    kwargs.pop("max_elements"), kwargs.pop("max_steps"), kwargs.pop("save", None))
 
 
+def _format_clash(fmt: Format, json_flag: bool) -> UsageError | None:
+    """--json with a --format other than json asks for two formats (it printed JSON, and the
+    other went unsaid); SPEC §6 makes --json the same as -f json, and sets no precedence."""
+    import click
+    from click.core import ParameterSource
+    ctx = click.get_current_context(silent=True)
+    given = ctx is None or ctx.get_parameter_source("format") is not ParameterSource.DEFAULT
+    if json_flag and given and fmt is not Format.json:
+        return UsageError(f"--json and --format {fmt.value} ask for two formats",
+                          hint="--json is --format json: give one of them")
+    return None
+
+
 def _typer_function(name: str) -> Callable:
     """The command as Typer sees it: the function's own parameters, then the shared options.
     Called, it runs the command and shows its result."""
@@ -224,8 +237,14 @@ def _typer_function(name: str) -> Callable:
     own = inspect.signature(fn, eval_str=True)
 
     def run(**kwargs):
+        clash = _format_clash(kwargs["format"], kwargs["json_"])
         opts = Options.taken_from(kwargs)
-        _run(opts, lambda: fn(**kwargs, opts=opts))
+
+        def body():
+            if clash is not None:
+                raise clash
+            return fn(**kwargs, opts=opts)
+        _run(opts, body)
 
     run.__signature__ = own.replace(parameters=[p for p in own.parameters.values() if p.name != "opts"] +
                                     _shared_parameters(name, precision))

@@ -61,6 +61,10 @@ def _unconnected(tr, wrt, found: dict, mode: str, shape_of, of_desc: str):
 def evaluate(source, at=None, of=None, all: bool = False, *, max_elements=DEFAULT_MAX_ELEMENTS,
         max_steps=DEFAULT_MAX_STEPS) -> Result:
     """The values of the output (or of every name with all=True, or of each name in of)."""
+    if all and of is not None:  # (--of was ignored: which of the two was meant is not ours to guess)
+        raise UsageError(f"{option('all')} shows every named value and {option('of')} some of them: "
+                         "give one of the two", option="all",
+                         hint=f"leave out {option('of')} for every value, or {option('all')} for those named")
     # No derivative is taken: a run that keeps no tape, in memory bounded on a long loop.
     tr = trace_source(source, at, max_elements, max_steps=max_steps, record=False)
     if all:

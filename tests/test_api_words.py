@@ -33,6 +33,8 @@ MISUSES = [
      "cotangent 'h' is not an output: the output is 'z'", "h"),
     (lambda: gradcalc.vjp("a = x*2\nb = x*3", 1.0, at={"x": 1.0}, of=["a", "b"]),
      "with several of, give one cotangent NAME=VALUE for each", None),
+    (lambda: gradcalc.evaluate("a = x*2\na + 1", at={"x": 1.0}, all=True, of=["a"]),
+     "all shows every named value and of some of them: give one of the two", None),
     (lambda: gradcalc.jvp("x*y", {"q": 1.0}, at={"x": 1.0, "y": 2.0}), "tangent 'q' is not a name in the program", "q"),
     (lambda: gradcalc.vjp("x*2", 1j, at={"x": 1.0}), "the cotangent for '_' is not a number or a (rectangular) array", None),
     (lambda: gradcalc.vjp("y = x*[1, 2]", {"y": [1, [2]]}, at={"x": 1.0}),

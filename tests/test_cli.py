@@ -283,6 +283,23 @@ def test_eval_all():
     assert ok("eval", "a = x*2; a+1", "--at", "x=1", "--all", "-f", "plain").stdout == "1\n2\n3\n"
 
 
+def test_eval_all_with_of_is_an_error_not_an_ignored_of():
+    # --of was silently ignored (every value shown); SPEC §4 defines no precedence between them
+    r = user_error("eval", "a = x*2; a+1", "--at", "x=1", "--all", "--of", "a")
+    assert r.stderr == ("error: <expr>: --all shows every named value and --of some of them: give one of "
+                        "the two\nhint: leave out --of for every value, or --all for those named\n")
+
+
+@pytest.mark.parametrize("fmt", [("-f", "plain"), ("-fplain",), ("--format", "table")])
+def test_json_flag_with_another_format_is_an_error(fmt):
+    # it printed JSON, the --format given going unsaid; --json is -f json (SPEC §6)
+    r = user_error("eval", "x", "--at", "x=1", "--json", *fmt)
+    name = fmt[-1].removeprefix("-f")
+    assert r.stderr == (f"error: --json and --format {name} ask for two formats\n"
+                        "hint: --json is --format json: give one of them\n")
+    assert ok("eval", "x", "--at", "x=1", "--json", "-f", "json").stdout.startswith('{"schema": 1')
+
+
 def test_eval_repeated_of():
     doc = ok_json("eval", "a = x*2; b = a+1; b*b", "--at", "x=1", "--of", "b", "--of", "a")
     assert doc["values"] == {"b": 3.0, "a": 2.0}
