@@ -255,7 +255,7 @@ def _read_text(source) -> str:
 
 
 def _load_text(text: str, delimiter) -> np.ndarray:
-    """numpy.loadtxt of the text; a first line that is not numbers (a header: x,y) is skipped."""
+    """numpy.loadtxt of the text; a first line of names (a header: x,y) is skipped."""
     import warnings
     lines = text.splitlines()
     with warnings.catch_warnings():
@@ -264,14 +264,22 @@ def _load_text(text: str, delimiter) -> np.ndarray:
             return np.loadtxt(lines, delimiter=delimiter, dtype=np.float64, ndmin=0)
         except ValueError:
             first = next((i for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip().startswith("#")), None)
-            if first is None or _numbers(lines[first], delimiter):
+            if first is None or not _header(lines[first], delimiter):
                 raise
             return np.loadtxt(lines[first + 1:], delimiter=delimiter, dtype=np.float64, ndmin=0)
 
 
-def _numbers(line: str, delimiter) -> bool:
+def _header(line: str, delimiter) -> bool:
+    """Whether a first line is a header: no field of it is a number or begins as one.  A data
+    row with a typo ('1.5e,2') is no header: skipped, it silently lost a row of the value."""
+    import re
+    fields = [t.strip() for t in line.split(delimiter) if t.strip()]
+    return not any(_is_float(t) or re.match(r"[+-]?\.?\d", t) for t in fields)
+
+
+def _is_float(text: str) -> bool:
     try:
-        [float(t) for t in line.split(delimiter) if t.strip()]
+        float(text)
         return True
     except ValueError:
         return False

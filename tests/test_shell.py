@@ -323,6 +323,26 @@ def test_files_without_extension_and_headers(tmp_path, name, content):
     assert ok_json("eval", "x", "--at", f"x=@{p}")["values"]["_"] == [[1.0, 2.0], [3.0, 4.0]]
 
 
+@pytest.mark.parametrize("name, content, field", [
+    ("v.csv", b"1.5e,2\n3,4\n", "1.5e"),  # a typo in the first row: it was dropped as a header ([3, 4])
+    ("v.txt", b"1.5e\n3\n", "1.5e"),
+    ("v.csv", b"x,2\n3,4\n", "x"),         # half a header, half a number: not names alone
+])
+def test_a_first_row_with_a_number_in_it_is_data_not_a_header(tmp_path, name, content, field):
+    p = tmp_path / name
+    p.write_bytes(content)
+    r = user_error("eval", "x", "--at", f"x=@{p}")
+    assert f"cannot read '{p}': could not convert string '{field}' to float64 at row 0, column 1" in r.stderr
+
+
+def test_a_header_of_names_is_still_skipped_and_nan_inf_are_data(tmp_path):
+    for content in (b"x1, y_2\n3,4\n", b'"x","y"\n3,4\n'):
+        (tmp_path / "h.csv").write_bytes(content)
+        assert ok("eval", "x", "--at", f"x=@{tmp_path / 'h.csv'}", "-f", "plain").stdout == "3 4\n"
+    (tmp_path / "n.csv").write_bytes(b"nan,inf\n3,4\n")  # numpy.loadtxt reads nan and inf as numbers
+    assert ok("eval", "x", "--at", f"x=@{tmp_path / 'n.csv'}", "-f", "plain").stdout == "nan inf 3 4\n"
+
+
 def test_a_npy_file_without_extension(tmp_path):
     import io
     buf = io.BytesIO()
