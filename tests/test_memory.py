@@ -339,9 +339,9 @@ def test_vjp_that_frees_values_gives_what_keeping_them_all_gives(monkeypatch, wa
     from gradcalc.tape import Builder
     source = "input W, x\na = W @ x\nb = sin(a)\nc = exp(a) * 2\nd = c + b"
     at, cts = {"W": _W, "x": np.linspace(-1, 1, 4)}, {"b": np.arange(4.0), "c": np.ones(4)}
-    freed = gradcalc.vjp(source, cts, at=at)
+    freed = gradcalc.vjp(source, cts, at=at, of=["b", "c"])  # (cotangents name outputs of of: SPEC §5)
     monkeypatch.setattr(Builder, "release_unread", lambda self: None)
-    _results_alike(freed, gradcalc.vjp(source, cts, at=at))
+    _results_alike(freed, gradcalc.vjp(source, cts, at=at, of=["b", "c"]))
 
 
 def test_a_long_rnns_grad_holds_what_its_backward_pass_reads():
