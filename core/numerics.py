@@ -985,6 +985,8 @@ def _directions_halved(tr: Traced, o: str, w: str, v, j, d, slack, step: float, 
     rtol, atol = plan.tol
     with np.errstate(all="ignore"):
         failing = ~(np.abs(j - d) <= atol + rtol * np.abs(d) + slack) & np.isfinite(j) & np.isfinite(d)
+    if not failing.any():  # (only non-finite values disagree: smaller steps have nothing to settle,
+        return None, inner  # and a search over no element 'converged within 0')
 
     def at_step(k: int):
         found = _directional_differences(tr, w, [o], v, kind, step / 2.0 ** k, plan.max_steps)

@@ -888,3 +888,12 @@ def test_a_row_failing_for_a_nan_derivative_shows_nan_errors_not_zero(args):
 def test_the_directions_label_agrees_with_its_number(k, label):
     out = ok("check", "sum(x^2)", "--at", "x=[1,2]", "--directions", str(k), "-f", "plain").stdout
     assert f"[{label}]" in out and out.splitlines()[-1].startswith(f"check: 1 passed, 0 failed, 0 errors; {label};")
+
+
+def test_a_non_finite_directional_derivative_claims_no_convergence():
+    # d sqrt(x)/dx = 1/(2 sqrt(x)) is inf at 0, and central differences there read sqrt(-h): nan.
+    # No finite element disagrees, yet a note said the differences 'converge (within 0)'
+    r = run("check", "sqrt(x)", "--at", "x=0", "--directions", "1", "-f", "json")
+    (row,) = json.loads(r.stdout)["results"]
+    assert r.exit_code == 1 and (row["ad"], row["fd"]) == ("inf", "nan")
+    assert row["notes"] == ["non-finite derivative"]
