@@ -492,7 +492,10 @@ class Builder:
             shape = ()  # a scalar: no rank to check
         else:
             shape = value.shape
-            if len(shape) > MAX_NDIM:
+            if not shape and value.dtype is F64:  # (a 0-d array: x[..., i] of a vector) the scalar
+                value = value[()]  # the tape keeps, on which the scalar code runs
+                scalar = True
+            elif len(shape) > MAX_NDIM:
                 raise ShapeError(f"a value with {value.ndim} dimensions; at most {MAX_NDIM} are supported",
                                  self.pos)
         var = self._next
@@ -652,7 +655,10 @@ class Builder:
             if dtype is not F64 and dtype != F64 and dtype.kind != "c":
                 value = value.astype(np.float64)
             shape = value.shape
-            if len(shape) > MAX_NDIM:
+            if not shape and value.dtype is F64:  # (a 0-d array: x[..., i] of a vector) the scalar
+                value = value[()]  # the tape keeps, on which the scalar code runs
+                scalar = True
+            elif len(shape) > MAX_NDIM:
                 raise ShapeError(f"'{self.op_name(prim, self.pos)}' would make a value with {value.ndim} "
                                  f"dimensions; at most {MAX_NDIM} are supported", self.pos)
             if self._held >= 0:

@@ -601,3 +601,17 @@ def test_a_comparison_of_scalars_is_the_ufuncs(op, ufunc):
             got = getattr(P, op).plain(x, y)
             want = ufunc(x, y).astype(np.float64)
             assert type(got) is np.float64 and got.tobytes() == want.tobytes(), (op, a, b)
+
+
+@pytest.mark.parametrize("src", ["s = v[1] * 2 + v[2]", "s = sum(v, axis=0) * v[-1]", "s = max(v) - v[..., 0]"])
+def test_a_value_with_no_axes_is_kept_as_a_numpy_scalar(src):
+    """x[..., i] of a vector (how an index is normalised) is a 0-d array in NumPy; the tape keeps
+    every value with no axes as np.float64, on which the scalar code runs (both passes)."""
+    from gradcalc.session import trace_source
+    v = np.array([0.5, -1.25, 3.0])
+    tr = trace_source(src, {"v": v}, 10**8)
+    values = tr.builder.values
+    assert all(type(values[eq.out]) is np.float64 for eq in tr.tape.equations if tr.builder.shapes[eq.out] == ())
+    want = {"s = v[1] * 2 + v[2]": [0.0, 2.0, 1.0], "s = sum(v, axis=0) * v[-1]": [3.0, 3.0, 3.0 + 2.25],
+            "s = max(v) - v[..., 0]": [-1.0, 0.0, 1.0]}[src]
+    assert gradcalc.grad(src, at={"v": v})["v"].tolist() == want
