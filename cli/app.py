@@ -60,7 +60,12 @@ class _Group(TyperGroup):
 
     def resolve_command(self, ctx, args):
         name, cmd, rest = super().resolve_command(ctx, args)
+        ctx.meta[AFTER_DASHES] = "--" in rest  # (the command's context shares meta)
         return name, cmd, programs_last(rest, cmd, ctx) if cmd is not None else rest
+
+
+#: ctx.meta key: the arguments were given after '--', where every word is one on purpose.
+AFTER_DASHES = "gradcalc.after_dashes"
 
 
 def programs_last(args: list, cmd, ctx=None) -> list:
@@ -145,6 +150,38 @@ def _capacity(cmd) -> float:
     import click
     counts = [p.nargs for p in cmd.params if isinstance(p, click.Argument)]
     return float("inf") if -1 in counts else sum(counts)
+
+
+def note_option_like(words) -> None:
+    """A SOURCE spelt like an option the command does not have (--rtool, -fjsno) is read as a
+    program (SPEC §5); say so on stderr, with the option it resembles, unless it is a file or
+    came after '--': its errors ('rtool' has no value) would not say it."""
+    import click
+    import os
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.meta.get(AFTER_DASHES):
+        return
+    by_word = _option_words(ctx.command)
+    for word in words:
+        guess = _option_guess(word, by_word)
+        if guess is not None and not os.path.exists(word):
+            sys.stderr.write(f"note: '{word}' is none of {ctx.command.name}'s options, so it is read as a "
+                             f"program{guess}\n")
+
+
+def _option_guess(word: str, by_word: dict) -> str | None:
+    """'; did you mean --rtol?' for a word spelt like an option of by_word ('' when none is
+    close); None for a word that is no such spelling (-log(p), -floor(x), -fdot)."""
+    import difflib
+    import re
+    if re.fullmatch(r"--[A-Za-z][\w-]*", word):
+        close = difflib.get_close_matches(word, [w for w in by_word if w.startswith("--")], 1)
+        return f"; did you mean '{close[0]}'?" if close else ""
+    short = by_word.get(word[:2]) if not word.startswith("--") else None
+    if _takes_value(short) and word[2:].isalpha() and hasattr(short.type, "choices"):
+        close = difflib.get_close_matches(word[2:], list(short.type.choices), 1)
+        return f"; did you mean '{word[:2]}{close[0]}'?" if close else None
+    return None
 
 
 def _looks_like_option(word: str, by_word: dict) -> bool:
@@ -341,6 +378,7 @@ def _pipe_safe(write: Callable[[], int], code: int) -> int:
 
 def _source(arg: str):
     from gradcalc.values import parse_source, read_source
+    note_option_like([arg])
     return parse_source(read_source(arg), arg)
 
 
@@ -648,6 +686,7 @@ def check_cmd(
     from gradcalc.values import promise_stdin
     if junit_xml is not None:
         views.check_writable("--junit-xml", junit_xml)
+    note_option_like(sources or ())
     if sources and "-" in sources:  # (read after the --at values, which must not take it first)
         promise_stdin("SOURCE -")
     point = _at(at, opts) if at else None

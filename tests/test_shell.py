@@ -270,6 +270,24 @@ def test_what_looks_like_a_misspelt_option_is_reported_as_one(args, message):
     assert message in user_error(*args).stderr
 
 
+@pytest.mark.parametrize("args, note", [
+    (("check", "x^2", "--at", "x=1", "--rtool", "1e-3"),
+     "note: '--rtool' is none of check's options, so it is read as a program; did you mean '--rtol'?\n"),
+    (("grad", "--at", "x=1", "--bogus"), "note: '--bogus' is none of grad's options, so it is read as a program\n"),
+    (("eval", "-fjsno", "--at", "fjsno=1"),
+     "note: '-fjsno' is none of eval's options, so it is read as a program; did you mean '-fjson'?\n"),
+])
+def test_a_program_spelt_like_an_option_gets_a_note(args, note):
+    # (read as programs, as SPEC §5 says, their errors alone did not say why: 'rtool' has no value)
+    assert run_cli(*args).stderr.startswith(note)
+
+
+@pytest.mark.parametrize("args", [("eval", "-floor(x)", "--at", "x=1.5"), ("eval", "--at", "x=1", "--", "--x"),
+                                  ("eval", "-fdot", "--at", "fdot=1")])
+def test_programs_that_are_no_misspelt_option_get_no_note(args):
+    assert "note:" not in ok(*args).stderr
+
+
 def test_programs_last_moves_only_what_is_no_option():
     from gradcalc.cli.app import build_app, programs_last
     from typer.main import get_command
