@@ -1595,7 +1595,7 @@ def _concat_jvp(i, t, ans, *xs, axis, sizes, nd):
     return index_put(t, idx=idx, shape=ans.shape)
 
 
-concat = _def("concat", _concat, _concat_vjp, _concat_jvp, _concat_params, variadic=True)
+concat = _def("concat", _concat, _concat_vjp, _concat_jvp, _concat_params, variadic=True, vjp_reads=())
 
 
 def _transpose_params(shapes, builder, axes=None):

@@ -195,6 +195,7 @@ _DECLARED = [
     (P.index_update, [(4, 5), ()], {"idx": (1, slice(None, None, 2))}, _R),
     (P.index_add, [(4, 5), (3, 5)], {"idx": (np.array([1, 1, 2]),)}, _R),
     (P.index_put, [(3,)], {"idx": (np.array([2, 0, 2]),), "shape": (4,)}, _R),
+    (P.concat, [(2, 3), (4, 3), (1, 3)], {"axis": 0}, _R), (P.concat, [(2, 1), (2, 3)], {"axis": -1}, _R),
 ]
 
 
@@ -212,7 +213,7 @@ def test_a_rule_reads_only_the_values_its_primitive_declares(prim, shapes, param
     full = (ans, *args)
     # (position i - 1 in full: the output is P.OUT, -1, and operand k is k)
     masked = tuple(v if i - 1 in prim.vjp_reads else None for i, v in enumerate(full))
-    for rule in prim.vjp:
+    for rule in map(prim.vjp_rule, range(len(args))):
         want = rule(g, *full, **params)
         got = rule(g, *masked, **params)
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
@@ -232,6 +233,8 @@ _RELEASED = {
     "index updates in a loop": ("w = x\nfor i in range(3) {\n  w[i] = w[i + 1] * x[i]\n  w[0:2] += cumsum(w)[1:3]\n}\n"
                                 "sum(w[0:3] @ diag(diag(A, k=1), k=-1)[1:, 0:3])",
                                 {"x": _RNG.uniform(0.5, 2.0, 4), "A": _RNG.standard_normal((4, 4))}),
+    "a growing array": ("z = x[0:1]\nfor i in range(3) { z = append(z, x[i] * z[-1]) }\nsum(concat([z, x]) ^ 2)",
+                        {"x": _RNG.uniform(0.5, 2.0, 4)}),
     "a warning: log of 0": ("y = log(x) * w + 1\nz = y @ A\nsum(tanh(z))",
                             {"x": np.array([0.0, 1.0]), "w": np.array([1.0, 2.0]), "A": np.ones((2, 2))}),
     "a nan a zero cotangent removes": ("s = sqrt(x - 1)\nsum(s * 0)", {"x": np.array([0.5, 2.0, 3.0])}),
