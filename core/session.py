@@ -17,7 +17,7 @@ from .lower import DEFAULT_MAX_STEPS, Traced, trace
 from .syntax import Program
 from .syntax import parse as parse_text
 from .tape import all_finite
-from .transforms import backward, depends, forward, rows_to_jacobian
+from .transforms import ancestors, backward, forward, rows_to_jacobian
 
 
 def quiet(fn):
@@ -179,16 +179,28 @@ def own_arrays(results: dict, seeds: dict) -> dict:
     """Each result an array of its own that may be written into: a rule may hand a cotangent
     on as it is, so that a result can be the caller's own seed (vjp of ``b = x; b``), the
     same array as another result (``sum(x + y)``: x's and y's), or a read-only broadcast
-    view (``sum(x)``'s seed of ones).  Such a result is copied; the others are returned."""
-    taken = [s for s in seeds.values() if isinstance(s, np.ndarray)]
+    view (``sum(x)``'s seed of ones).  Such a result is copied; the others are returned.
+    Results are told apart by the object that holds their memory (the end of their chain of
+    bases), not pairwise: a Jacobian with respect to 10,000 scalar inputs has 10,000 results."""
+    seeds = [s for s in seeds.values() if isinstance(s, np.ndarray)]
+    holders: set = set()  # ids of the objects holding the results' memory so far
     out = {}
     for name, v in results.items():
         if isinstance(v, np.ndarray):
-            if not v.flags.writeable or any(np.may_share_memory(v, t) for t in taken):
+            if not v.flags.writeable or id(_memory_holder(v)) in holders \
+                    or any(np.may_share_memory(v, s) for s in seeds):
                 v = v.copy()
-            taken.append(v)
+            holders.add(id(_memory_holder(v)))
         out[name] = v
     return out
+
+
+def _memory_holder(v: np.ndarray):
+    """The object at the end of v's chain of bases: the array (or buffer) that owns its memory,
+    the same for every view of it."""
+    while v.base is not None:
+        v = v.base
+    return v
 
 
 def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
@@ -225,14 +237,14 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
         tan = forward(b, tr.tape.equations, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
                       keep={names[o] for o in outs}, fold=JVP_FOLDS)
         cols = [None if tan.get(names[o]) is None else batch.rows(tan[names[o]]) for o in outs]
-        reach = {w: depends(tr.tape.equations, [names[w]]) for w in wrt}
         for o, c in zip(outs, cols):
             yshape = tr.value(o).shape
+            reach = ancestors(tr.tape.equations, [names[o]])
             start = 0
             for w in wrt:
                 wshape = tr.value(w).shape
                 k = tr.value(w).size
-                if c is None or names[o] not in reach[w]:  # no differentiable path: unconnected
+                if c is None or names[w] not in reach:  # no differentiable path: unconnected
                     blocks[o][w] = None
                 else:
                     blocks[o][w] = rows_to_jacobian(c[start:start + k], yshape, wshape)

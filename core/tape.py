@@ -492,9 +492,8 @@ class Builder:
             shape = ()  # a scalar: no rank to check
         else:
             shape = value.shape
-            if not shape and value.dtype is F64:  # (a 0-d array: x[..., i] of a vector) the scalar
-                value = value[()]  # the tape keeps, on which the scalar code runs
-                scalar = True
+            if not shape and value.dtype is F64:  # (a 0-d array) the scalar the tape keeps
+                value = value[()]
             elif len(shape) > MAX_NDIM:
                 raise ShapeError(f"a value with {value.ndim} dimensions; at most {MAX_NDIM} are supported",
                                  self.pos)

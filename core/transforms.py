@@ -53,6 +53,20 @@ def depends(equations, sources) -> set:
     return live
 
 
+def ancestors(equations, targets) -> set:
+    """Variables with a differentiable path to any of targets (the targets included): depends()
+    run backwards, one sweep for every source at once."""
+    live = set(targets)
+    add = live.add
+    for eq in reversed(equations):
+        if eq[0] in live:
+            prim = eq[1]
+            if prim.differentiable and prim.vjp is not None:
+                for a in eq[2]:
+                    add(a)
+    return live
+
+
 def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False,
              log: list | None = None, check: bool | None = None, finite: set | None = None,
              safe_products: bool = True) -> dict:

@@ -615,3 +615,31 @@ def test_a_value_with_no_axes_is_kept_as_a_numpy_scalar(src):
     want = {"s = v[1] * 2 + v[2]": [0.0, 2.0, 1.0], "s = sum(v, axis=0) * v[-1]": [3.0, 3.0, 3.0 + 2.25],
             "s = max(v) - v[..., 0]": [-1.0, 0.0, 1.0]}[src]
     assert gradcalc.grad(src, at={"v": v})["v"].tolist() == want
+
+
+@pytest.mark.parametrize("src, call", [
+    ("sum(x + y)", lambda s, at: gradcalc.grad(s, at=at)),  # x's and y's cotangents: one array
+    ("sum(concat([x, y]) * 2)", lambda s, at: gradcalc.grad(s, at=at)),  # two views of one cotangent
+    ("b = concat([x, y]); b", lambda s, at: gradcalc.vjp(s, np.arange(6.0), at=at)),  # views of the seed
+    ("x + y", lambda s, at: gradcalc.vjp(s, np.arange(3.0), at=at)),  # the caller's seed itself
+])
+def test_every_result_is_an_array_of_its_own(src, call):
+    """Writing into one result changes no other result and not the caller's seed (own_arrays)."""
+    at = {"x": np.array([1.0, 2.0, 3.0]), "y": np.array([4.0, 5.0, 6.0])}
+    r = call(src, at)
+    before = {k: v.copy() for k, v in r.items()}
+    r["x"][...] = -7.0
+    assert np.array_equal(r["y"], before["y"])
+    assert r["x"].tolist() == [-7.0] * 3
+
+
+def test_forward_jacobian_names_unconnected_inputs_among_many():
+    """One sweep back from each output finds the inputs it depends on (ancestors): 300 scalar
+    inputs, every third read through stop_gradient only."""
+    n = 300
+    src = " + ".join(f"a{i}*a{i}" if i % 3 else f"stop_gradient(a{i})" for i in range(n))
+    at = {f"a{i}": float(i) for i in range(n)}
+    for mode in ("fwd", "rev"):
+        r = gradcalc.jacobian(src, at=at, mode=mode, unconnected="none")["_"]
+        assert [k for k, v in r.items() if v is None] == [f"a{i}" for i in range(0, n, 3)]
+        assert all(float(v) == 2.0 * i for i, v in ((int(k[1:]), v) for k, v in r.items() if v is not None))
