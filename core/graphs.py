@@ -157,6 +157,7 @@ class _Nodes:
             self.names_of.setdefault(v, n)
         self.show_values = show_values
         self.list: list = []
+        self.ids: set = set()  # the ids of the nodes added (see backward)
 
     def add(self, var, op, args=(), params=None, pos=None, phase="forward", extra=None) -> None:
         b = self.builder
@@ -177,6 +178,7 @@ class _Nodes:
         if extra:
             d.update(extra)
         self.list.append(d)
+        self.ids.add(d["id"])
 
     def forward(self, tape, guessed: list) -> None:
         """The inputs, the constants the program reads or names, and the equations."""
@@ -206,7 +208,7 @@ class _Nodes:
             for k in range(first, end):
                 e = b.equations[k]
                 for a in e.args:
-                    if a in b.consts and a >= rec_start and not any(n["id"] == f"v{a}" for n in self.list):
+                    if a in b.consts and a >= rec_start and f"v{a}" not in self.ids:
                         self.add(a, "const", phase="backward")
                 self.add(e.out, e.prim.name, e.args, e.params, e.pos, phase="backward",
                          extra={"vjp_of": f"v{eq.out}"})
