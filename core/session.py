@@ -96,7 +96,16 @@ def float_array(v, what: str) -> np.ndarray:
             return np.asarray(v, dtype=np.float64)  # (Python ints past int64's range, within float64's)
     except (ValueError, TypeError, OverflowError):
         pass
-    raise ValueError_(f"{what} is not a number or a (rectangular) array of numbers: {v!r:.60}")
+    raise ValueError_(f"{what} is not a number or a (rectangular) array of numbers: {_short_repr(v)}")
+
+
+def _short_repr(v) -> str:
+    """v's repr cut short, made without the whole of it: a list nested thousands deep, or of
+    ten million elements, is shown by its first levels and elements (reprlib)."""
+    import reprlib  # (an error path only)
+    brief = reprlib.Repr()
+    brief.maxlevel, brief.maxlist, brief.maxtuple, brief.maxother = 3, 4, 4, 60
+    return brief.repr(v)[:60]
 
 
 def select_names(tr: Traced, names, what: str, default, among=None) -> list[str]:

@@ -207,3 +207,21 @@ def test_at_values_that_are_numbers_of_any_kind_are_float64():
     for value, want in (([1, 2**70], [1.0, 2.0**70]), ([True, 2], [1.0, 2.0]), (np.float32(2), 2.0), (3, 3.0)):
         got = gradcalc.evaluate("y = x * 1", at={"x": value})["y"]
         assert got.dtype == np.float64 and np.array_equal(got, want)
+
+
+def _nested(depth: int) -> list:
+    v = [1.0]
+    for _ in range(depth):
+        v = [v]
+    return v
+
+
+@pytest.mark.parametrize("value, shown", [
+    (_nested(5000), "[[[[...]]]]"),  # (its full repr raised RecursionError)
+    ([[1.0, 2.0]] * 10**5 + [[1.0]], "[[1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [1.0, 2.0], ...]"),
+])
+def test_a_bad_value_is_shown_cut_short(value, shown):
+    """The error quotes the first levels and elements of a bad value, made without its whole repr."""
+    with pytest.raises(gradcalc.errors.ValueError_) as err:
+        gradcalc.grad("sum(x)", at={"x": value})
+    assert str(err.value).endswith(f"is not a number or a (rectangular) array of numbers: {shown}")
