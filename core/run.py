@@ -222,14 +222,30 @@ def _name_bare(bare: dict, assigned: dict, declared: dict) -> None:
 
 def _function_read(n: Name, st) -> None:
     """A function's name read as a value: only grad(f) and jacobian(f) may do that."""
+    if _derivative_taking(n, st) is None:
+        raise NameError_(f"'{n.id}' is a function; call it as {n.id}(...)", n.pos)
+
+
+def _derivative_taking(n: Name, st) -> Call | None:
+    """The call grad(n) or jacobian(n) in statement st that takes the name n, if any."""
     stack_ = [st]
     while stack_:
         node = stack_.pop()
         if type(node) is Call and node.func in _DERIVATIVES and node.args and node.args[0] is n:
-            return
+            return node
         if isinstance(node, tuple):
             stack_.extend(node)
-    raise NameError_(f"'{n.id}' is a function; call it as {n.id}(...)", n.pos)
+    return None
+
+
+def _builtin_read(n: Name, st) -> NameError_:
+    """The error for a built-in's name read as a value (sin, not sin(x))."""
+    call = _derivative_taking(n, st)
+    if call is not None:  # grad(sin): derivatives are taken of the program's own functions
+        return NameError_(f"{call.func} takes a function defined with def; '{n.id}' is a built-in", n.pos,
+                          hint=f"define one: def f(t) = {n.id}(t), then {call.func}(f)(x)")
+    return NameError_(f"'{n.id}' is a function; call it as {n.id}(...)", n.pos,
+                      hint=f"to use '{n.id}' as a value, declare it (input {n.id}) or assign it")
 
 
 def analyse(program: Program) -> Facts:
@@ -278,8 +294,7 @@ def _free_inputs(statements: tuple, reads, known: dict, functions: dict, local_n
                 _function_read(n, st)
                 continue
             if nid in FUNCTIONS:
-                raise NameError_(f"'{nid}' is a function; call it as {nid}(...)", n.pos,
-                                 hint=f"to use '{nid}' as a value, declare it (input {nid}) or assign it")
+                raise _builtin_read(n, st)
             free[nid] = known[nid] = InputInfo(nid, n.pos, None, None, False)
     return free
 
