@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 import operator
+from itertools import accumulate
 from types import MappingProxyType
 from typing import Callable
 
@@ -1582,8 +1583,20 @@ def _concat(*xs, axis, sizes, nd):
 
 
 def _concat_slot(i, axis, sizes, nd):
-    start = sum(sizes[:i])
+    start = _starts(sizes)[i]
     return (slice(None),) * (axis + nd) + (slice(start, start + sizes[i]),)
+
+
+_STARTS = [(), ()]  # the last sizes seen (the tuple itself) and their starts
+
+
+def _starts(sizes: tuple) -> tuple:
+    """Where each operand of a concat starts along its axis.  A pass calls the rule once per
+    operand with the one params dict: its sizes are summed once, not once an operand (an array
+    literal of 16,000 elements is a concat of 16,000 operands)."""
+    if _STARTS[0] is not sizes:
+        _STARTS[:] = sizes, tuple(accumulate(sizes, initial=0))
+    return _STARTS[1]
 
 
 def _concat_vjp(i, g, ans, *xs, axis, sizes, nd):

@@ -262,7 +262,10 @@ def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, ch
         return
     values = builder.values
     # The rules' positional arguments (g, ans, *args) as one tuple, passed on as it is.
-    if eager:  # _operands, inlined, and unrolled for one or two arguments
+    if prim.variadic and prim.vjp_reads == ():  # (rules of any number of operands that read
+        # none: without them, each of n calls costs O(1), not O(n): a concat of 16,000 scalars)
+        head = (g, values[out] if eager else Tracer(builder, out))
+    elif eager:  # _operands, inlined, and unrolled for one or two arguments
         n = len(ea)
         if n == 2:
             head = (g, values[out], values[ea[0]], values[ea[1]])

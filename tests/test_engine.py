@@ -643,3 +643,15 @@ def test_forward_jacobian_names_unconnected_inputs_among_many():
         r = gradcalc.jacobian(src, at=at, mode=mode, unconnected="none")["_"]
         assert [k for k, v in r.items() if v is None] == [f"a{i}" for i in range(0, n, 3)]
         assert all(float(v) == 2.0 * i for i, v in ((int(k[1:]), v) for k, v in r.items() if v is not None))
+
+
+def test_a_long_array_literal_differentiates_to_its_closed_form():
+    """An array literal of n elements is a concat of n operands, whose rules read none of them:
+    each rule gets none (transforms._vjp_step), in the eager pass (grad) and the traced one
+    (hessian). sum((k * x)^2 for k < n) has derivative 2 x S and second derivative 2 S, S = sum k^2."""
+    for n in (3, 300, 3000):
+        src = "v = [" + ", ".join(f"x * {k}" for k in range(n)) + "]\nsum(v^2)"
+        squares = sum(k * k for k in range(n))
+        assert float(gradcalc.grad(src, at={"x": 1.5})["x"]) == 3.0 * squares
+        if n <= 300:
+            assert float(gradcalc.hessian(src, at={"x": 1.5})["x"]["x"]) == 2.0 * squares
