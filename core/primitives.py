@@ -59,7 +59,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError, UsageError, ValueError_
-from .tape import F64, F64_SCALAR, OUT, Tracer, all_finite, broadcast_shapes, by_row
+from .tape import F64, F64_SCALAR, MAX_NDIM, OUT, Tracer, all_finite, broadcast_shapes, by_row
 
 _ARRAY = np.ndarray
 
@@ -1432,9 +1432,25 @@ def _has_arrays(idx) -> bool:
     return any(isinstance(i, np.ndarray) for i in idx)
 
 
+_NUMPY_MAX_DIMS = 64
+
+
+def _refuse_many_new_axes(idx: tuple, limit: int) -> None:
+    """Each None of an index adds an axis to the selection: past MAX_NDIM of them no value can
+    hold a gather's result, and NumPy takes no selection past 64 (failing with a message about
+    scalar variables)."""
+    if len(idx) <= limit:  # (the usual index: too short to hold that many)
+        return
+    added = sum(i is None for i in idx)  # (not idx.count(None): an index array compares elementwise)
+    if added > limit:
+        raise ShapeError(f"an index with {added} None would select a value with at least {added} dimensions; "
+                         f"at most {limit} are supported")
+
+
 def _index_params(shapes, builder, idx):
     xshape = tuple(shapes[0])
     idx = tuple(idx)
+    _refuse_many_new_axes(idx, MAX_NDIM)
     basic = _basic_index(idx, xshape)
     if basic is not None:
         return {"idx": basic, "xshape": xshape}
@@ -1482,6 +1498,7 @@ def selection_shape(idx, xshape: tuple) -> tuple:
 
 def _scatter_params(verb: str):
     def params(shapes, builder, idx):
+        _refuse_many_new_axes(tuple(idx), _NUMPY_MAX_DIMS)
         xshape, vshape = tuple(shapes[0]), tuple(shapes[1])
         idx = normalize_index(idx, xshape)
         ishape = _indexed_shape(idx, xshape)

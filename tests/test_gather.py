@@ -324,3 +324,17 @@ def test_a_dots_that_covers_no_axes_between_index_arrays_is_refused(index):
     r = user_error("eval", "o = z" + index, "--at", "z=reshape(arange(24), (2, 3, 4))")
     assert "this '...' covers no axes but stands between index arrays" in r.stderr
     assert "hint: write the index without '...' (it covers no axes here)" in r.stderr
+
+
+@pytest.mark.parametrize("k", [33, 65, 200])
+def test_an_index_of_many_nones_is_refused_in_words(k):
+    """Each None adds an axis: past 32 a gather's value could not be held, and NumPy itself fails
+    past 64 with "invalid index to scalar variable" (which the error quoted before)."""
+    nones = ", ".join(["None"] * k)
+    with pytest.raises(gradcalc.errors.ShapeError, match=f"an index with {k} None would select a value with at least {k} dimensions; at most 32"):
+        gradcalc.evaluate(f"x[{nones}]", at={"x": 1.0})
+    if k > 64:  # (an assignment through such an index keeps x's shape: refused only past NumPy's 64)
+        with pytest.raises(gradcalc.errors.ShapeError, match="at most 64 are supported"):
+            gradcalc.evaluate(f"y = x; y[{nones}] = 1; y", at={"x": 1.0})
+    else:
+        assert float(gradcalc.evaluate(f"y = x; y[{nones}] = 1; y", at={"x": 2.0}, all=True)["y"]) == 1.0
