@@ -648,6 +648,20 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     if not ok:
         extra.update(breach(ad, fd, worst, *tol))
         rounding = _rounding_note(tr.value(o), h, method, mabs)
+        if rounding and not (paths or kinks):
+            larger = _at_larger_steps(tr, o, w, ad, fd, h, plan, _doubtful(ad, fd, None, tol), view)
+            if larger is not None:
+                rounding = [_larger_steps_note(rounding[0], larger)]
+                extra = {"default_step": float(np.max(h))}
+                resolved = larger.converged or larger.allowance is not None
+                if larger.allowance is not None:
+                    extra["rounding_allowance"] = float(np.max(larger.allowance))
+                if not larger.ok:
+                    extra.update(breach(ad, larger.fd if resolved else fd, larger.worst, *tol,
+                                        slack=larger.allowance))
+                if resolved:  # (the estimates at the larger steps are the better reference)
+                    fd, h = larger.fd, larger.step
+                    ok, mabs, mrel, worst = larger.ok, larger.max_abs, larger.max_rel, larger.worst
         notes += rounding
         if not (paths or rounding) and _coarse_step(tr.value(w), h, worst, method) and \
                 not (kinks and _kinks_at_relative_steps(tr, w, o, method)):
@@ -857,6 +871,8 @@ class _Smaller(NamedTuple):
     step: np.ndarray  # the step of each element's estimate (the Jacobian's shape)
     spread: float  # the largest disagreement of the estimates around it (over the elements compared)
     converged: bool  # whether that spread is within the tolerance at every element compared
+    #: the spread allowed besides the tolerance per element (see _resolution), else None
+    allowance: np.ndarray | None = None
 
 
 def _doubtful(ad, fd, error, tol) -> np.ndarray:
@@ -892,13 +908,69 @@ def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failin
                    failing, plan.tol, _halvings(tr.value(w)))
 
 
+#: The largest spread of finite differences, as a fraction of the derivative's scale, within
+#: which check still decides (see _resolution); sweep's WRONG_FRACTION: a right derivative's
+#: differences come within 1e-6 of its scale even where |f| is a million times |f'| x.
+RESOLVED_FRACTION = 1e-5
+
+
+def _at_larger_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing,
+                     view=_plain) -> _Smaller | None:
+    """The comparison made again, where the default step's failed at the rounding limit of the
+    differences (see _rounding_note), at the best of the steps h * 2^k (see _halved), for the
+    elements failing; None when one of the first two larger steps takes another path.
+
+    The rounding error of a difference quotient is about eps |f| / h, and |f| is the whole
+    output: a sum of n terms (sum(a*a) over arange(2000)*0.001, |f| = 2.7e3) carries it into the
+    derivative of each term, whose own size does not grow with n, so at the default step it
+    outgrows rtol |d| for the small terms.  Doubling the step halves that error while the
+    truncation error grows as h^order: the estimates converge where some step has both small,
+    and the tolerance stays the user's.  The steps double until rounding (ROUNDING eps |f| / h)
+    is below a sixteenth of the smallest failing tolerance, plus two for the last estimate's
+    neighbours; never more than REFINE_MAX_HALVINGS."""
+    if plan.method not in stencil.ROUNDING or not failing.any():
+        return None
+    size = np.abs(tr.value(o)).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
+    rounding = lambda step: stencil.ROUNDING[plan.method] * stencil.EPS * size / step  # noqa: E731
+    with np.errstate(all="ignore"):
+        ratio = np.broadcast_to(rounding(h), fd.shape) / (plan.tol[1] + plan.tol[0] * np.abs(fd))
+    worst = 16.0 * float(np.max(ratio[failing]))
+    doublings = REFINE_MAX_HALVINGS if not worst < 2.0 ** REFINE_MAX_HALVINGS else 2 + math.ceil(math.log2(max(worst, 1.0)))
+
+    def at_step(k: int):
+        est = fd_estimate(tr, [o], w, plan.method, step=h * 2.0 ** k, max_steps=plan.max_steps)
+        return None if est.flipped[o] else (view(est.jacobian[o]), np.broadcast_to(est.step, fd.shape))
+
+    return _halved(ad, fd, np.broadcast_to(h, fd.shape), at_step, rounding, failing, plan.tol,
+                   min(REFINE_MAX_HALVINGS, doublings), larger=True)
+
+
+def _larger_steps_note(rounding: str, larger: _Smaller) -> str:
+    """What the comparison at doubled steps found (see _at_larger_steps), after the rounding note."""
+    up = f"at steps up to {float(np.max(larger.step)):.3g}"
+    if larger.ok and larger.allowance is None:
+        return (f"{rounding.split(' (try')[0]} at the default step; {up} the differences converge "
+                f"(within {larger.spread:.2g}) to the automatic derivative")
+    if larger.allowance is not None:
+        return (f"{rounding.split(' (try')[0]} at the default step; {up} the differences spread by "
+                f"{larger.spread:.2g} at best, more than the tolerance, and are compared allowing that "
+                f"spread: " + ("the automatic derivative lies within it" if larger.ok else
+                               f"they still disagree (rel err {larger.max_rel:.3g})"))
+    if larger.converged:
+        return (f"{rounding.split(' (try')[0]} at the default step; {up} the differences converge "
+                f"(within {larger.spread:.2g}) and still disagree (rel err {larger.max_rel:.3g})")
+    return (f"{rounding}; at larger steps they do not converge within the tolerance either (they "
+            f"spread by {larger.spread:.2g}); --sweep shows the error over steps")
+
+
 def _halvings(x: np.ndarray) -> int:
     """How many times _halved may halve the default step at x (see REFINE_HALVINGS)."""
     largest = max(1.0, float(np.max(np.abs(x), initial=1.0)))
     return min(REFINE_MAX_HALVINGS, REFINE_HALVINGS + int(np.log2(largest)))
 
 
-def _halved(ad, first, first_step, at_step, rounding, failing, tol, halvings: int, slack=0.0) -> _Smaller | None:
+def _halved(ad, first, first_step, at_step, rounding, failing, tol, halvings: int, slack=0.0,
+            larger: bool = False) -> _Smaller | None:
     """The comparison of ad with the best of the estimates D_k = at_step(k) (estimate, step per
     element; None where a step takes another path) at the default step halved k times (D_0 =
     first, at first_step), for the elements failing; rounding(step) bounds an estimate's
@@ -910,12 +982,18 @@ def _halved(ad, first, first_step, at_step, rounding, failing, tol, halvings: in
     max(|D_(k-1) - D_k|, |D_k - D_(k+1)|) plus rounding(h_k), the bottom of the sweep's V.  That
     spread bounds D_k's error: an element passes only when the spread is within the tolerance
     (the estimates converge) and the automatic derivative is within the tolerance of D_k, so a
-    wrong derivative still fails.  The other elements keep the default step's estimate."""
+    wrong derivative still fails.  The other elements keep the default step's estimate.
+
+    With larger, at_step(k) doubles the step instead (_at_larger_steps): rounding shrinks as k
+    grows, and a step that takes another path ends the search with the estimates found so far
+    (None when that is one of the first two)."""
     rtol, atol = tol
     estimates, steps = [first], [first_step]
     best, spread, where = np.array(first, float), np.full(first.shape, np.inf), np.array(first_step, float)
     for k in range(1, halvings + 1):
         found = at_step(k)
+        if found is None and larger and k > 2:
+            break
         if found is None:
             return None
         estimates.append(found[0])
@@ -930,13 +1008,29 @@ def _halved(ad, first, first_step, at_step, rounding, failing, tol, halvings: in
         best[better], spread[better], where[better] = at[better], this[better], steps[-2][better]
         with np.errstate(all="ignore"):
             allowed = (atol + rtol * np.abs(best) + slack)[failing]
-            if (spread[failing] <= allowed / 16).all() or round_off[failing].min() > allowed.max():
+            if (spread[failing] <= allowed / 16).all() or (not larger and round_off[failing].min() > allowed.max()):
                 break  # converged well below the tolerance, or rounding alone exceeds it from here on
     with np.errstate(all="ignore"):
         converged = bool((spread <= atol + rtol * np.abs(best) + slack)[failing].all())
     ok, mabs, mrel, worst = compare(ad, best, *tol, slack=slack)
-    return _Smaller(ok and converged, mabs, mrel, worst, best, where,
-                    float(np.max(spread[failing], initial=0.0)), converged)
+    found = _Smaller(ok and converged, mabs, mrel, worst, best, where,
+                     float(np.max(spread[failing], initial=0.0)), converged)
+    return _resolution(ad, found, np.where(failing, spread, 0.0), tol) if larger and not converged else found
+
+
+def _resolution(ad, found: _Smaller, spread: np.ndarray, tol) -> _Smaller:
+    """found (doubled steps that did not converge within the tolerance) compared again allowing
+    each element its estimate's spread: where no step has both rounding and truncation below
+    the tolerance (sum(a^3) over arange(2000)*0.001: |f| = 4e3, and the derivative 0 at a = 0
+    within atol 1e-8 needs h^2 + eps |f| / h <= 1e-8, whose least value is 1.8e-8), that spread
+    is what finite differences can resolve, and a mismatch within it is one they cannot see.  Only
+    where every spread is at most RESOLVED_FRACTION of the block's largest derivative, the level
+    at which --sweep calls a derivative wrong; else found stands (a failure, that says it)."""
+    scale = float(np.max(np.abs(found.fd), initial=0.0))
+    if not (np.isfinite(spread).all() and float(np.max(spread, initial=0.0)) <= RESOLVED_FRACTION * scale):
+        return found
+    ok, mabs, mrel, worst = compare(ad, found.fd, *tol, slack=spread)
+    return found._replace(ok=ok, max_abs=mabs, max_rel=mrel, worst=worst, allowance=spread)
 
 
 def _smaller_steps_note(h: np.ndarray, smaller: _Smaller) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import stencil
 from .lower import DEFAULT_MAX_STEPS, Traced
-from .numerics import evaluate_batch, kinks_near, on_tape, path_notes
+from .numerics import RESOLVED_FRACTION, evaluate_batch, kinks_near, on_tape, path_notes
 from .session import jacobian_blocks
 
 #: The sweep's steps, relative to max(1, |x|): 1e-1 down to 1e-13 in half decades.
@@ -33,7 +33,7 @@ STEPS = 10.0 ** (-np.arange(2, 27) / 2)
 #: scale with central differences, 1e-8 with forward ones, and within 1e-6 even where
 #: |f| is a million times |f'| x (cancellation); a wrong one is usually off by its own
 #: size.
-WRONG_FRACTION = 1e-5
+WRONG_FRACTION = RESOLVED_FRACTION  # (1e-5: the largest spread check allows, the same)
 #: The truncation side of the V, for the fitted slope: the steps above the best one
 #: whose error is at least this many times the smallest.
 TRUNCATION_MARGIN = 10.0

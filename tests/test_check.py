@@ -285,12 +285,14 @@ def test_integers_beyond_float_range_are_user_errors(tmp_path):
 
 
 def test_a_mismatch_within_the_rounding_of_finite_differences_is_explained(monkeypatch):
-    # sum(x) + 1e17: each difference of f is a multiple of 16 (the spacing of floats near 1e17)
-    # over a step of about 1e-5, so the difference quotients are off by ~1e6 while the gradient
-    # [1, 1] is exact.  The check still fails (tolerances are the user's), and says why.
-    r = gradcalc.check("sum(x) + 1e17", at={"x": [1.5, 2.0]})
+    # sum(x^3) + 1e17: each difference of f is a multiple of 16 (the spacing of floats near 1e17)
+    # over a step of about 1e-5, so the difference quotients are off by ~1e6, and at larger steps
+    # the truncation error h^2 of x^3 grows before rounding falls below the tolerance: no step
+    # decides, and the check fails with a note that says why, while the gradient 3 x^2 is exact
+    r = gradcalc.check("sum(x^3) + 1e17", at={"x": [1.5, 2.0]})
     assert not r.ok and r.results[0].notes[-1].startswith("finite differences are at their rounding limit")
-    assert gradcalc.check("sum(x) + 1e17", at={"x": [1.5, 2.0]}, method="complex").ok
+    assert "at larger steps they do not converge" in r.results[0].notes[-1]
+    assert gradcalc.check("sum(x^3) + 1e17", at={"x": [1.5, 2.0]}, method="complex").ok
     # a wrong rule is not explained away
     import gradcalc.primitives as P
     monkeypatch.setattr(P.sin, "vjp", (lambda g, ans, x, **_: P.safe_mul(g, P.cos(x) * 1.01),))
@@ -724,3 +726,47 @@ def test_a_change_of_chosen_positions_is_worded_as_such(src, x, what):
     # "the integer argument 'argmax' 'argmax(x)'" and "the integer argument 'sort order'" before
     (result,) = [r for r in gradcalc.check(src, at={"x": x}).results if r.notes]
     assert any(what in note for note in result.notes), result.notes
+
+
+# The rounding error of a difference quotient is about eps |f| / h, and |f| is the whole output:
+# over a sum of n terms it grows with n while each term's derivative does not.  Where the default
+# step fails at that limit, larger steps decide (the truncation error of central differences of
+# a quadratic is 0, of a cubic h^2): the gradients are closed forms, 2a and 3a^2.
+SUM_POINT = {"a": np.arange(2000) * 0.001}
+
+
+def test_a_sum_of_many_squares_passes_at_larger_steps():
+    # failed before: rel err 2.0e-6 at [5] (ad 0.01, fd 0.0100000203), |f| = 2.67e3 over h = 7.6e-6
+    r = gradcalc.check("sum(a*a)", at=SUM_POINT)
+    res = r.results[0]
+    assert r.ok, res.notes
+    assert res.extra["default_step"] == 2.0 ** -16 and res.step > res.extra["default_step"]
+    assert "at steps up to" in res.notes[0] and "converge" in res.notes[0]
+    for n in (10, 100, 1000, 5000):  # (every size, and other scales: arange(n) * c)
+        for c in (1e-3, 1.0, 10.0):
+            assert gradcalc.check("sum(a*a)", at={"a": np.arange(n) * c}).ok, (n, c)
+
+
+@pytest.mark.parametrize("wrong", ["1e-7*sum(stop_gradient(a))", "1e-3*sum(stop_gradient(a))",
+                                   "sum(stop_gradient(a)^2)*1e-6"])
+def test_a_wrong_gradient_of_a_sum_of_many_squares_still_fails(wrong):
+    # the derivative is off by 1e-7 (ten times atol), 1e-3, or 2e-6 a (twice rtol): the
+    # differences at larger steps converge to 2a + that, and disagree with 2a
+    r = gradcalc.check(f"sum(a*a) + {wrong}", at=SUM_POINT)
+    assert not r.ok
+    res = r.results[0]
+    i = tuple(res.worst_index)
+    assert res.extra["ad"] == pytest.approx(2 * SUM_POINT["a"][i], abs=1e-12)
+
+
+def test_a_sum_of_cubes_passes_within_what_the_differences_resolve():
+    # 3a^2 at a = 0 within atol 1e-8 needs h^2 + eps |f| / h <= 1e-8, |f| = sum(a^3) = 4.0e3:
+    # its least value is 1.8e-8, so no step decides; the differences' spread at their best step
+    # (about 3e-8) is then allowed, and reported; the same sum with an error of 1e-5 fails
+    r = gradcalc.check("sum(a^3)", at=SUM_POINT)
+    res = r.results[0]
+    assert r.ok, res.notes
+    assert 1e-8 < res.extra["rounding_allowance"] < 1e-6
+    assert "compared allowing that spread: the automatic derivative lies within it" in res.notes[0]
+    r = gradcalc.check("sum(a^3) + 1e-5*sum(stop_gradient(a))", at=SUM_POINT)
+    assert not r.ok
