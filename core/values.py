@@ -10,8 +10,10 @@ its content, and ``@-`` reads standard input (SPEC §3).
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
+from functools import partial
 
 import numpy as np
 
@@ -49,7 +51,7 @@ def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX
         seen = set()
         if item.strip().startswith("@") and allow_files:
             path = item.strip()[1:]
-            for k, v in load_mapping(path, what).items():
+            for k, v in load_mapping(path, what, max_elements).items():
                 out[k] = _within(v, f"{what} {k}", max_elements)
                 out.from_files[k] = path
             continue
@@ -125,16 +127,26 @@ def parse_value(text: str, label: str, max_elements: int = DEFAULT_MAX_ELEMENTS)
     if not text:
         raise UsageError(f"{label}: empty value")
     if text.startswith("@"):
-        return _within(load_array(text[1:], label), label, max_elements)
+        return _within(load_array(text[1:], label, max_elements), label, max_elements)
     return constant_value(text, label, max_elements)
 
 
 def _within(value: np.ndarray, label: str, max_elements: int) -> np.ndarray:
     """value, unless it has more than max_elements elements (a file's values count too)."""
-    if value.size > max_elements:
-        raise LimitError(f"{label}: a value of shape {value.shape} has {value.size} elements, "
-                         f"more than {option('max_elements')}={max_elements}", option="max_elements")
+    _check_shape(value.shape, label, max_elements)
     return value
+
+
+def _check_shape(shape: tuple, label: str, max_elements: int) -> None:
+    """Refuse a shape of more than max_elements elements, zero-length axes counted as 1, as
+    Tape.check_size does (shape may be an .npy header's, beyond int64: exact integers here)."""
+    size = 1
+    for d in shape:
+        size *= max(d, 1)
+    if size > max_elements:
+        verb = "spans" if 0 in shape else "has"
+        raise LimitError(f"{label}: a value of shape {tuple(shape)} {verb} {size} elements, "
+                         f"more than {option('max_elements')}={max_elements}", option="max_elements")
 
 
 def _read_error(path, label, err):
@@ -144,55 +156,50 @@ def _read_error(path, label, err):
         return FileError(f"{label}: cannot read '{path}': the file does not exist")
     if isinstance(err, OSError):
         return FileError(f"{label}: cannot read '{path}': {err.strerror or err}")
+    if isinstance(err, JSONNumberError):  # (from the JSON reader's number hooks)
+        return ValueError_(f"{label}: '{path}' {_JSON_PROBLEMS[err.reason]} ({err})",
+                           hint="the largest float is about 1.8e308; an infinity is written "
+                                "Infinity in JSON, inf in a .csv or .txt file")
     return ValueError_(f"{label}: cannot read '{path}': {err}")
 
 
-def load_array(path: str, label: str = "value") -> np.ndarray:
-    """An array from .json, .npy, .csv or .txt, or by its content (a pipe, ``-``)."""
+def load_array(path: str, label: str = "value", max_elements: int = DEFAULT_MAX_ELEMENTS) -> np.ndarray:
+    """An array from .json, .npy, .csv or .txt, or by its content (a pipe, ``-``).  Nothing
+    larger than max_elements is read: an .npy header's shape is checked before its data, and
+    a text is read up to _value_bytes(max_elements)."""
     if not path:
         raise UsageError(f"{label}: a file name must follow '@'", hint="for example x=@x.npy")
     try:
-        kind, source = _content(path, label)
+        kind, source = _content(path, label, max_elements)
         if kind == "json":
             return _json_array(_read_json(source), path, label)
         if kind == "npy":
-            try:
-                return _as_float(np.load(source, allow_pickle=False), path, label)
-            except ValueError as err:
-                if "pickle" in str(err):
-                    raise ValueError("not a .npy file of numbers") from None
-                raise
+            return _load_npy(source, path, label, max_elements)
         if kind in ("csv", "txt"):
-            return _load_text(_read_text(source), "," if kind == "csv" else None)
+            return _finite_text(_load_text(source, "," if kind == "csv" else None), source)
     except RecursionError:
         raise ValueError_(f"{label}: '{path}' is nested too deeply") from None
-    except (OSError, ValueError, EOFError, UserWarning, UnicodeDecodeError) as err:
+    except (OSError, ValueError, EOFError, UserWarning) as err:
         raise _read_error(path, label, err) from None
     raise UsageError(f"{label}: '{path}' holds an archive of several arrays (.npz)",
                      hint="an .npz file gives a whole point: --at @FILE")
 
 
-def load_mapping(path: str, label: str = "--at") -> dict[str, np.ndarray]:
+def load_mapping(path: str, label: str = "--at", max_elements: int = DEFAULT_MAX_ELEMENTS) -> dict[str, np.ndarray]:
     """name -> array from a .json object (or gradcalc's own JSON output of eval) or an .npz
-    archive, or by its content (a pipe, ``-``)."""
+    archive, or by its content (a pipe, ``-``); read within max_elements as load_array is."""
     if not path:
         raise UsageError(f"{label}: a file name must follow '@'", hint=f"for example {option('at')} @point.json")
     try:
-        kind, source = _content(path, label)
+        kind, source = _content(path, label, max_elements)
         if kind == "json":
             data = _mapping_of(_read_json(source), path, label)
             return {str(k): _json_array(v, path, label) for k, v in data.items()}
         if kind == "npz":
-            try:
-                with np.load(source, allow_pickle=False) as z:
-                    return _saved_point({k: _as_float(z[k], path, label) for k in z.files}, path, label)
-            except ValueError as err:  # (NumPy calls any file it cannot read "pickled data")
-                if "pickle" in str(err):
-                    raise ValueError("not a .npz file of numbers") from None
-                raise
+            return _saved_point(_load_npz(source, path, label, max_elements), path, label)
     except RecursionError:
         raise ValueError_(f"{label}: '{path}' is nested too deeply") from None
-    except (OSError, ValueError, EOFError, UnicodeDecodeError) as err:
+    except (OSError, ValueError, EOFError) as err:
         raise _read_error(path, label, err) from None
     ext = os.path.splitext(path)[1].lower()
     if path != "-" and ext in _EXTENSIONS:
@@ -205,35 +212,169 @@ _EXTENSIONS = {".json": "json", ".npy": "npy", ".npz": "npz", ".csv": "csv", ".t
 _MAGIC = ((b"\x93NUMPY", "npy"), (b"PK\x03\x04", "npz"), (b"PK\x05\x06", "npz"))
 
 
-def _content(path: str, label: str):
-    """(kind, what to read it from): the path, for a known extension; else the bytes, read
-    whole (a pipe can be read once), of the kind their content says: NPY or NPZ by their
-    magic numbers, else JSON if they parse as JSON, else text (csv when it has commas)."""
+def _content(path: str, label: str, max_elements: int):
+    """(kind, what to read it from): an .npy or .npz path that is a file, for NumPy to read
+    (its headers are checked before its data); else the bytes, read up to
+    _value_bytes(max_elements) (a pipe can be read once) of the kind their extension or
+    their content says: NPY or NPZ by their magic numbers, else JSON if they parse as JSON,
+    else text (csv when it has commas).  A text is given decoded, a byte-order mark left out."""
     kind = None if path == "-" else _EXTENSIONS.get(os.path.splitext(path)[1].lower())
-    if kind is not None:
+    if kind in ("npy", "npz") and os.path.isfile(path):
         return kind, path
+    refuse = partial(_too_many_bytes, path, label, max_elements)
+    check_start = None if kind in ("npy", "npz") else _refuse_binary
     if path == "-":
-        data = read_stdin(f"{label}=@-" if " " in label else f"{label} @-")  # --at x=@-, --at @-
+        data = read_stdin(f"{label}=@-" if " " in label else f"{label} @-",  # --at x=@-, --at @-
+                          _value_bytes(max_elements), refuse, check_start)
     else:
         with open(path, "rb") as f:
-            data = f.read()
-    for magic, kind in _MAGIC:
-        if data.startswith(magic):
-            return kind, io.BytesIO(data)
+            data = read_capped(f, _value_bytes(max_elements), refuse, check_start)
+    binary = next((k for magic, k in _MAGIC if data.startswith(magic)), None)
+    if kind in ("npy", "npz") or (kind is None and binary is not None):  # (a pipe named x.npy)
+        return kind or binary, io.BytesIO(data)
+    text = data.decode("utf-8-sig")  # (a byte-order mark, as Excel's "CSV UTF-8" writes, is no data)
+    if kind is not None:
+        return kind, text
     import json  # (here: a one-liner's --at x=1 reads no file and loads no json)
+    try:  # (numbers left as text: a 5,000-digit integer is JSON, refused later in words)
+        json.loads(text, parse_int=str, parse_float=str)
+        return "json", text
+    except ValueError:
+        return ("csv" if "," in text else "txt"), text
+
+
+#: A value's file or stream is read up to this many bytes an element of --max-elements, and
+#: _SLACK_BYTES more: JSON at full precision, indented, takes some 40 bytes an element, .npy
+#: 8 (16 for long doubles).  /dev/zero or a stream that never ends was read until memory ran out.
+_BYTES_PER_ELEMENT = 64
+_SLACK_BYTES = 1 << 20
+#: A program file (or SOURCE -) is read up to this many bytes: a 2 MB expression takes 3 s and
+#: 340 MB to parse, so 16 MiB of program is ~3 GB; more is no program anyone writes.
+MAX_PROGRAM_BYTES = 16 << 20
+_CHUNK = 1 << 20
+
+
+def _value_bytes(max_elements: int) -> int:
+    return _BYTES_PER_ELEMENT * max_elements + _SLACK_BYTES
+
+
+def _too_many_bytes(path: str, label: str, max_elements: int) -> LimitError:
+    return LimitError(f"{label}: '{path}' holds more than {_value_bytes(max_elements):,} bytes, the most read "
+                      f"for a value under {option('max_elements')}={max_elements}", option="max_elements",
+                      hint=f"a value is read up to {_BYTES_PER_ELEMENT} bytes an element of {option('max_elements')}, "
+                           f"plus 1 MiB: raise {option('max_elements')} to read more")
+
+
+def _refuse_binary(start: bytes) -> None:
+    """Refuse, at its first chunk, a value that is neither NPY/NPZ nor UTF-8 text without NUL
+    bytes (/dev/zero, /dev/urandom), rather than reading up to the limit first."""
+    if any(start.startswith(magic) for magic, _ in _MAGIC):
+        return
+    import codecs
+    codecs.getincrementaldecoder("utf-8")().decode(start, final=False)  # (UnicodeDecodeError: a ValueError)
+    nul = start.find(b"\0")
+    if nul >= 0:
+        raise ValueError(f"it holds binary data (a NUL byte at byte {nul}), not numbers as text")
+
+
+def read_capped(stream, cap: int, refuse, check_start=None) -> bytes:
+    """All of a binary stream, a chunk at a time, up to cap bytes: refuse() gives the error
+    raised past it; check_start(first chunk) may refuse what cannot be the data wanted."""
+    data = bytearray()
+    while chunk := stream.read(min(_CHUNK, cap + 1 - len(data))):
+        if not data and check_start is not None:
+            check_start(chunk)
+        data += chunk
+        if len(data) > cap:
+            raise refuse()
+    return bytes(data)
+
+
+def _load_npy(source, path: str, label: str, max_elements: int) -> np.ndarray:
+    """An .npy file's array, its header checked before any data is read (_check_npy_header)."""
+    from contextlib import nullcontext
+    with open(source, "rb") if isinstance(source, str) else nullcontext(source) as f:
+        _check_npy_header(f, path, label, max_elements)
+        f.seek(0)
+        return _as_float(np.lib.format.read_array(f, allow_pickle=False), path, label)
+
+
+def _load_npz(source, path: str, label: str, max_elements: int) -> dict:
+    """An .npz archive's arrays by name, each member's header checked before its data."""
+    import zipfile
+    import zlib
+    arrays = {}
     try:
-        json.loads(data.decode("utf-8-sig"))
-        return "json", io.BytesIO(data)
-    except (ValueError, UnicodeDecodeError):
-        return ("csv" if b"," in data else "txt"), io.BytesIO(data)
+        with zipfile.ZipFile(source) as z:
+            for member in z.infolist():
+                if not member.filename.endswith(".npy"):
+                    raise ValueError(f"not a .npz file of numbers: '{member.filename}' is not an array (.npy)")
+                name = member.filename[:-len(".npy")]
+                with z.open(member) as f:
+                    _check_npy_header(f, path, f"{label} {name}", max_elements, member=name)
+                with z.open(member) as f:
+                    arrays[name] = _as_float(np.lib.format.read_array(f, allow_pickle=False), path, label)
+    except RecursionError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError):  # (encrypted: RuntimeError)
+        raise ValueError("not a .npz file of numbers") from None
+    return arrays
 
 
-def _read_json(source):
+def _check_npy_header(f, path: str, label: str, max_elements: int, member: str | None = None) -> None:
+    """Read an .npy header and refuse, before NumPy reads any data, what is not an array of
+    numbers within max_elements: a 128-byte file claiming 10^10 elements was allocated (out of
+    memory), and one claiming 10^30 overflowed NumPy's int64 count (an internal error)."""
+    import warnings
+    fmt = np.lib.format
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (a Python 2 header: NumPy reads it again, and warns then)
+            version = fmt.read_magic(f)
+            read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
+            if read is None:
+                raise ValueError
+            shape, _, dtype = read(f)
+    except (ValueError, SyntaxError, TypeError, EOFError):
+        raise _not_numbers("its header cannot be read", member) from None
+    if dtype.hasobject:
+        raise _not_numbers("it holds Python objects", member)
+    _numbers_only(dtype, path, label)
+    if any(d < 0 for d in shape):
+        raise _not_numbers(f"its header gives the shape {shape}", member)
+    _check_shape(shape, label, max_elements)
+
+
+def _not_numbers(why: str, member: str | None) -> ValueError:
+    """An .npy file, or an .npz archive's array member, that is no array of numbers."""
+    if member is None:
+        return ValueError(f"not a .npy file of numbers: {why}")
+    return ValueError(f"not a .npz file of numbers: its array '{member}': {why}")
+
+
+def _read_json(text: str):
     import json
-    if isinstance(source, str):
-        with open(source, encoding="utf-8") as f:
-            return json.load(f, object_pairs_hook=_unique_keys)
-    return json.loads(source.getvalue().decode("utf-8-sig"), object_pairs_hook=_unique_keys)
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_json_int, parse_float=_json_float)
+
+
+#: A JSON integer of more digits than this is beyond float64 (about 1.8e308): refused before
+#: int() of it, which past 4,300 digits says to call sys.set_int_max_str_digits().
+_FLOAT_DIGITS = 309
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > _FLOAT_DIGITS:
+        raise JSONNumberError(f"{text[:20]}… has {len(text.lstrip('-')):,} digits", "too large")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    """A JSON number as a float; 1e400 is an error, as an integer beyond float64 is, not inf
+    (an infinity is written Infinity, which json reads as one)."""
+    value = float(text)
+    if math.isinf(value):
+        raise JSONNumberError(text if len(text) <= 40 else text[:40] + "…", "overflows")
+    return value
 
 
 def _unique_keys(pairs: list) -> dict:
@@ -245,13 +386,6 @@ def _unique_keys(pairs: list) -> dict:
         twice = next(k for k, _ in pairs if k in seen or seen.add(k))
         raise ValueError(f"the name '{twice}' appears twice")
     return out
-
-
-def _read_text(source) -> str:
-    if isinstance(source, str):
-        with open(source, encoding="utf-8") as f:
-            return f.read()
-    return source.getvalue().decode("utf-8-sig")
 
 
 def _load_text(text: str, delimiter) -> np.ndarray:
@@ -267,6 +401,20 @@ def _load_text(text: str, delimiter) -> np.ndarray:
             if first is None or not _header(lines[first], delimiter):
                 raise
             return np.loadtxt(lines[first + 1:], delimiter=delimiter, dtype=np.float64, ndmin=0)
+
+
+#: A number in a text value as loadtxt reads it, for finding one that overflowed to inf.
+_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _finite_text(value: np.ndarray, text: str) -> np.ndarray:
+    """value, read from text, unless a number written in digits overflowed to inf in it (1e400):
+    an error, as in a JSON file; inf spelt out stays inf."""
+    if np.isinf(value).any():
+        big = next((m.group() for m in _DECIMAL.finditer(text) if math.isinf(float(m.group()))), None)
+        if big is not None:
+            raise JSONNumberError(big if len(big) <= 40 else big[:40] + "…", "overflows")
+    return value
 
 
 def _header(line: str, delimiter) -> bool:
@@ -320,8 +468,9 @@ def _mapping_of(data, path: str, label: str) -> dict:
 _stdin_read: list = []
 
 
-def read_stdin(what: str) -> bytes:
-    """All of standard input, for what (SOURCE -, --at x=@-); it can be read only once."""
+def read_stdin(what: str, cap: int, refuse, check_start=None) -> bytes:
+    """All of standard input, for what (SOURCE -, --at x=@-), up to cap bytes (see
+    read_capped); it can be read only once."""
     import sys
     stream = sys.stdin
     if stream is None:  # (the shell closed it: <&-)
@@ -330,7 +479,9 @@ def read_stdin(what: str) -> bytes:
         raise UsageError(f"{what}: standard input is read already, by {_stdin_read[0][1]}",
                          hint="standard input gives one thing: put the other in a file")
     _stdin_read[:] = [(stream, what, False)]
-    return stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode()
+    if hasattr(stream, "buffer"):
+        return read_capped(stream.buffer, cap, refuse, check_start)
+    return read_capped(io.BytesIO(stream.read(cap + 1).encode()), cap, refuse, check_start)
 
 
 def promise_stdin(what: str) -> None:
@@ -352,29 +503,40 @@ def _json_array(data, path, label) -> np.ndarray:
 #: What a .json value file holds instead of numbers, by JSONNumberError.reason.
 _JSON_PROBLEMS = {"not a number": "must hold a number or a nested list of numbers",
                   "ragged": "holds a ragged list",
-                  "too large": "holds an integer too large for a float"}
+                  "too large": "holds an integer too large for a float",
+                  "overflows": "holds a number too large for a float"}
 
 
 def _as_float(a, path, label) -> np.ndarray:
-    if a.dtype.kind not in "biuf":
-        raise ValueError_(f"{label}: '{path}' holds {a.dtype} data, not numbers")
+    _numbers_only(a.dtype, path, label)
     return a.astype(np.float64)
+
+
+def _numbers_only(dtype, path, label) -> None:
+    if dtype.kind not in "biuf":
+        raise ValueError_(f"{label}: '{path}' holds {dtype} data, not numbers")
 
 
 def read_source(arg: str) -> Source:
     """SOURCE: '-' is standard input, an existing path is a file (or a pipe: <(...)), anything
     else is program text."""
     if arg == "-":
-        return Source(_decode(read_stdin("SOURCE -"), "<stdin>"), "<stdin>")
+        return Source(_decode(read_stdin("SOURCE -", MAX_PROGRAM_BYTES, partial(_program_too_large, "SOURCE -")),
+                              "<stdin>"), "<stdin>")
     if "\n" not in arg and len(arg) < 4096 and os.path.isdir(arg):
         raise ValueError_(f"'{arg}' is a directory", hint="give a .grad file (check also takes a directory)")
     if "\n" not in arg and len(arg) < 4096 and os.path.exists(arg):
         try:
             with open(arg, "rb") as f:
-                return Source(_decode(f.read(), arg), arg)
+                return Source(_decode(read_capped(f, MAX_PROGRAM_BYTES, partial(_program_too_large, f"'{arg}'")), arg), arg)
         except OSError as err:
             raise FileError(f"cannot read '{arg}': {err.strerror}") from None
     return Source(arg, "<expr>")
+
+
+def _program_too_large(what: str) -> LimitError:
+    return LimitError(f"{what} holds more than {MAX_PROGRAM_BYTES >> 20} MiB, more than gradcalc reads as a program",
+                      hint="a program is text: give large data as a values file (--at x=@FILE)")
 
 
 def parse_source(src: Source, given: str | None = None):
