@@ -69,7 +69,7 @@ class Primitive:
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "analytic", "kink",
                  "branch", "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp", "eager",
-                 "vjp_reads", "elementwise", "symmetric_operand")
+                 "vjp_reads", "elementwise", "symmetric_operand", "write_into")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
                  analytic=True, kink=None, branch=None, variadic=False, keeps_finite=False,
@@ -94,6 +94,9 @@ class Primitive:
         # reads one triangle of its square operand while its derivative treats the operand as
         # symmetric (SPEC §2.5): check compares such an input along symmetric directions
         self.symmetric_operand = symmetric_operand
+        # impl's form that writes its result into its first operand's array (an index update: see
+        # Builder.overwrite), or None
+        self.write_into = None
 
     def vjp_rule(self, i: int) -> Callable | None:
         return _rule(self.vjp, i, self.variadic)
@@ -1522,15 +1525,28 @@ def _scatter(accumulate: bool):
         if bv or (bx and _front(idx)):  # line v up with out[(..., *idx)] as NumPy orders it
             ishape = _indexed_shape(idx, xshape)
             v = _numpy_order(np.broadcast_to(_align(v, nd, len(ishape)), batch + ishape), idx, len(batch))
-        site = (Ellipsis,) + idx
-        if not accumulate:
-            out[site] = v
-        elif _has_arrays(idx):
-            np.add.at(out, site, v)
-        else:
-            out[site] += v  # (no index repeats: the same sum, without add.at's cost)
-        return out
+        return _scatter_into(out, v, idx, accumulate)
     return impl
+
+
+def _scatter_into(out, v, idx, accumulate: bool):
+    """out with v written (or added) at idx, in place: what impl does to its copy of x."""
+    site = (Ellipsis,) + idx
+    if not accumulate:
+        out[site] = v
+    elif _has_arrays(idx):
+        np.add.at(out, site, v)
+    else:
+        out[site] += v  # (no index repeats: the same sum, without add.at's cost)
+    return out
+
+
+def _written_into(accumulate: bool):
+    """write_into of an index update: x, an unbatched float64 array nothing else will read (see
+    Builder.overwrite), with v written (or added) at idx: impl's writes without its copy."""
+    def write_into(x, v, idx, xshape, nd):
+        return _scatter_into(x, v, idx, accumulate)
+    return write_into
 
 
 def _last_writes(idx, xshape):
@@ -1570,6 +1586,7 @@ index_update = _def("index_update", _scatter(accumulate=False),
                     (lambda t, ans, x, v, idx, xshape, nd: index_update(t, 0.0, idx=idx),
                      lambda t, ans, x, v, idx, xshape, nd: index_update(zeros_like(x), t, idx=idx)),
                     _scatter_params("assign"), vjp_reads=())
+index_update.write_into = _written_into(accumulate=False)
 # x with v added at idx, repeated indices accumulating (numpy.add.at): `x[i] += e`
 index_add = _def("index_add", _scatter(accumulate=True),
                  (lambda g, ans, x, v, idx, xshape, nd: g,
@@ -1577,6 +1594,7 @@ index_add = _def("index_add", _scatter(accumulate=True),
                  (lambda t, ans, x, v, idx, xshape, nd: t,
                   lambda t, ans, x, v, idx, xshape, nd: index_add(zeros_like(x), t, idx=idx)),
                  _scatter_params("add"), vjp_reads=())
+index_add.write_into = _written_into(accumulate=True)
 
 
 def _concat_params(shapes, builder, axis=0):

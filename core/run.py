@@ -14,6 +14,7 @@ level, functions, the default output) is worked out by :func:`analyse`.
 from __future__ import annotations
 
 import inspect
+import sys
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -393,6 +394,10 @@ _MASK_KEEPING = {FUNCTIONS[name].fn: params for names, params in (
     ("where", ("a", "b"))) for name in names.split()}
 _AUGMENTED = {"+": P.add, "-": P.sub, "*": P.mul, "/": P.div}
 _ADD, _NEG, _INDEX = P.add, P.neg, P.index
+#: sys.getrefcount of a tracer in index_assign that only its name refers to: the scope's dict,
+#: the local variable and getrefcount's argument (a caller's scope holding it, a loop over its
+#: rows, another local name: more; then its array is never written into).
+_HELD_BY_ITS_NAME_ALONE = 3
 _COMPILE_DEPTH = 32  # levels of an expression compiled (see Interpreter.compiled); deeper: expr()
 _PRIMITIVE = P.Primitive  # (sub is a function: add(a, neg(b)))
 #: The arithmetic operators whose primitive broadcasts (Builder.bind2 records them; the comparisons,
@@ -558,7 +563,10 @@ class Interpreter:
             except GradcalcError:
                 pass  # (an index that does not fit: the update below says so, at its position)
         update = P.index_add if st.op == "+=" else P.index_update
-        new = update(old, value, idx=idx)
+        if sys.getrefcount(old) == _HELD_BY_ITS_NAME_ALONE:  # (see Builder.update)
+            new = self.b.update(update, old, value, {"idx": idx})
+        else:
+            new = update(old, value, idx=idx)
         if mask:
             self.masks.add(int(new.var))
         self.bind(st.name, new, st.loc, before)

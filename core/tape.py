@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import weakref
 from collections import deque
 from typing import Any, NamedTuple
@@ -26,6 +27,10 @@ from .alloc import keep_freed_memory
 from .errors import GradcalcError, LimitError, Pos, ShapeError, ValueError_, option, to_pos
 
 DEFAULT_MAX_ELEMENTS = 10**8
+#: Whether sys.getrefcount counts every reference to an object: CPython before 3.14 (where the
+#: interpreter may borrow references it does not count). Where it does not, nothing is written in
+#: place (see Builder.overwritable).
+COUNTS_REFERENCES = sys.implementation.name == "cpython" and sys.version_info < (3, 14)
 #: Primitive operations recorded plus loop iterations a run may take (SPEC §7).
 DEFAULT_MAX_STEPS = 10**7
 MAX_NDIM = 32  # NumPy's own limit for several of its operations
@@ -331,13 +336,19 @@ class _Lifetimes:
                 return
             if this.held:
                 this.dead.append(watch)
-            elif this.watched.pop(watch.var, None) is not None:
-                if this.tapeless:  # (its variable is forgotten too: nothing else refers to it)
-                    this.values.pop(watch.var, None)
-                    this.shapes.pop(watch.var, None)
-                else:
-                    this.values[watch.var] = None
+            else:
+                this.release(watch.var)
         self.gone = gone
+
+    def release(self, var: int) -> None:
+        """Free var's value now, if it is watched (and forget var, on a builder that keeps no tape:
+        nothing else refers to it)."""
+        if self.watched.pop(var, None) is not None:
+            if self.tapeless:
+                self.values.pop(var, None)
+                self.shapes.pop(var, None)
+            else:
+                self.values[var] = None
 
     def tracer(self, builder: "Builder", var: int) -> "Tracer":
         """A new, watched tracer of var (a builder that keeps no tape makes every tracer so)."""
@@ -386,6 +397,9 @@ class _Lifetimes:
         self.dead.clear()
 
 
+_IMPL_ERRORS = (GradcalcError, np.linalg.LinAlgError, ValueError, IndexError)  # (see Builder._worded)
+
+
 class Builder:
     """Records equations while computing their values on concrete inputs.
 
@@ -428,6 +442,7 @@ class Builder:
         self._next = 0
         # elements of the arrays recorded so far, until a tape holds LARGE_TAPE of them (see _bind)
         self._held = 0 if record else -1
+        self._finite = None  # the variable of the last update written in place, if finite (see update)
 
     def release_unread(self) -> None:
         """Free, from now on while recording, the arrays of WATCHED_ELEMENTS or more that no VJP
@@ -636,14 +651,8 @@ class Builder:
                 xs = [values[v] for v in ids]
                 params = prim.normalize([x.shape for x in xs], self, **params)
                 value = prim.impl(*xs, **params)
-        except GradcalcError as err:
-            if err.pos is None:
-                err.pos = self.pos
-            raise
-        except np.linalg.LinAlgError as err:
-            raise ValueError_(f"'{self.op_name(prim, self.pos)}': {str(err).lower()}", self.pos) from None
-        except (ValueError, IndexError) as err:
-            raise ShapeError(f"'{self.op_name(prim, self.pos)}': {err}", self.pos) from None
+        except _IMPL_ERRORS as err:
+            raise self._worded(prim, err) from None
         scalar = value.__class__ is F64_SCALAR
         if scalar:
             shape = ()  # the usual case on a scalar program: nothing to convert or check
@@ -686,6 +695,70 @@ class Builder:
                     lifetimes.note(prim, ids, var, t, big)
             return t
         return self.new_tracer(self, var)
+
+    def update(self, prim, x: Tracer, v: Tracer, params: dict) -> Tracer:
+        """bind(prim, (x, v), params) for an index update (``x[i] = v``: a primitive with
+        ``write_into``) whose x the caller holds alone: written into x's array instead of a copy
+        of it where that array is x's alone and freed with it (see overwritable), and x's variable
+        released at once, its value gone (nothing reads it again).  The same value, equation and
+        warnings, and a look for nan and inf at the written block alone: a loop that writes each
+        element of an n-element array costs O(n), not n copies and n looks at the whole."""
+        values = self.values
+        vv = values[v.var]
+        if vv.dtype is not F64 or not self.overwritable(x.var):  # (before a local refers to x's array)
+            return self._bind(prim, (x, v), params)
+        xv = values[x.var]
+        try:
+            params = prim.normalize([xv.shape, vv.shape], self, **params)
+            value = prim.write_into(xv, vv, **params)
+        except _IMPL_ERRORS as err:
+            raise self._worded(prim, err) from None
+        self.lifetimes.release(x.var)  # (its array is the new value now)
+        ids = (x.var, v.var)
+        var = self._next
+        self._next = var + 1
+        values[var] = value
+        self.shapes[var] = value.shape
+        self.equations.append(_new_equation(Equation, (var, prim, ids, params, self.pos)))
+        if self.check_finite:  # x's array was finite: only the block written can hold nan or inf,
+            if all_finite(value[(Ellipsis,) + params["idx"]]):  # and only an addition of finite
+                self._finite = var  # operands makes it so (what _note_nonfinite warns of)
+            elif all_finite(vv):
+                self.note_nonfinite(f"'{self.op_name(prim, self.pos)}'", value)
+        if self.record:
+            t = _new_object(Tracer)
+            t.builder = self
+            t.var = var
+            self.lifetimes.note(prim, ids, var, t, True)
+            return t
+        return self.new_tracer(self, var)
+
+    def _worded(self, prim, err: Exception) -> GradcalcError:
+        """An error of prim's normalize or impl as the user reads it: at the current position,
+        NumPy's own words after the operation's name."""
+        if isinstance(err, GradcalcError):
+            if err.pos is None:
+                err.pos = self.pos
+            return err
+        if isinstance(err, np.linalg.LinAlgError):
+            return ValueError_(f"'{self.op_name(prim, self.pos)}': {str(err).lower()}", self.pos)
+        return ShapeError(f"'{self.op_name(prim, self.pos)}': {err}", self.pos)
+
+    def overwritable(self, var: int) -> bool:
+        """Whether var's array may be written into: its value is freed when its tracer goes (no
+        recorded rule reads it, no recording block is open), nothing else refers to the array (no
+        view of it, no other variable: CPython's reference count, which counts the values dict and
+        getrefcount's own argument), it is a writable float64 array that owns its memory (no view
+        of another's), and it holds no nan or inf (so that the update's warnings are those of the
+        copy it replaces)."""
+        lifetimes = self.lifetimes
+        if lifetimes is None or lifetimes.held or var not in lifetimes.watched or not COUNTS_REFERENCES:
+            return False
+        if sys.getrefcount(self.values[var]) != 2:  # (the subscript's reference, not a local's)
+            return False
+        x = self.values[var]
+        return x.__class__ is np.ndarray and x.base is None and x.dtype is F64 and x.flags.writeable \
+            and (var == self._finite or all_finite(x))
 
     def op_name(self, prim, loc) -> str:
         """An operation as messages name it: the builtin the program called at loc (mean), the

@@ -655,3 +655,63 @@ def test_a_long_array_literal_differentiates_to_its_closed_form():
         assert float(gradcalc.grad(src, at={"x": 1.5})["x"]) == 3.0 * squares
         if n <= 300:
             assert float(gradcalc.hessian(src, at={"x": 1.5})["x"]["x"]) == 2.0 * squares
+
+
+# x[i] = v and x[i] += v write into x's array where nothing else refers to it or reads it again
+# (Builder.update): values, gradients and warnings must be those of the copy each update made
+# before, whatever aliases the program makes (another name, a caller's argument, a loop over its
+# rows, a view of another array, an in-program derivative, a nan already there, an overflow).
+_N = 1100  # (grad frees, so may write into, arrays of 1,024 elements or more)
+_ALIASED = [
+    "w = zeros(N)\nu = w\nw[0] = x\nw[1] += x\nout = sum(u) * 3 + sum(w)",
+    "def f(a) {\n  a[0] = x\n  a[2] += x\n  return a\n}\nw = ones(N) * x\ny = f(w)\nout = sum(w) + sum(y * 2)",
+    "w = ones(N) * x\ns = 0\nfor r in w[0:3] { w[0] = r + 1; s = s + r }\nout = s + sum(w)",
+    "v = ones(N) * x\nw = v[0:N-10]\nw[0] = 5\nw[1] += x\nout = sum(v) + sum(w)",
+    "v = ones(N) * x\nw = reshape(v, (10, 110))\nw[0, 0] = 7 * x\nout = sum(v) + sum(w)",
+    "def g(a) {\n  b = a\n  b[0] = x\n  return a\n}\nw = ones(N) * x\nout = sum(g(w)) + sum(w)",
+    "w = ones(N) * x\nu = w if x > 0 else w\nw[3] = 2\nout = sum(u) + sum(w)",
+    "def h(t) {\n  a = ones(N) * t\n  for i in range(3) { a[i] = t * i }\n  return sum(a^2)\n}\n"
+    "w = ones(N) * x\nfor i in range(3) { w[i] = grad(h)(x) }\nout = sum(w)",
+    "w = ones(N) * x\nfor i in range(5) { w[i] = w[i + 1] * 2; w[0:3] += w[3:6] }\nout = sum(w^2)",
+    "w = ones(N) * x\nm = w > 0\nw[m] = 3\nout = sum(w)",
+    "w = ones(N) * x\nq = w * 2\nw[0] = 9\nout = sum(q * w)",
+    "w = ones(N) * x\nfor i in range(3) { k = w; w[i] = 5; w = k * 2 }\nout = sum(w)",
+    "w = ones(N) * x\nw[0] = nan\nw[1] = 1\nout = sum(w)",
+    "w = ones(N) * x\nw[0] = log(-x)\nw[1] = 1\nout = sum(w)",
+    "w = ones(N) * (x * 1e308)\nw[[1, 1]] += 1e308\nw[2] = 0\nout = sum(w)",
+    "w = ones(N)\nfor i in range(N) { w[i] = x * i }\nw[0:N] += w[::-1]\nout = sum(w * w)",
+]
+
+
+def _runs(src: str, x: float):
+    with np.errstate(all="ignore"):
+        e = gradcalc.evaluate(src, at={"x": x}, all=True)
+        g = gradcalc.grad(src, at={"x": x})
+    return ({k: np.asarray(v).tobytes() for k, v in e.items()}, e.warnings,
+            np.asarray(g["x"]).tobytes(), np.asarray(g.value).tobytes(), g.warnings)
+
+
+@pytest.mark.parametrize("src", _ALIASED)
+@pytest.mark.parametrize("x", [1.5, -0.5])
+def test_an_update_written_in_place_gives_what_a_copy_gives(monkeypatch, src, x):
+    from gradcalc import run
+    src = src.replace("N", str(_N))
+    written = _runs(src, x)
+    monkeypatch.setattr(run, "_HELD_BY_ITS_NAME_ALONE", -1)  # (never in place)
+    assert written == _runs(src, x)
+
+
+def test_a_loop_of_updates_writes_in_place(monkeypatch):
+    """Every update of the loop but the first (which meets zeros' array, free, and writes into it
+    too in eval) writes into its array: the mechanism the test above compares is in use."""
+    from gradcalc.tape import Builder
+    seen = []
+    overwritable = Builder.overwritable
+    monkeypatch.setattr(Builder, "overwritable", lambda self, var: seen.append(overwritable(self, var)) or seen[-1])
+    src = f"w = zeros({_N})\nfor i in range(50) {{ w[i] = x * i; w[i + 1] += x }}\nout = sum(w)"
+    # (each w[i + 1] += x is overwritten by the next step's w[i + 1] = x * (i + 1), but the last)
+    assert float(gradcalc.evaluate(src, at={"x": 2.0})["out"]) == 2.0 * (sum(range(50)) + 1)
+    assert seen == [True] * 100
+    seen.clear()
+    assert float(gradcalc.grad(src, at={"x": 2.0})["x"]) == sum(range(50)) + 1
+    assert seen.count(True) >= 99
