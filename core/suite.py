@@ -446,16 +446,46 @@ def _convert(kind: str, value: str, fail, word: str):
 
 
 def _file_values(src: Source, item: str, fail) -> dict:
-    """An --at item of a # check: line (an @FILE is read relative to the program's folder);
-    a bad value is an error at that line."""
+    """An --at item of a # check: line (each @FILE, as ``@FILE`` or ``NAME=@FILE``, read relative
+    to the program's folder); a bad value is an error at that line."""
     from .values import parse_assignments
     folder = os.path.dirname(src.label) if os.path.isfile(src.label) else ""
-    given = "@" + os.path.join(folder, item.strip()[1:]) if item.strip().startswith("@") else item
     try:
-        return parse_assignments([given], "--at")
+        return parse_assignments([_files_in(item, folder)], "--at")
     except GradcalcError as err:
         words = err.message if err.message.startswith("--at") else f"--at: {err.message}"
         raise fail(words, item, hint=err.hint, kind=type(err)) from None
+
+
+def _files_in(item: str, folder: str) -> str:
+    """item with each @FILE made relative to folder.  A program's settings read files beside it,
+    not anywhere: a path that leads out of both the program's folder and the working directory
+    (absolute, ~, ../..) or standard input is refused, so that a program file under review
+    cannot have check read, and quote in its errors, a file of the machine that runs it."""
+    from .values import split_top_level
+    if item.strip().startswith("@"):
+        return "@" + _file_beside(item.strip()[1:], folder)
+    parts = []
+    for part in split_top_level(item):
+        name, eq, value = part.partition("=")
+        if eq and value.strip().startswith("@"):
+            part = f"{name}=@{_file_beside(value.strip()[1:], folder)}"
+        parts.append(part)
+    return ",".join(parts)
+
+
+def _file_beside(path: str, folder: str) -> str:
+    """folder/path, where it lies under folder or the working directory (see _files_in)."""
+    if path == "-":
+        raise UsageError("a # check: line cannot read standard input", hint="name a file beside the program")
+    joined = os.path.join(folder, os.path.expanduser(path))
+    real = os.path.realpath(joined)
+    if not any(real == base or real.startswith(base + os.sep) for base in
+               {os.path.realpath(folder or os.curdir), os.path.realpath(os.curdir)}):
+        raise UsageError(f"'{path}' lies outside the program's folder and the working directory",
+                         hint="a # check: line reads files beside the program (or under the folder check "
+                              "runs in); give such a file with --at on the command line")
+    return joined
 
 
 # ==========================================================================

@@ -1,0 +1,63 @@
+"""Files a program's `# check:` lines read: beside the program, never anywhere on the machine.
+
+A `# check: --at @FILE` (or `NAME=@FILE`) is read relative to the program's folder, so the
+settings travel with the file; a path that leads out of both that folder and the working
+directory (absolute, `~`, `../..`, a symbolic link) or standard input is an error of that source,
+so that a program under review cannot have `check` read, and quote in its errors, a file of the
+machine that runs it (a CI runner's).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cli_run import run
+
+SECRET = "root:x:0:0:secret line"
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    """tmp/work/sub/ holding programs and their files; tmp/outside.txt beside the work folder;
+    check runs in tmp/work."""
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    (tmp_path / "outside.txt").write_text(SECRET + "\n")
+    (work / "sub" / "x.txt").write_text("1.5\n")
+    (work / "sub" / "p.json").write_text(json.dumps({"x": 1.5}))
+    (work / "shared.json").write_text(json.dumps({"x": 2.0}))
+    monkeypatch.chdir(work)
+    return tmp_path
+
+
+def _check(tree, line: str):
+    (tree / "work" / "sub" / "f.grad").write_text(f"# check: --at {line}\nf = x^3\n")
+    r = run("check", "sub/f.grad", "-f", "json")
+    return r, json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("line", ["x=@x.txt", "@p.json", "@../shared.json", "x=@./x.txt"])
+def test_a_check_line_reads_files_beside_the_program(tree, line):
+    r, doc = _check(tree, line)
+    assert r.exit_code == 0, r.stdout
+    (res,) = doc["results"]
+    assert res["ok"] and "error" not in res  # (x had no value otherwise: an error of the source)
+
+
+@pytest.mark.parametrize("line", ["x=@{outside}", "@{outside}", "x=@../../outside.txt", "x=@-", "x=@~/outside.txt"])
+def test_a_check_line_cannot_read_a_file_elsewhere(tree, line):
+    line = line.format(outside=tree / "outside.txt")
+    r, doc = _check(tree, line)
+    assert r.exit_code == 2
+    assert SECRET not in r.stdout + r.stderr  # (its content is never read, nor quoted)
+    (res,) = doc["results"]
+    assert "error" in res and ("outside the program's folder" in res["error"]["message"]
+                               or "standard input" in res["error"]["message"])
+
+
+def test_a_link_out_of_the_folder_is_refused(tree):
+    os.symlink(tree / "outside.txt", tree / "work" / "sub" / "link.txt")
+    r, _ = _check(tree, "x=@link.txt")
+    assert r.exit_code == 2 and SECRET not in r.stdout + r.stderr
