@@ -526,7 +526,11 @@ class Interpreter:
     def assign(self, st: Assign) -> None:
         name, node, loc = st  # (unpacked: cheaper than the fields' descriptors)
         before = self.b._next
-        self.bind(name, self.value_of(node), loc, before)
+        if self.loops:
+            value = self.value_of(node)
+        else:  # (value_of's own line, without its call: a long straight-line program's hot path)
+            value = self.binary(node) if type(node) is Binary else self.expr(node)
+        self.bind(name, value, loc, before)
 
     def value_of(self, node) -> Tracer:
         """expr(node) for an expression a statement evaluates (an assigned value, a condition):
