@@ -41,7 +41,7 @@ class Batch(NamedTuple):
 
 
 def evaluate_batch(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], *,
-                   max_steps: int = DEFAULT_MAX_STEPS) -> Batch:
+                   max_steps: int = DEFAULT_MAX_STEPS, facts: dict | None = None) -> Batch:
     """The outputs outs when the value of wrt is replaced by each row of batch (shape (B,) + shape).
 
     Finite differences are those of the program as written (SPEC §5): one batched pass over
@@ -52,9 +52,10 @@ def evaluate_batch(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], *,
     factorisation on the way to an output that chooses its signs otherwise at some row (its
     primitive's ``branch``: LAPACK's qr and svd) is reported there too, as a Guard of kind
     "sign" (the tape holds there, but its value jumps: another branch of the convention).
+    ``facts`` is :func:`facts_on_tape`'s answer for tr, where the caller has it.
     """
     switched = []
-    tape_values, first, guards = _on_tape(tr, wrt, batch, outs, switched)
+    tape_values, first, guards = _on_tape(tr, wrt, batch, outs, switched, facts)
     signs = [_sign_changes(tr, tr.tape.names[wrt], tr.tape.names[o], switched, first) for o in outs]
     rows = np.flatnonzero(first >= 0)
     if not rows.size:
@@ -87,7 +88,7 @@ def _guards_reached(tr: Traced, var: int, downstream: list) -> list:
 
 
 def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str],
-             switched: list | None = None) -> tuple[list, np.ndarray, list]:
+             switched: list | None = None, facts: dict | None = None) -> tuple[list, np.ndarray, list]:
     """(values, first, guards): the outputs by one batched pass over tr's tape, the guards
     that depend on wrt, and for each row the number of the first of them whose value it
     changes (-1 if none).  Given a list switched, it gains (eq, rows): for each equation
@@ -102,7 +103,7 @@ def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str],
                                              f"through {largest}-element values")
     guards = _guards_reached(tr, var, downstream)
     out_vars = [names[o] for o in outs]
-    branched = [] if switched is None else _equations_with(tr, var, None, "branch")
+    branched = [] if switched is None else _equations_with(tr, var, None, "branch", facts)
     eval_equations(downstream, env, keep=set(out_vars) | {g.var for g in guards} | {eq.out for eq in branched},
                    batch_elements=len(batch) * largest)
     for eq in branched:
@@ -293,22 +294,23 @@ def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", st
 
 
 def fd_estimate(tr: Traced, of: list[str], wrt: str, method: str = "central", step=None, *,
-                max_steps: int = DEFAULT_MAX_STEPS) -> FiniteDifferences:
+                max_steps: int = DEFAULT_MAX_STEPS, facts: dict | None = None) -> FiniteDifferences:
     """The finite-difference estimate of d of / d wrt; every perturbed point is one row of a
-    single batch (rows on another path come from runs of the program: evaluate_batch)."""
+    single batch (rows on another path come from runs of the program: evaluate_batch, which
+    takes facts)."""
     _known_method(method)
     x = tr.value(wrt)
     h = np.broadcast_to(default_step(x, method) if step is None else np.asarray(step, float), x.shape)
     if step is None and _estimates_error(x, method):
         try:
-            return _fd_batch(tr, of, wrt, method, h, True, max_steps)
+            return _fd_batch(tr, of, wrt, method, h, True, max_steps, facts)
         except LimitError:  # (the error estimate doubles the batch: without it, as before)
             pass
-    return _fd_batch(tr, of, wrt, method, h, False, max_steps)
+    return _fd_batch(tr, of, wrt, method, h, False, max_steps, facts)
 
 
 def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, with_error: bool,
-              max_steps: int) -> FiniteDifferences:
+              max_steps: int, facts: dict | None = None) -> FiniteDifferences:
     """fd_estimate at the steps h, with an error estimate or not (stencil.combine's with_error)."""
     x = tr.value(wrt)
     n = x.size
@@ -317,7 +319,8 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
     # refused before the batch is made (evaluate_batch checks what flows from it)
     _check_batch(tr, len(scales) * n + centre, n)
     batch, taken = stencil.perturb(x.ravel(), h.ravel(), scales, centre)
-    ys, flipped = evaluate_batch(tr, wrt, batch.reshape((len(batch),) + x.shape), of, max_steps=max_steps)
+    ys, flipped = evaluate_batch(tr, wrt, batch.reshape((len(batch),) + x.shape), of, max_steps=max_steps,
+                                 facts=facts)
     jac, error = {}, ({} if with_error else None)
     for o, y in zip(of, ys):
         blocks = [y[k * n:(k + 1) * n] for k in range(len(scales))]
@@ -328,6 +331,145 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
             error[o] = rows_to_jacobian(err, tr.value(o).shape, x.shape)
         jac[o] = rows_to_jacobian(rows, tr.value(o).shape, x.shape)
     return FiniteDifferences(jac, h, dict(zip(of, flipped)), error)
+
+
+#: How many scalar inputs share a batched pass (scalar_estimates, _scalar_tangents): the rows of
+#: a pass grow with them, and a tangent pass holds a seed of that many rows for each.
+SCALAR_CHUNK = 256
+
+
+def _chunks(names: list) -> list:
+    return [names[i:i + SCALAR_CHUNK] for i in range(0, len(names), SCALAR_CHUNK)]
+
+
+def scalar_estimates(tr: Traced, of: list[str], wrts: list[str], method: str, facts: dict,
+                     multiple: float | None = None) -> dict:
+    """{w: fd_estimate(tr, of, w, method) at the default step (or, given multiple, at
+    step=multiple times it)}, for the scalar inputs among wrts,
+    from one batched pass over the tape instead of one per input: each input has a block of rows
+    of its own (its perturbed points, the others' traced values), and a value downstream of some
+    of them holds, in the rows of the others, its traced value (np.where on a mask of the blocks
+    that reach it), so that every row holds the bits its input's own pass gives.  A pass per
+    input swept the tape once each, and evaluated what follows it (a0*a0 + ... + a1999*a1999:
+    2,000 passes over about 1,000 equations each).
+
+    Only where no step can change the path (a tape without guards, no factorisation that chooses
+    signs: facts, see facts_on_tape) and for the real methods; {} where the batch is over the
+    element budget or an operation fails at a point (each input's own pass says so then)."""
+    names, b = tr.tape.names, tr.builder
+    wrts = [w for w in wrts if w in tr.tape.inputs and np.ndim(tr.value(w)) == 0]
+    if len(wrts) < 2 or tr.tape.guards or facts["branch"] or method not in stencil.ROUNDING:
+        return {}
+    plans, start = [], 0
+    for w in wrts:
+        x = tr.value(w)
+        h = np.broadcast_to(default_step(x, method) * (1.0 if multiple is None else multiple), x.shape)
+        with_error = multiple is None and _estimates_error(x, method)
+        scales = stencil.offsets(method, with_error)
+        batch, taken = stencil.perturb(x.ravel(), h.ravel(), scales, stencil.needs_centre(method))
+        plans.append((w, h, with_error, scales, taken, slice(start, start + len(batch)), batch[:, 0]))
+        start += len(batch)
+    rows = start
+    env, reach = dict(b.values), {}
+    for w, *_, block, points in plans:
+        column = np.full(rows, float(tr.value(w)))
+        column[block] = points
+        env[names[w]] = column
+        mask = np.zeros(rows, bool)
+        mask[block] = True
+        reach[names[w]] = mask
+    downstream = seeded(tr.tape.equations, list(reach))
+    largest = largest_batched(downstream, list(reach), b.shapes)
+    try:
+        b.check_size((rows, largest), what=f"a batch of {rows} perturbed points through {largest}-element values")
+        _masked_pass(downstream, env, reach, b, {names[o] for o in of})
+    except (GradcalcError, np.linalg.LinAlgError, _NotKept):  # (over the budget, a singular matrix...)
+        return {}
+    found = {}
+    for w, h, with_error, scales, taken, block, _ in plans:
+        jac, error = {}, ({} if with_error else None)
+        for o in of:
+            y = np.broadcast_to(env[names[o]], (rows,) + b.shapes[names[o]])[block]
+            estimate = stencil.combine(method, [y[k:k + 1] for k in range(len(scales))], taken,
+                                       y[len(scales):] if stencil.needs_centre(method) else tr.value(o),
+                                       with_error=with_error)
+            if with_error:
+                estimate, err = estimate
+                error[o] = rows_to_jacobian(err, tr.value(o).shape, ())
+            jac[o] = rows_to_jacobian(estimate, tr.value(o).shape, ())
+        found[w] = FiniteDifferences(jac, h, {o: () for o in of}, error)
+    return found
+
+
+class _NotKept(Exception):
+    """A traced value _masked_pass needs was not kept."""
+
+
+def _masked_pass(equations, env: dict, reach: dict, b, keep: set) -> None:
+    """Evaluate equations (all downstream of reach's variables) on the batch in env, each value
+    replaced by its traced one in the rows its arguments' masks (reach: var -> rows it reaches)
+    leave out; values and masks are dropped after their last use, except keep's."""
+    last = {}
+    for i, eq in enumerate(equations):
+        for a in eq.args:
+            last[a] = i
+    with np.errstate(all="ignore"):
+        for i, eq in enumerate(equations):
+            value = eq.prim.impl(*[env[a] for a in eq.args], **eq.params)
+            masks = [reach[a] for a in eq.args if a in reach]
+            mask = masks[0] if len(masks) == 1 else np.logical_or.reduce(masks)
+            if not mask.all():
+                traced = b.values.get(eq.out)
+                if traced is None:  # (a value the trace did not keep: each input's own pass then)
+                    raise _NotKept
+                value = np.where(mask.reshape((-1,) + (1,) * len(b.shapes[eq.out])), value, traced)
+            env[eq.out], reach[eq.out] = value, mask
+            for a in set(eq.args):
+                if last.get(a) == i and a in reach and a not in keep:
+                    del env[a], reach[a]
+
+
+class _Steps:
+    """A point's finite differences at the default step times 2^k, for the scalar inputs that
+    scalar_estimates served: the searches of a failing comparison (_at_larger_steps,
+    _at_smaller_steps) ask for one input and one k at a time, and each asked its own pass over
+    the tape; the first request for a k computes it, in batched passes, for every scalar input
+    whose comparison at the default step fails (the ones that search), and keeps the answers."""
+
+    def __init__(self, tr: Traced, outs, together: dict, rev: dict, plan: "_Plan", facts: dict):
+        self.tr, self.outs, self.together, self.plan, self.facts = tr, outs, together, plan, facts
+        self.rev, self.found, self.failing = rev, {}, None
+
+    def estimate(self, o: str, w: str, h: np.ndarray, k: int) -> FiniteDifferences | None:
+        """The estimate of d o / d w at step h * 2^k (h: w's default step), or None where this
+        point has none to give (each caller then makes its own)."""
+        first = self.together.get(w)
+        if first is None or not np.array_equal(first.step, h):
+            return None
+        if (w, k) not in self.found:
+            for chunk in _chunks([v for v in self._failing() if (v, k) not in self.found] or [w]):
+                for v, est in scalar_estimates(self.tr, self.outs, chunk, self.plan.method, self.facts,
+                                               2.0 ** k).items():
+                    self.found[v, k] = est
+        est = self.found.get((w, k))
+        return None if est is None else FiniteDifferences({o: est.jacobian[o]}, est.step, {o: est.flipped[o]})
+
+    def _failing(self) -> list:
+        if self.failing is None:
+            rtol, atol = self.plan.tol
+            self.failing = [w for w, est in self.together.items() if any(
+                not compare(0.0 if self.rev[o][w] is None else self.rev[o][w], est.jacobian[o], rtol, atol)[0]
+                for o in self.outs)]
+        return self.failing
+
+
+def _estimate_at(tr: Traced, o: str, w: str, plan: "_Plan", h: np.ndarray, k: int) -> FiniteDifferences:
+    """fd_estimate(tr, [o], w, step=h * 2^k) (h: the default step), from the point's batched
+    passes where it has them (plan.steps)."""
+    found = None if plan.steps is None else plan.steps.estimate(o, w, h, k)
+    if found is not None:
+        return found
+    return fd_estimate(tr, [o], w, plan.method, step=h * 2.0 ** k, max_steps=plan.max_steps)
 
 
 def _estimates_error(x: np.ndarray, method: str) -> bool:
@@ -371,19 +513,29 @@ def _upstream(tr: Traced, var: int) -> tuple[set, set]:
     return needed, smooth
 
 
-def kinked_equations(tr: Traced, wrt_var: int, out_var: int | None = None) -> list:
+def facts_on_tape(tr: Traced) -> dict:
+    """{fact: whether some equation on tr's tape has it} for "kink" and "branch": most programs
+    have neither, and a caller that asks for each of many inputs (check) asks this once."""
+    return {fact: any(getattr(eq.prim, fact) is not None for eq in tr.tape.equations)
+            for fact in ("kink", "branch")}
+
+
+def kinked_equations(tr: Traced, wrt_var: int, out_var: int | None = None, facts: dict | None = None) -> list:
     """The equations with a kink on the way from wrt to the output (every output's, when
     out_var is None) where the output's value follows the kink: a kink of a differentiable
     operation (abs, relu, max) on a differentiable path to the output, a jump (a comparison)
     on any path (a mask that multiplies, where's condition).  A kink that only decides a
     condition or an index of the program is not one of the output: a change of path is
-    noted by path_notes instead."""
-    return _equations_with(tr, wrt_var, out_var, "kink")
+    noted by path_notes instead.  facts: see facts_on_tape."""
+    return _equations_with(tr, wrt_var, out_var, "kink", facts)
 
 
-def _equations_with(tr: Traced, wrt_var: int, out_var: int | None, fact: str) -> list:
+def _equations_with(tr: Traced, wrt_var: int, out_var: int | None, fact: str, facts: dict | None = None) -> list:
     """The equations downstream of wrt whose primitive has fact ("kink", "branch"), on the
-    way to the output as kinked_equations says."""
+    way to the output as kinked_equations says (none, without a sweep, where facts, the
+    answer of facts_on_tape, says the tape has none)."""
+    if facts is not None and not facts[fact]:
+        return []
     live = {wrt_var}
     found = []
     for eq in tr.tape.equations:
@@ -400,13 +552,14 @@ def _equations_with(tr: Traced, wrt_var: int, out_var: int | None, fact: str) ->
     return [eq for eq in found if eq.out in (smooth if eq.prim.differentiable else needed)]
 
 
-def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = None) -> list[str]:
+def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = None,
+               facts: dict | None = None) -> list[str]:
     """Notes for the kinked operations on the way from wrt to the output (kinked_equations)
     whose argument lies within two steps of the kink."""
     scale = float(np.max(h)) * 2 if np.size(h) else 0.0
     notes = []
     values = tr.builder.values
-    for eq in kinked_equations(tr, wrt_var, out_var):
+    for eq in kinked_equations(tr, wrt_var, out_var, facts):
         with np.errstate(all="ignore"):
             d = np.abs(np.asarray(eq.prim.kink(values[eq.out], *[values[a] for a in eq.args], **eq.params)))
         if d.size and float(np.min(d)) <= scale:
@@ -430,6 +583,8 @@ class _Plan(NamedTuple):
     symbolic: bool
     max_steps: int
     sweep: bool = False
+    #: the point's estimates at multiples of the default step (see _Steps), once it is traced
+    steps: "_Steps | None" = None
 
 
 def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
@@ -591,6 +746,12 @@ def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
     rev = None if plan.directions else jacobian_blocks(tr, outs, wrts, "rev")
     fwd = None if plan.directions else _forward_probes(tr, outs, [w for w in wrts if w in tr.tape.inputs], rng)
     results = []
+    facts = facts_on_tape(tr)
+    together = {}
+    for chunk in [] if plan.directions else _chunks(wrts):
+        together.update(scalar_estimates(tr, outs, chunk, plan.method, facts))
+    if together:
+        plan = plan._replace(steps=_Steps(tr, outs, together, rev, plan, facts))
     for w in wrts:
         if plan.method == "complex":
             _require_analytic(tr, w)
@@ -601,11 +762,11 @@ def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
                     _taylor(tr, r, rng, plan.max_steps)
             results += found
             continue
-        est = fd_estimate(tr, outs, w, plan.method, max_steps=plan.max_steps)
+        est = together.get(w) or fd_estimate(tr, outs, w, plan.method, max_steps=plan.max_steps, facts=facts)
         for o in outs:
             result = _check_block(tr, name, p, o, w, rev[o][w], est, plan,
                                   fwd.get(w) if fwd is not None else None,
-                                  None if closed is None else closed[o][w])
+                                  None if closed is None else closed[o][w], facts)
             if plan.taylor:
                 _taylor(tr, result, rng, plan.max_steps)
             if plan.sweep:  # (sweep19's: the error over steps, in extra["sweep"])
@@ -629,12 +790,13 @@ def _require_analytic(tr: Traced, w: str) -> None:
 
 
 def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _Plan, probes,
-                 closed) -> CheckResult:
+                 closed, facts: dict | None = None) -> CheckResult:
     """The check of d o / d w: reverse mode's block ad against the finite differences of est,
-    and against forward mode along the random directions of probes and the closed form, if any."""
+    and against forward mode along the random directions of probes and the closed form, if any
+    (facts: see facts_on_tape)."""
     names = tr.tape.names
     fd, h, method, tol = est.jacobian[o], est.step, plan.method, plan.tol
-    kinks, paths = kinks_near(tr, names[w], h, names[o]), path_notes(tr, est.flipped[o])
+    kinks, paths = kinks_near(tr, names[w], h, names[o], facts), path_notes(tr, est.flipped[o])
     notes = kinks + paths
     shape = tr.value(o).shape + tr.value(w).shape
     ad = np.zeros(shape) if ad is None else ad
@@ -902,7 +1064,7 @@ def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failin
     size = np.abs(tr.value(o)).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
 
     def at_step(k: int):
-        est = fd_estimate(tr, [o], w, plan.method, step=h / 2.0 ** k, max_steps=plan.max_steps)
+        est = _estimate_at(tr, o, w, plan, h, -k)
         return None if est.flipped[o] else (view(est.jacobian[o]), np.broadcast_to(est.step, fd.shape))
 
     return _halved(ad, fd, np.broadcast_to(h, fd.shape), at_step,
@@ -940,7 +1102,7 @@ def _at_larger_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing
     doublings = REFINE_MAX_HALVINGS if not worst < 2.0 ** REFINE_MAX_HALVINGS else 2 + math.ceil(math.log2(max(worst, 1.0)))
 
     def at_step(k: int):
-        est = fd_estimate(tr, [o], w, plan.method, step=h * 2.0 ** k, max_steps=plan.max_steps)
+        est = _estimate_at(tr, o, w, plan, h, k)
         return None if est.flipped[o] else (view(est.jacobian[o]), np.broadcast_to(est.step, fd.shape))
 
     return _halved(ad, fd, np.broadcast_to(h, fd.shape), at_step, rounding, failing, plan.tol,
@@ -1114,15 +1276,50 @@ def _forward_probes(tr: Traced, outs, wrts, rng) -> dict:
     forward rule shows up in a random projection with probability 1, at the
     cost of a few tangent passes instead of a column per input element.
     """
-    out = {}
+    directions = {}
     for w in wrts:
         x = tr.value(w)
-        k = FORWARD_PROBES
-        v = rng.standard_normal((k,) + x.shape)
+        v = rng.standard_normal((FORWARD_PROBES,) + x.shape)
         v /= np.maximum(np.sqrt(np.sum(v * v, axis=tuple(range(1, v.ndim)), keepdims=True)), 1e-300)
-        jv, noise = _measured(lambda d: _tangents(tr, w, outs, d), v)
+        directions[w] = v
+    scalars = [w for w in wrts if tr.value(w).ndim == 0]
+    together = {}
+    for chunk in _chunks(scalars):
+        together.update(_scalar_tangents(tr, outs, chunk, directions) if len(chunk) > 1 else {})
+    out = {}
+    for w, v in directions.items():
+        jv, noise = _measured(lambda d: together[w] if w in together else _tangents(tr, w, outs, d), v)
         out[w] = (v, dict(zip(outs, jv)), dict(zip(outs, noise)))
     return out
+
+
+def _scalar_tangents(tr: Traced, outs, wrts, directions: dict) -> dict:
+    """{w: what _tangents gives for w along _measured's batch of its directions}, for scalar
+    inputs wrts, from one tangent pass whose batch holds each input's rows in a block of its own
+    (zero seeds elsewhere): a pass per input swept the whole tape once each (a0*a0 + ... +
+    a999*a999: 1,000 passes over 2,000 equations).  Rows are evaluated element by element, so a
+    block holds the bits its own pass gives, plus zeros from the other seeds (x + 0 = x); where a
+    block is not finite (a zero seed times an infinite derivative is nan), or the batch is over
+    the element budget, that input is left to its own pass (absent from the result)."""
+    blocks = [np.concatenate([directions[w]] + [c * directions[w] for c in ROUNDING_SCALES]) for w in wrts]
+    size = len(blocks[0])
+    seeds = np.zeros((len(wrts), len(wrts) * size))
+    for i, block in enumerate(blocks):
+        seeds[i, i * size:(i + 1) * size] = block
+    names = tr.tape.names
+    try:
+        batch = BatchedBuilder(tr.builder, len(wrts) * size, what="a batched tangent pass")
+        tan = forward(tr.builder, tr.tape.equations, {names[w]: batch.dense(seeds[i]) for i, w in enumerate(wrts)},
+                      eager=True, check=False, keep={names[o] for o in outs})
+    except LimitError:
+        return {}
+    rows = [None if tan.get(names[o]) is None else batch.rows(tan[names[o]]) for o in outs]
+    found = {}
+    for i, w in enumerate(wrts):
+        own = [None if r is None else r[i * size:(i + 1) * size] for r in rows]
+        if all(r is None or np.isfinite(r).all() for r in own):
+            found[w] = own
+    return found
 
 
 def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX_STEPS) -> None:

@@ -770,3 +770,56 @@ def test_a_sum_of_cubes_passes_within_what_the_differences_resolve():
     assert "compared allowing that spread: the automatic derivative lies within it" in res.notes[0]
     r = gradcalc.check("sum(a^3) + 1e-5*sum(stop_gradient(a))", at=SUM_POINT)
     assert not r.ok
+
+
+# Many scalar inputs: check's finite differences and forward-mode probes run one batched pass
+# for all of them, where they ran a pass per input over the tape (a0*a0 + ... + a1999*a1999:
+# 52 s before); every row must hold the bits the input's own pass gives.
+SCALAR_PROGRAMS = [
+    ("y = sin(a)*exp(b) + log(c)*a; z = y*b + tanh(c); w = [a, b, c] * y; sum(w) + z", ["y", "z", "w"]),
+    ("M = [[a, b], [c, a*b]]; v = M @ [sin(a), cos(c)]; s = sum(v*v) + det(M); s", ["v", "s"]),
+    ("y = sin(a)*b + exp(c)*a; z = y*y*c + log1p(b*b); sum([y, z, a*c])", ["y", "z"]),
+]
+
+
+@pytest.mark.parametrize("src,outs", SCALAR_PROGRAMS)
+@pytest.mark.parametrize("method", ["central", "forward", "richardson"])
+@pytest.mark.parametrize("scale", [0.3, 100.0])  # (past |x| = 50 central differences also estimate their error)
+def test_scalar_inputs_in_one_pass_give_each_inputs_own_estimate_bit_for_bit(src, outs, method, scale):
+    from gradcalc.numerics import facts_on_tape, fd_estimate, scalar_estimates
+    tr = trace(gradcalc.parse(src), {"a": 0.3 * scale, "b": -1.2 * scale, "c": 2.5 * scale})
+    together = scalar_estimates(tr, outs, ["a", "b", "c"], method, facts_on_tape(tr))
+    assert set(together) == {"a", "b", "c"}
+    for w, est in together.items():
+        own = fd_estimate(tr, outs, w, method)
+        for o in outs:
+            assert own.jacobian[o].tobytes() == est.jacobian[o].tobytes(), (w, o)
+            assert (own.error is None) == (est.error is None)
+            if own.error is not None:
+                assert own.error[o].tobytes() == est.error[o].tobytes()
+        assert own.step.tobytes() == est.step.tobytes() and own.flipped == est.flipped
+
+
+def test_check_of_many_scalar_inputs_makes_one_pass_for_them(monkeypatch):
+    # failed before: 200 passes of each kind (one per input); the results are those of the passes
+    # per input (the test above), and the gradient is the closed form 2 a_i
+    from gradcalc import numerics
+    calls = {"seeded": 0, "forward": 0}
+    for name in calls:
+        real = getattr(numerics, name)
+        monkeypatch.setattr(numerics, name, lambda *a, _real=real, _name=name, **k: (
+            calls.__setitem__(_name, calls[_name] + 1), _real(*a, **k))[1])
+    n = 200
+    src = " + ".join(f"a{i}*a{i}" for i in range(n))
+    r = gradcalc.check(src, at={f"a{i}": i / 1000 for i in range(n)})
+    assert r.ok and len(r.results) == n
+    assert calls["seeded"] <= 2 and calls["forward"] <= 2, calls
+    assert all(r.extra["rev_fwd_max_abs_err"] <= 1e-15 for r in r.results)
+    # + 1e5: eps |f| / h = 2.9e-6 fails the small terms at the default step (112 of 200); the
+    # larger steps each searches are one batched pass per step for all of them (1,347 passes
+    # before, a pass per input and step; 15 now)
+    calls["seeded"] = 0
+    r = gradcalc.check(src + " + 1e5", at={f"a{i}": i / 1000 for i in range(n)})
+    searched = [r for r in r.results if "at steps up to" in " ".join(r.notes)]
+    assert r.ok and len(searched) >= 10
+    assert calls["seeded"] <= 1 + 40, calls
