@@ -155,10 +155,21 @@ def expand(sources) -> list:
         if isinstance(s, str) and "\n" not in s and len(s) < 4096 and os.path.isdir(s):
             found = sorted(os.path.normpath(os.path.join(d, f))  # (check . names good.grad, not ./good.grad)
                            for d, fs in _visible_files(s) for f in fs if f.endswith(".grad"))
-            out.extend(found or [_failed(s, ValueError_(f"no .grad files in directory '{s}'"))])
+            if not found:
+                found = [_failed(s, ValueError_(f"no .grad files in directory '{s}'"))]
+            out.extend(map(_regular, found))
         else:
             out.append(s)
     return out
+
+
+def _regular(path: str):
+    """A file found in a directory, or, where it is no regular file (a pipe, a device, a broken
+    link), an error result for it: reading a pipe would wait for a writer, and the directory's
+    other files would never be checked."""
+    if not isinstance(path, str) or os.path.isfile(path):
+        return path
+    return _failed(path, FileError(f"'{path}' is not a regular file (a pipe, a device or a broken link)"))
 
 
 def _visible_files(top: str):

@@ -61,3 +61,17 @@ def test_a_link_out_of_the_folder_is_refused(tree):
     os.symlink(tree / "outside.txt", tree / "work" / "sub" / "link.txt")
     r, _ = _check(tree, "x=@link.txt")
     assert r.exit_code == 2 and SECRET not in r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_pipe_in_a_checked_folder_is_an_error_and_the_others_are_checked(tmp_path):
+    """check DIR read every *.grad it found: a named pipe waited for a writer forever, and the
+    folder's other files were never reported (SPEC §5: the others are still checked)."""
+    (tmp_path / "a.grad").write_text("# check: --at x=1\nf = x^2\n")
+    os.mkfifo(tmp_path / "p.grad")
+    r = run("check", tmp_path, "-f", "json")
+    assert r.exit_code == 2
+    results = json.loads(r.stdout)["results"]
+    assert [res["ok"] for res in results if "error" not in res] == [True]
+    (err,) = [res for res in results if "error" in res]
+    assert err["source"].endswith("p.grad") and "not a regular file" in err["error"]["message"]
