@@ -823,3 +823,17 @@ def test_check_of_many_scalar_inputs_makes_one_pass_for_them(monkeypatch):
     searched = [r for r in r.results if "at steps up to" in " ".join(r.notes)]
     assert r.ok and len(searched) >= 10
     assert calls["seeded"] <= 1 + 40, calls
+
+
+@pytest.mark.parametrize("src", ["sum(x) + 1e17 + 0.5*sum(stop_gradient(x))", "sum(x) + 1e17"])
+def test_directions_do_not_pass_what_their_rounding_allowance_cannot_resolve(src):
+    # |f| = 1e17 over a step of 1.5e-5: the allowance eps |f| / h (1.2e7 per direction) passed
+    # a derivative 50% wrong (J v ~ 1, error ~ 0.5); the comparison cannot decide there, and says so
+    r = gradcalc.check(src, at={"x": np.ones(10)}, directions=2)
+    res = r.results[0]
+    assert not r.ok and res.extra["rounding_allowance"] > 1e6
+    assert any(n.startswith("rounding of the directional differences could hide an error of") and
+               "more than J v itself" in n for n in res.notes)
+    assert "bound" not in res.extra  # (no mismatch beyond the allowance to report)
+    # the full check decides: its larger steps resolve the derivative (1 right, 1.5 wrong)
+    assert gradcalc.check(src, at={"x": np.ones(10)}).ok == ("0.5" not in src)
