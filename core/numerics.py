@@ -8,6 +8,7 @@ directions, and optionally with sympy's closed form and a stored result.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import NamedTuple
 
@@ -704,37 +705,40 @@ def _tolerances(method, points, directions, seed, rtol, atol) -> tuple[float, fl
     return tolerance(TOLERANCES[method], rtol, atol)
 
 
-def _points(program, values: dict, points: int, rng, limits: dict) -> list[tuple[int, Traced]]:
-    """[(number, traced)]: the point at= gives (0; left out when it lacks a value and
+def _points(program, values: dict, points: int, rng, limits: dict):
+    """(number, traced) for the point at= gives (0; left out when it lacks a value and
     ``points`` draws the rest) and ``points`` random points (1, 2, ...), each traced on its
-    own (each records its own path), with the limits max_elements and max_steps."""
+    own (each records its own path), with the limits max_elements and max_steps.  The random
+    values are drawn first, as many as the points take together (at most max_elements), and
+    each point is traced only when the caller asks for it: one point's tape at a time (a
+    tape of a long loop can hold tens of MB)."""
     if points:
         inputs = [i.name for i in find_inputs(program)]
         if inputs and all(i in values for i in inputs):
             raise UsageError(f"{option('points')} draws random values for the inputs {option('at')} does "
                              f"not fix, and {option('at')} fixes every input",
                              hint=f"leave some inputs out of {option('at')}", option="points")
-    traced = []
+    first = []
     try:
-        traced.append((0, trace(program, values, **limits)))
+        first.append((0, trace(program, values, **limits)))
     except GradcalcError as err:
         if points == 0 or "has no value" not in err.message:
             raise  # without points, every input needs a value
-    if points:
-        # the inputs' shapes, with any missing value sampled
-        shapes = trace(program, values, sample=lambda n, shape: rng.standard_normal(shape), **limits)
-    for p in range(1, points + 1):
-        traced.append((p, _random_point(program, values, shapes, rng, limits)))
-    return traced
+    drawn = _random_points(program, values, points, rng, limits) if points else []
+    return itertools.chain(first, ((p, trace(program, point, **limits)) for p, point in enumerate(drawn, 1)))
 
 
-def _random_point(program, values, shapes: Traced, rng, limits: dict) -> Traced:
-    """A random point: every input not fixed by at= drawn from a standard normal."""
-    point = dict(values)
-    for info in shapes.inputs:
-        if info.name not in point:
-            point[info.name] = rng.standard_normal(shapes.value(info.name).shape)
-    return trace(program, point, **limits)
+def _random_points(program, values, points: int, rng, limits: dict) -> list[dict]:
+    """points random points: every input not fixed by at= drawn from a standard normal, in
+    the shape a trace with sampled values finds."""
+    shapes = trace(program, values, sample=lambda n, shape: rng.standard_normal(shape), **limits)
+    free = [(info.name, shapes.value(info.name).shape) for info in shapes.inputs if info.name not in values]
+    drawn = points * sum(math.prod(shape) for _, shape in free)
+    if drawn > limits["max_elements"]:
+        raise LimitError(f"{option('points')} {points} would draw {drawn:,} random values, more than "
+                         f"{option('max_elements')}={limits['max_elements']:,}", option="points",
+                         hint=f"ask for fewer points, or raise {option('max_elements')}")
+    return [{**values, **{name: rng.standard_normal(shape) for name, shape in free}} for _ in range(points)]
 
 
 def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):

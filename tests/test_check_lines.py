@@ -75,3 +75,31 @@ def test_a_pipe_in_a_checked_folder_is_an_error_and_the_others_are_checked(tmp_p
     assert [res["ok"] for res in results if "error" not in res] == [True]
     (err,) = [res for res in results if "error" in res]
     assert err["source"].endswith("p.grad") and "not a regular file" in err["error"]["message"]
+
+
+def test_check_points_keeps_one_points_tape_at_a_time(monkeypatch):
+    """check --points traced every point before checking any, so that all their tapes were alive
+    at once (a tape of a 20,000-step loop holds ~55 MB: 200 points wanted 11 GB; limits hunt).
+    Now at most the tape checked and the next one are (and the trace that finds the shapes)."""
+    import weakref
+
+    import gradcalc
+    from gradcalc import numerics
+    alive, most = weakref.WeakSet(), []
+    real = numerics.trace
+
+    def counted(*args, **kwargs):
+        tr = real(*args, **kwargs)
+        alive.add(tr.builder)
+        most.append(len(alive))
+        return tr
+    monkeypatch.setattr(numerics, "trace", counted)
+    r = gradcalc.check("input w[3]\nsum(sin(w) * w)", points=8)
+    assert r.ok and len(r.results) == 8 and len(most) == 9
+    assert max(most) <= 3
+
+
+def test_check_points_beyond_the_element_limit_is_refused():
+    import gradcalc
+    with pytest.raises(gradcalc.errors.LimitError, match="points 1000000000000 would draw 1,000,000,000,000"):
+        gradcalc.check("x^2", points=10**12)
