@@ -17,7 +17,7 @@ from .results import Result, symbolic_part
 from .session import (eager_backward, float_array, inputs_only, jacobian_blocks, own_arrays, parse,
                       quiet, select_names, select_output, trace_source)
 from .tape import DEFAULT_MAX_ELEMENTS, Warning_, all_finite
-from .transforms import backward, forward, needed_and_frees, rows_to_jacobian
+from .transforms import backward, forward, jacobian_row, needed_and_frees
 
 __all__ = ["parse", "evaluate", "grad", "vjp", "jvp", "jacobian", "hessian", "graph", "Result"]
 
@@ -335,20 +335,15 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
     outs = [None if grads[names[w]] is None else tan.get(grads[names[w]].var) for w in wrt]
     cols = [None if t is None else batch.rows(t) for t in outs]
     hess = {}
-    checked = set()  # rows known to be finite
-    for wi, c, t in zip(wrt, cols, outs):
-        ishape = tr.value(wi).shape
-        hess[wi], start = {}, 0
-        if c is None or batch.finite_band(t):
-            checked.add(wi)
-        for wj in wrt:
-            jshape, k = tr.value(wj).shape, tr.value(wj).size
-            if c is None:
-                hess[wi][wj] = np.zeros(ishape + jshape)
-            else:
-                hess[wi][wj] = rows_to_jacobian(c[start:start + k], ishape, jshape)
-            start += k
-    if any(not np.isfinite(v).all() for wi, row in hess.items() if wi not in checked for v in row.values()):
+    shapes = [tr.value(w).shape for w in wrt]
+    finite = True  # (a row known finite, a band of finite diagonals, is not looked at)
+    for wi, c, t, ishape in zip(wrt, cols, outs, shapes):
+        if c is None:
+            hess[wi] = {wj: np.zeros(ishape + jshape) for wj, jshape in zip(wrt, shapes)}
+            continue
+        hess[wi] = dict(zip(wrt, jacobian_row(c, ishape, shapes)))
+        finite = finite and (batch.finite_band(t) or bool(np.isfinite(c).all()))
+    if not finite:
         # Name the culprit: the first rule whose derivative is not finite, forward over backward:
         # the backward pass recorded again, the same equations (on new variables), with a log
         # of which operation's rule made each (which the usual, finite, case never reads).

@@ -17,7 +17,7 @@ from .lower import DEFAULT_MAX_STEPS, Traced, trace
 from .syntax import Program
 from .syntax import parse as parse_text
 from .tape import all_finite
-from .transforms import ancestors, backward, forward, rows_to_jacobian
+from .transforms import ancestors, backward, forward, jacobian_row
 
 
 def quiet(fn):
@@ -246,16 +246,10 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
         tan = forward(b, tr.tape.equations, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
                       keep={names[o] for o in outs}, fold=JVP_FOLDS)
         cols = [None if tan.get(names[o]) is None else batch.rows(tan[names[o]]) for o in outs]
+        shapes = [tr.value(w).shape for w in wrt]
         for o, c in zip(outs, cols):
-            yshape = tr.value(o).shape
             reach = ancestors(tr.tape.equations, [names[o]])
-            start = 0
-            for w in wrt:
-                wshape = tr.value(w).shape
-                k = tr.value(w).size
-                if c is None or names[w] not in reach:  # no differentiable path: unconnected
-                    blocks[o][w] = None
-                else:
-                    blocks[o][w] = rows_to_jacobian(c[start:start + k], yshape, wshape)
-                start += k
+            row = [None] * len(wrt) if c is None else jacobian_row(c, tr.value(o).shape, shapes)
+            # (None: no differentiable path, unconnected)
+            blocks[o] = {w: block if names[w] in reach else None for w, block in zip(wrt, row)}
     return blocks

@@ -715,3 +715,39 @@ def test_a_loop_of_updates_writes_in_place(monkeypatch):
     seen.clear()
     assert float(gradcalc.grad(src, at={"x": 2.0})["x"]) == sum(range(50)) + 1
     assert seen.count(True) >= 99
+
+
+@pytest.mark.parametrize("yshape, xshapes", [((), [(), (3,), (2, 2)]), ((2,), [(3,), ()]), ((2, 3), [(1,), (2, 1, 2)])])
+def test_a_jacobian_row_is_each_inputs_block(yshape, xshapes):
+    """jacobian_row cuts the rows of a batched pass (one per element of the inputs, in order) into
+    blocks of shape yshape + xshape: block[y][x] is the row of x's element at y."""
+    from gradcalc.transforms import jacobian_row
+    n = sum(math.prod(s) for s in xshapes)
+    rows = np.arange(n * math.prod(yshape), dtype=float).reshape((n,) + yshape) * 1.5
+    start = 0
+    for block, xshape in zip(jacobian_row(rows, yshape, xshapes), xshapes):
+        assert block.shape == yshape + xshape
+        for k, x in enumerate(np.ndindex(*xshape)):
+            for y in np.ndindex(*yshape):
+                assert block[y + x] == rows[(start + k,) + y]
+        start += math.prod(xshape)
+
+
+def test_a_hessian_of_many_scalar_inputs_is_the_closed_form():
+    """sum of a_i a_(i+1) around a ring of 200 scalar inputs: the Hessian is the ring's adjacency
+    matrix (1 where |i - j| = 1 mod 200), plus sin(a0) a3^3's second derivatives."""
+    n = 200
+    src = " + ".join(f"a{i}*a{(i + 1) % n}" for i in range(n)) + " + sin(a0)*a3^3"
+    at = {f"a{i}": 0.01 * i for i in range(n)}
+    h = gradcalc.hessian(src, at=at)
+    want = np.zeros((n, n))
+    for i in range(n):
+        want[i, (i + 1) % n] = want[(i + 1) % n, i] = 1.0
+    a0, a3 = at["a0"], at["a3"]
+    want[0, 0] += -math.sin(a0) * a3 ** 3
+    want[0, 3] += math.cos(a0) * 3 * a3 ** 2
+    want[3, 0] += math.cos(a0) * 3 * a3 ** 2
+    want[3, 3] += math.sin(a0) * 6 * a3
+    got = np.array([[float(h[f"a{i}"][f"a{j}"]) for j in range(n)] for i in range(n)])
+    np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)
+    assert all(type(h[f"a{i}"][f"a{j}"]) is np.ndarray for i in (0, 7) for j in (3, 9))
