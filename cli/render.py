@@ -204,6 +204,9 @@ def print_table(title: str, rows: list[tuple], columns=("name", "shape", "value"
     out.print(table)
 
 
+MATRIX_COLUMNS = 12  # the most columns a matrix is drawn with; wider ones are summarised
+
+
 def print_matrix(title: str, block, row_name: str, col_name: str, row_shape, col_shape,
                  precision: int = 6) -> None:
     """A derivative block as a labelled matrix: rows row_name[i], columns col_name[j]."""
@@ -211,7 +214,7 @@ def print_matrix(title: str, block, row_name: str, col_name: str, row_shape, col
 
     a = np.asarray(block, dtype=np.float64)
     m, n = int(np.prod(row_shape, dtype=np.int64)), int(np.prod(col_shape, dtype=np.int64))
-    if m * n > MAX_SHOWN * 4 or n > 12 or m * n == 0:
+    if m * n > MAX_SHOWN * 4 or n > MATRIX_COLUMNS or m * n == 0:
         print_table(title, [(f"d{row_name}/d{col_name}", a)], precision=precision)
         return
     grid = a.reshape(m, n)

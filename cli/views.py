@@ -204,6 +204,11 @@ def _hessian_numbers(r, precision: int) -> None:
     names = list(r)
     if all(np.shape(r[n][n]) == () for n in names):
         grid = np.array([[r[a][b] for b in names] for a in names])
+        if len(names) > render.MATRIX_COLUMNS:  # (as print_matrix: summarised, not a table of n² cells)
+            render.print_table(f"hessian of {r.of}: {len(names)} scalar inputs, rows and columns in the order "
+                               f"{names[0]}, {names[1]}, …, {names[-1]} (-f json gives every entry)",
+                               [(f"d²{r.of}/d(inputs)²", grid)], precision=precision)
+            return
         _named_matrix(f"hessian of {r.of}", grid, names, precision)
         return
     for a, row in r.items():

@@ -897,3 +897,16 @@ def test_a_non_finite_directional_derivative_claims_no_convergence():
     (row,) = json.loads(r.stdout)["results"]
     assert r.exit_code == 1 and (row["ad"], row["fd"]) == ("inf", "nan")
     assert row["notes"] == ["non-finite derivative"]
+
+
+def test_a_hessian_of_many_scalar_inputs_is_summarised_in_a_table():
+    """More than 12 scalar inputs: the n×n matrix is summarised, as a wide derivative block is
+    (a 1,000-input Hessian drew a table of a million cells for 103 s); 12 are drawn whole."""
+    n = 20
+    src = " + ".join(f"a{i}*a{i + 1}" for i in range(n - 1)) + " + a0^2"
+    at = ",".join(f"a{i}={i}" for i in range(n))
+    r = ok("hessian", src, "--at", at)
+    assert f"{n} scalar inputs, rows and columns in the order a0, a1, …, a{n - 1}" in r.stdout
+    assert f"{n}×{n}" in r.stdout and "min 0  max 2" in r.stdout  # (d²/da0² = 2; the others 1 or 0)
+    small = ok("hessian", " + ".join(f"a{i}*a{i + 1}" for i in range(11)), "--at", ",".join(f"a{i}=1" for i in range(12)))
+    assert "a11" in small.stdout.splitlines()[2] and "min" not in small.stdout  # (the header row)
