@@ -749,16 +749,17 @@ class Builder:
         recorded rule reads it, no recording block is open), nothing else refers to the array (no
         view of it, no other variable: CPython's reference count, which counts the values dict and
         getrefcount's own argument), it is a writable float64 array that owns its memory (no view
-        of another's), and it holds no nan or inf (so that the update's warnings are those of the
-        copy it replaces)."""
+        of another's) in C order (the copy's: a sum of the result adds in the same order), and it
+        holds no nan or inf (so that the update's warnings are those of the copy it replaces)."""
         lifetimes = self.lifetimes
         if lifetimes is None or lifetimes.held or var not in lifetimes.watched or not COUNTS_REFERENCES:
             return False
         if sys.getrefcount(self.values[var]) != 2:  # (the subscript's reference, not a local's)
             return False
         x = self.values[var]
-        return x.__class__ is np.ndarray and x.base is None and x.dtype is F64 and x.flags.writeable \
-            and (var == self._finite or all_finite(x))
+        flags = x.flags
+        return x.__class__ is np.ndarray and x.base is None and x.dtype is F64 and flags.writeable \
+            and flags.c_contiguous and (var == self._finite or all_finite(x))
 
     def op_name(self, prim, loc) -> str:
         """An operation as messages name it: the builtin the program called at loc (mean), the
