@@ -1471,9 +1471,12 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
             ok, mabs, mrel, worst, d, slack = (smaller.ok, smaller.max_abs, smaller.max_rel, smaller.worst,
                                                smaller.fd, inner)
     # (sum(x) + 1e17: eps |f| / h = 1.2e7 allowed per direction passed a gradient 50% wrong: an
-    # allowance past the largest |J v| could hide an error of its sign, so the comparison says nothing)
+    # allowance past the largest |J v| could hide an error of its sign, so the comparison says
+    # nothing, unless it was not needed: J v and the differences agree without it (100 + 0*x:
+    # both exactly 0, a right derivative that failed under the bare rule)
     undecided = ok and kind in stencil.ROUNDING and \
-        float(np.max(slack, initial=0.0)) > plan.tol[1] + float(np.max(np.abs(d), initial=0.0))
+        float(np.max(slack, initial=0.0)) > plan.tol[1] + float(np.max(np.abs(d), initial=0.0)) and \
+        not compare(j, d, *plan.tol)[0]
     if undecided:
         ok = False
         notes.append(f"rounding of the directional differences could hide an error of {float(np.max(slack)):.2g} "

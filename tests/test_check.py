@@ -837,3 +837,13 @@ def test_directions_do_not_pass_what_their_rounding_allowance_cannot_resolve(src
     assert "bound" not in res.extra  # (no mismatch beyond the allowance to report)
     # the full check decides: its larger steps resolve the derivative (1 right, 1.5 wrong)
     assert gradcalc.check(src, at={"x": np.ones(10)}).ok == ("0.5" not in src)
+
+
+@pytest.mark.parametrize("src, x", [("100 + 0*x", 1.0), ("relu(x) + 100", -1.0), ("sum(relu(x)) + 1000", [-1.0, -2.0, 3.0]),
+                                    ("sum(x * 0) + 1e17", [1.0, 2.0])])
+def test_directions_pass_a_zero_derivative_their_differences_find_exactly(src, x):
+    """Where J v and the directional differences agree without any rounding allowance (a derivative
+    exactly 0, differences exactly 0), the allowance decides nothing and is not needed: a pass
+    (the bare 'allowance past |J v|' rule failed these right derivatives: differential review)."""
+    r = gradcalc.check(src, at={"x": x}, directions=2)
+    assert r.ok, [res.notes for res in r.results]
