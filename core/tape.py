@@ -55,6 +55,16 @@ def by_row(value: np.ndarray) -> np.ndarray:
 SERIAL_DOT = 8192
 
 
+def elements_spanned(shape) -> int:
+    """The elements a shape counts against --max-elements: zero-length axes count as 1 (an empty
+    array of shape (10^5, 10^5, 0) holds nothing, but its nested-list form would not end).  Exact
+    integers: a shape may be an .npy header's, beyond int64."""
+    size = 1
+    for d in shape:
+        size *= max(int(d), 1)
+    return size
+
+
 def squared_norm(v: np.ndarray) -> float:
     """The sum of the squares of v's elements (a float64 array): inf or nan when an element is,
     or when the sum overflows.  Never on BLAS's thread pool (see SERIAL_DOT)."""
@@ -535,9 +545,7 @@ class Builder:
         Zero-length axes count as 1 here: an empty array of shape (10^5, 10^5, 0)
         holds nothing, but printing it as nested lists would not end.
         """
-        size = 1
-        for d in shape:
-            size *= max(int(d), 1)
+        size = elements_spanned(shape)
         if size > self.max_elements:
             dims = "(" + ", ".join(map(_count, shape)) + ("," if len(shape) == 1 else "") + ")"
             if what:

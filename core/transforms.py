@@ -546,12 +546,11 @@ def jacobian_row(rows, yshape: tuple, xshapes: list) -> list:
     """rows_to_jacobian of several inputs side by side (rows: one per element of each input, in
     order) -> a block of shape yshape + xshape for each, made by one transpose of all the rows: a
     Hessian of n scalar inputs has n² blocks, one slice each."""
-    rows = np.asarray(rows)
-    rows = rows.reshape((len(rows),) + tuple(yshape))
+    sizes = [math.prod(xshape) for xshape in xshapes]
+    rows = np.asarray(rows).reshape((sum(sizes),) + tuple(yshape))
     columns = rows.transpose((*range(1, rows.ndim), 0))
     blocks, start = [], 0
-    for xshape in xshapes:
-        k = math.prod(xshape)
+    for xshape, k in zip(xshapes, sizes):
         blocks.append(columns[..., start:start + k].reshape(tuple(yshape) + tuple(xshape)))
         start += k
     return blocks
@@ -560,6 +559,4 @@ def jacobian_row(rows, yshape: tuple, xshapes: list) -> list:
 def rows_to_jacobian(rows, yshape: tuple, xshape: tuple) -> np.ndarray:
     """Rows of a batched pass, one per element of x (x.size rows of y.shape), as the Jacobian
     block of shape y.shape + x.shape (the layout the seeds of batched.BatchedBuilder.seeds make)."""
-    n = math.prod(xshape)
-    rows = np.asarray(rows).reshape((n,) + tuple(yshape))
-    return rows.transpose((*range(1, rows.ndim), 0)).reshape(tuple(yshape) + tuple(xshape))
+    return jacobian_row(rows, yshape, [xshape])[0]

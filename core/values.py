@@ -20,7 +20,7 @@ import numpy as np
 from .codec import JSONNumberError, array_from_json
 from .errors import FileError, GradcalcError, LimitError, Source, UsageError, ValueError_, option
 from .lower import constant_value, find_inputs
-from .tape import DEFAULT_MAX_ELEMENTS
+from .tape import DEFAULT_MAX_ELEMENTS, elements_spanned
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*$")
 
@@ -138,11 +138,9 @@ def _within(value: np.ndarray, label: str, max_elements: int) -> np.ndarray:
 
 
 def _check_shape(shape: tuple, label: str, max_elements: int) -> None:
-    """Refuse a shape of more than max_elements elements, zero-length axes counted as 1, as
-    Tape.check_size does (shape may be an .npy header's, beyond int64: exact integers here)."""
-    size = 1
-    for d in shape:
-        size *= max(d, 1)
+    """Refuse a shape spanning more than max_elements elements (tape.elements_spanned, as
+    Builder.check_size counts them)."""
+    size = elements_spanned(shape)
     if size > max_elements:
         verb = "spans" if 0 in shape else "has"
         raise LimitError(f"{label}: a value of shape {tuple(shape)} {verb} {size} elements, "
