@@ -260,6 +260,12 @@ def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, ch
     out, prim, ea, params, _ = eq
     if not prim.differentiable:
         return
+    if prim is _INDEX and owned is not None and log is None and ea[0] in live and \
+            _scatter(ct.get(ea[0]), g, params["idx"], ea[0], owned):
+        # (no warning is lost: x[idx]'s cotangent is finite wherever g is)
+        if finite:
+            finite.discard(ea[0])  # (a sum of contributions is not certified)
+        return
     values = builder.values
     # The rules' positional arguments (g, ans, *args) as one tuple, passed on as it is.
     if prim.variadic and prim.vjp_reads == ():  # (rules of any number of operands that read
@@ -308,6 +314,7 @@ def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, ch
 
 
 _MATMUL = P.matmul
+_INDEX = P.index
 _add = np.add
 
 
@@ -315,28 +322,68 @@ def _accumulate(prev, c, a, owned: dict | None):
     """prev + c: a variable's cotangent so far plus one more contribution.
 
     On an eager pass (``owned``, a dict), a sum the pass made is written into on the next
-    contribution: ``owned[a]`` is the id of the last sum made for a, which only ct holds
-    until the variable's equation takes it (a rule may hand its cotangent on as it is, so
-    a contribution itself, or a seed, is never written into).  The same additions in the
-    same order (np.add(prev, c, out=prev) is prev + c, bit for bit, on two elements or more),
-    without an array made for each: a
-    weight matrix shared by the steps of a loop gets one contribution a step.  An id, not
-    the array: holding the array would keep every sum alive until the pass ends (W8: 32 KB
-    a step); the id is compared only while ct holds that array (a's equation takes it
-    last), so it cannot name another one."""
+    contribution: ``owned[a]`` is (the id of the last sum made for a, which only ct holds
+    until the variable's equation takes it; see _scatter for the second item).  A rule may
+    hand its cotangent on as it is, so a contribution itself, or a seed, is never written
+    into.  The same additions in the same order (np.add(prev, c, out=prev) is prev + c, bit
+    for bit, on two elements or more), without an array made for each: a weight matrix
+    shared by the steps of a loop gets one contribution a step.  An id, not the array:
+    holding the array would keep every sum alive until the pass ends (W8: 32 KB a step);
+    the id is compared only while ct holds that array (a's equation takes it last), so it
+    cannot name another one."""
     if owned is None:
         return prev + c
-    if owned.get(a) == id(prev) and c.dtype is F64 and c.shape == prev.shape and prev.size > 1:
+    mark = owned.get(a)
+    if mark is not None and mark[0] == id(prev) and c.dtype is F64 and c.shape == prev.shape and prev.size > 1:
         # (not one element: there NumPy's in-place add keeps c's nan, sign bit included, where
         # prev + c keeps prev's; from two elements on, and for strided or broadcast c, both
         # keep prev's: checked up to 4,096 elements)
+        owned[a] = (mark[0], None)  # (c may hold -0.0 anywhere: see _scatter)
         return _add(prev, c, prev)  # (out given by position: the keyword costs a third of a small add)
     total = prev + c
     if total.__class__ is np.ndarray and total.dtype is F64:
-        owned[a] = id(total)
+        owned[a] = (id(total), None)
     else:
         owned.pop(a, None)
     return total
+
+
+def _scatter(prev, g, idx: tuple, a, owned: dict) -> bool:
+    """Add the cotangent g of x[idx] into prev, x's cotangent so far, where prev is a sum this
+    pass made (see _accumulate) and idx takes integers and slices alone; False, doing nothing,
+    otherwise (the rule then makes its array of zeros and _accumulate adds it).
+
+    The same bits as prev + index_put(g, idx) in O(g.size), not O(prev.size): a loop reading
+    v[i] once a step would otherwise add an array of v's size a step.  Outside idx that sum
+    adds +0.0, which changes only -0.0 (to +0.0; x + y is -0.0 only where both are).  So
+    ``owned[a][1]`` records where prev may still hold a -0.0 that those additions would have
+    made +0.0: None (anywhere, after a dense sum), else the previous scatter's idx; those
+    places get their +0.0 added here, and an add of +0.0 keeps what any other value is
+    (a nan's sign and payload included)."""
+    mark = owned.get(a)
+    if mark is None or mark[0] != id(prev) or g.dtype is not F64 or prev.dtype is not F64 or prev.size <= 1:
+        return False
+    for i in idx:
+        if type(i) is not int and type(i) is not slice:
+            return False
+    region = prev[idx]
+    if _has_nan(g) and _has_nan(region):
+        # (of two nans, a sum keeps one by where the dense sum's SIMD loop meets them: its
+        # body keeps the first operand's sign bit, its tail the second's)
+        return False
+    total = _add(region, g)  # (before the +0.0 below: at idx itself the sum adds g alone)
+    loose = mark[1]
+    if loose is None:
+        _add(prev, 0.0, prev)
+    else:
+        prev[loose] += 0.0
+    prev[idx] = total
+    owned[a] = (mark[0], idx)
+    return True
+
+
+def _has_nan(x) -> bool:
+    return bool(x != x) if x.ndim == 0 else bool(np.isnan(x).any())
 
 
 def _finite_product(c, g, other) -> bool:

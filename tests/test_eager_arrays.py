@@ -8,7 +8,8 @@ matrices, reshape, broadcast_to, sum_to).  The reference here is the general pat
 views must be views with NumPy's strides, and bad shapes must give the general path's errors.
 
 The eager backward pass also sums a variable's cotangent contributions in place once it made
-the sum itself (transforms._accumulate); nothing it handed on, or was handed, may change.
+the sum itself (transforms._accumulate), and adds the cotangent of a read x[idx] into that sum
+at idx alone (transforms._scatter); nothing it handed on, or was handed, may change.
 """
 from __future__ import annotations
 
@@ -166,6 +167,116 @@ def test_sums_of_nan_keep_the_sign_bits_of_sums_made_anew(shape, signs):
     owned: dict = {}
     total = _accumulate(_accumulate(c1, c2, 7, owned), c3, 7, owned)
     assert total.tobytes() == ((c1 + c2) + c3).tobytes()
+
+
+# -- reads of elements: their cotangents added where they read (transforms._scatter) -------------
+# The oracle is the dense sum written out here: each read v[idx] contributes zeros of v's shape
+# holding its coefficient at idx, and the backward pass sums them newest first, (c_K + c_K-1) + ...
+# Coefficients of both zero signs and nan of both signs, where the dense sum's +0.0 outside idx
+# decides the sign bits.
+_NEG_NAN = float(np.copysign(np.nan, -1.0))
+_READS = [  # (v's shape, the reads' indices, each as text and as NumPy's index)
+    ((6,), [("3", 3), ("1", 1), ("3", 3), ("-1", 5), ("3", 3), ("0:2", slice(0, 2)), ("1", 1)]),
+    ((6,), [("2", 2)] * 5),
+    ((6,), [("4:1:-1", slice(4, 1, -1)), ("2", 2), ("::2", slice(None, None, 2)), ("2", 2), ("5", 5)]),
+    ((3, 4), [("1, 2", (1, 2)), ("1", 1), ("1, 2", (1, 2)), (":, 3", (slice(None), 3)), ("0, 0", (0, 0)),
+              ("2, 1:", (2, slice(1, None)))]),
+]
+
+
+# Where each place of the sum's sign bits is decided (reads listed in program order; the pass
+# meets them last first): -0.0 made by reads at one place, then a read elsewhere (+0.0 added
+# there, once the pass owns the sum, and again after a read in place); two nans at one place.
+_SIGNED_READS = [
+    ((6,), [("4", 4), ("2", 2), ("2", 2)], [1.0, -0.0, -0.0]),
+    ((6,), [("4", 4)] + [("2", 2)] * 4, [1.0] + [-0.0] * 4),
+    ((6,), [("0:3", slice(0, 3)), ("1", 1), ("1", 1), ("1", 1)], [2.0, -0.0, -0.0, -0.0]),
+    ((6,), [("2", 2), ("2", 2), ("2", 2)], [_NEG_NAN, np.nan, np.nan]),
+    ((6,), [("2", 2), ("2", 2), ("2", 2)], [np.nan, _NEG_NAN, _NEG_NAN]),
+    ((6,), [("2:4", slice(2, 4))] * 3, [_NEG_NAN, np.nan, np.nan]),
+    ((2, 3), [("1", 1), ("1, 0", (1, 0)), ("1, 0", (1, 0)), ("1, 0", (1, 0))], [_NEG_NAN, -0.0, -0.0, np.nan]),
+]
+
+
+def _reads_program(shape, reads) -> str:
+    """s = s + v[idx] * w[k] for each read (summed where it selects more than one element)."""
+    def read(text, idx):
+        idx = idx if type(idx) is tuple else (idx,)
+        one = len(idx) == len(shape) and all(type(i) is int for i in idx)
+        return f"v[{text}]" if one else f"sum(v[{text}])"
+    return "s = 0\n" + "\n".join(f"s = s + {read(*r)} * w[{k}]" for k, r in enumerate(reads))
+
+
+def _dense_reads_gradient(shape, idxs, coefs):
+    total = None
+    for idx, c in reversed(list(zip(idxs, coefs))):
+        part = np.zeros(shape)
+        part[idx] = c
+        total = part if total is None else total + part
+    return total
+
+
+@pytest.mark.parametrize("shape, reads", _READS)
+@pytest.mark.parametrize("signs", ["zeros", "nans", "mixed"])
+def test_reads_of_elements_sum_their_cotangents_as_zeros_of_the_whole_would(shape, reads, signs):
+    rng = np.random.default_rng(len(reads) + len(signs))
+    pool = {"zeros": [0.0, -0.0], "nans": [np.nan, _NEG_NAN, -0.0],
+            "mixed": [0.0, -0.0, 1.5, -2.0, np.nan, _NEG_NAN, np.inf]}[signs]
+    w = rng.choice(pool, size=len(reads))
+    src = _reads_program(shape, reads)
+    v = rng.standard_normal(shape)
+    g = gradcalc.grad(src, at={"v": v, "w": w}, wrt=["v"])["v"]
+    assert g.tobytes() == _dense_reads_gradient(shape, [idx for _, idx in reads], w).tobytes()
+
+
+@pytest.mark.parametrize("shape, reads, w", _SIGNED_READS)
+def test_reads_of_elements_keep_the_dense_sums_sign_bits(shape, reads, w):
+    w = np.array(w)
+    src = _reads_program(shape, reads)
+    g = gradcalc.grad(src, at={"v": np.ones(shape), "w": w}, wrt=["v"])["v"]
+    assert g.tobytes() == _dense_reads_gradient(shape, [idx for _, idx in reads], w).tobytes()
+
+
+@pytest.mark.parametrize("idx", [(2,), (slice(2, 3),), (slice(1, 4),), (slice(None, None, -2),)])
+@pytest.mark.parametrize("nans", [(1, 0), (0, -1), (-1, 0), (1, -1), (-1, 1)])
+def test_a_read_added_in_place_keeps_the_dense_sums_nan(idx, nans):
+    # (through grad, a nan that reaches the result makes the pass run again, with warnings, and
+    # the nan's bits of that pass are returned: each pass's are seen here).  Of two nans, the
+    # dense sum keeps the one its SIMD loop's body or tail keeps, by where they stand in the
+    # array: that read is left to the dense sum.
+    from gradcalc.transforms import _accumulate, _scatter
+    prev_nan, g_nan = (float(np.copysign(np.nan, s)) if s else 1.5 for s in nans)
+    c1, c2 = np.zeros(6), np.zeros(6)
+    c1[idx], c2[2] = prev_nan, -0.0
+    owned: dict = {}
+    dense = c1 + c2
+    prev = _accumulate(c1, c2, 7, owned)
+    g = np.full(np.zeros(6)[idx].shape, g_nan)[()]
+    part = np.zeros(6)
+    part[idx] = g
+    dense = dense + part
+    if all(nans):
+        before = prev.tobytes()
+        assert not _scatter(prev, g, idx, 7, owned) and prev.tobytes() == before
+    else:
+        assert _scatter(prev, g, idx, 7, owned)
+        assert prev.tobytes() == dense.tobytes()
+
+
+def test_a_loop_reading_each_element_adds_each_read_where_it_reads(monkeypatch):
+    """The mechanism the test above compares is in use: every read but the first two (the first
+    contribution, and the sum the pass then makes and owns) is added in place."""
+    from gradcalc import transforms
+    calls = []
+    scatter = transforms._scatter
+    monkeypatch.setattr(transforms, "_scatter", lambda *a: calls.append(scatter(*a)) or calls[-1])
+    n = 2000
+    w = np.where(np.arange(n) % 3 == 0, -0.0, np.arange(n) * 0.5)
+    src = f"s = 0\nfor i in range({n}) {{ s = s + v[i] * w[{n - 1} - i] }}"
+    g = gradcalc.grad(src, at={"v": np.ones(n), "w": w}, wrt=["v", "w"])
+    assert g["v"].tobytes() == _dense_reads_gradient((n,), range(n), w[::-1]).tobytes()
+    assert g["w"].tobytes() == _dense_reads_gradient((n,), range(n - 1, -1, -1), np.ones(n)).tobytes()
+    assert calls.count(True) == 2 * (n - 2)
 
 
 # -- vjp_reads: the values a primitive's VJP rules read ----------------------------------------
