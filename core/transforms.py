@@ -338,7 +338,8 @@ def _accumulate(prev, c, a, owned: dict | None):
         # (not one element: there NumPy's in-place add keeps c's nan, sign bit included, where
         # prev + c keeps prev's; from two elements on, and for strided or broadcast c, both
         # keep prev's: checked up to 4,096 elements)
-        owned[a] = (mark[0], None)  # (c may hold -0.0 anywhere: see _scatter)
+        if mark[1] is not None:
+            owned[a] = (mark[0], None)  # (c may hold -0.0 anywhere: see _scatter)
         return _add(prev, c, prev)  # (out given by position: the keyword costs a third of a small add)
     total = prev + c
     if total.__class__ is np.ndarray and total.dtype is F64:
