@@ -315,7 +315,7 @@ def _run(opts: Options, body: Callable[[], object]) -> None:
     except (typer.Exit, typer.Abort):
         raise
     except Exception as exc:  # noqa: BLE001 - anything else is a bug in gradcalc
-        code = report_internal_error(exc, opts.debug)
+        code = report_internal_error(exc, opts.debug, opts.format is Format.json)
     raise typer.Exit(code)
 
 

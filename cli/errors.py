@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import sys
 
-from gradcalc.errors import GradcalcError, flag, located_text
+from gradcalc.errors import REPORT_URL, GradcalcError, flag, located_text
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-REPORT_URL = "https://github.com/gradcalc/gradcalc/issues"
 
 
 def error_text(err: GradcalcError) -> str:
@@ -31,11 +30,15 @@ def report_user_error(err: GradcalcError, json_out: bool) -> int:
     return EXIT_USER
 
 
-def report_internal_error(exc: BaseException, debug: bool) -> int:
+def report_internal_error(exc: BaseException, debug: bool, json_out: bool = False) -> int:
     if debug:
         import traceback
         traceback.print_exception(exc)
-    sys.stderr.write(f"gradcalc: internal error ({type(exc).__name__}: {exc}). Sorry: this is a bug "
-                     f"in gradcalc. Please report it at {REPORT_URL} with the command you ran"
-                     f"{'' if debug else ' (add --debug for a traceback)'}.\n")
+    message = f"internal error ({type(exc).__name__}: {exc})"
+    sys.stderr.write(f"gradcalc: {message}. Sorry: this is a bug in gradcalc. Please report it at {REPORT_URL} "
+                     f"with the command you ran{'' if debug else ' (add --debug for a traceback)'}.\n")
+    if json_out:  # (-f json: one object on stdout, whatever happened)
+        from .render import dump_json
+        dump_json({"error": {"kind": "internal", "message": message, "line": None, "column": None,
+                             "source": None, "hint": f"a bug in gradcalc: please report it at {REPORT_URL}"}})
     return EXIT_INTERNAL

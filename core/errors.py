@@ -18,7 +18,9 @@ class Source(NamedTuple):
     label: str = "<expr>"
 
     def line(self, lineno: int) -> str:
-        lines = self.text.splitlines()
+        """Line lineno as the lexer counts lines: ended by '\n' alone (a '\r', '\f' or '\v'
+        within it is a blank, and str.splitlines would end the line there)."""
+        lines = self.text.split("\n")
         return lines[lineno - 1] if 0 < lineno <= len(lines) else ""
 
     def operator_at(self, loc) -> str | None:
@@ -171,6 +173,17 @@ class LimitError(GradcalcError): kind = "limit"      # noqa: E701
 class FileError(ValueError_): kind = "file"          # noqa: E701  (missing or unreadable)
 
 
+#: Where bugs are reported (an internal error's words).
+REPORT_URL = "https://github.com/gradcalc/gradcalc/issues"
+
+
+class InternalError(GradcalcError):
+    """A bug in gradcalc met while one source was checked: that source's error result (check
+    goes on with the others, and exits 3), never raised."""
+
+    kind = "internal"
+
+
 def did_you_mean(name: str, candidates) -> str | None:
     """A 'did you mean' hint for a misspelt name, or None."""
     import difflib
@@ -194,7 +207,9 @@ def located_text(err: GradcalcError, word=flag) -> str:
     lines = [f"{where} {message}" if where else message]
     line = err.source.line(err.pos.line) if err.source is not None and err.pos is not None else ""
     if line:
-        shown, col = _window(line.expandtabs(1), err.pos.col)
+        # one column a character, as the lexer counts them: a tab or a control character
+        # ('\r' of a CRLF file...) shows as a blank, so that the caret stays under its column
+        shown, col = _window("".join(c if c.isprintable() else " " for c in line).rstrip(), err.pos.col)
         lines += [f"  {shown}", "  " + " " * (col - 1) + "^"]
     if hint:
         lines.append(f"hint: {hint}")

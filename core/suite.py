@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from .checks import CheckResult
-from .errors import FileError, GradcalcError, Pos, ShapeError, Source, UsageError, ValueError_, option
+from .errors import REPORT_URL, FileError, GradcalcError, InternalError, Pos, ShapeError, Source, UsageError, ValueError_, option
 from .results import Result
 
 #: The options a ``# check:`` line may give (SPEC §5), as the library's keywords: the
@@ -29,7 +29,7 @@ CHECKER_FILE_OPTIONS = ("at", "of", "wrt", "rtol", "atol")
 #: The marker of an options line in a program's leading comment block.
 CHECK_LINE = "# check:"
 #: Exit codes of a suite (SPEC §7): all pass, a mismatch, a source that could not be checked.
-EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3  # (SPEC §7; 3: a bug in gradcalc)
 
 
 @dataclass
@@ -105,8 +105,9 @@ def suite_result(checks: list) -> Result:
     results = [r for c in checks for r in c.results]
     tols = {(c.options.get("rtol"), c.options.get("atol")) for c in checks if c.error is None}
     rtol, atol = tols.pop() if len(tols) == 1 else (None, None)
-    errors = any(c.error is not None for c in checks)
-    code = EXIT_ERROR if errors else EXIT_PASSED if all(r.ok for r in results) else EXIT_FAILED
+    errors = [c.error for c in checks if c.error is not None]
+    code = EXIT_INTERNAL if any(e.kind == "internal" for e in errors) else EXIT_ERROR if errors \
+        else EXIT_PASSED if all(r.ok for r in results) else EXIT_FAILED
     return Result({}, command="check", ok=code == EXIT_PASSED, results=results, rtol=rtol, atol=atol,
                   sources=checks, exit_code=code)
 
@@ -222,6 +223,18 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
         if where:
             _at_check_line(err, src, where, overrides or {})
         return _failed(source if isinstance(err, FileError) and isinstance(source, str) else label, err)
+    except Exception as exc:  # noqa: BLE001 - a bug: this source's error, and the others still checked
+        return _failed(label, _internal(exc))
+
+
+def _internal(exc: Exception) -> InternalError:
+    """A bug met while checking a source, in a report's words: the exception and where it arose."""
+    import traceback
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return InternalError(f"internal error ({type(exc).__name__}: {exc}{at}): a bug in gradcalc, not in this "
+                         "source; the other sources were checked",
+                         hint=f"please report it with this source at {REPORT_URL}")
 
 
 def _not_for_the_checker(from_file: dict, options: dict) -> list[str]:

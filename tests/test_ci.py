@@ -78,6 +78,26 @@ def test_exit_code_2_wins_over_a_failure_and_0_when_all_pass(three, monkeypatch)
     assert run("check", "good.grad", "bad.grad").exit_code == 2
 
 
+def test_a_bug_met_in_one_source_is_its_error_result_and_the_others_are_checked(three, monkeypatch):
+    """A bug (any exception that is no user error) while checking kink.grad: that source is an
+    error result of kind "internal", the others are checked, the reports are written, exit 3."""
+    def broken(x):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(REGISTRY["abs"], "impl", broken)
+    r = run("check", "good.grad", "kink.grad", "--junit-xml", "r.xml", "-f", "json")
+    assert r.exit_code == 3, (r.stdout, r.stderr)
+    doc = json.loads(r.stdout)
+    (bug,) = [x for x in doc["results"] if "error" in x]
+    assert bug["source"] == "kink.grad" and bug["error"]["kind"] == "internal"
+    assert bug["error"]["message"].startswith("internal error (RuntimeError: a bug at ")
+    assert "in broken): a bug in gradcalc" in bug["error"]["message"]
+    assert [x["ok"] for x in doc["results"] if "error" not in x] == [True]
+    cases = {c.get("classname"): c for c in ET.parse(three / "r.xml").getroot().findall("testcase")}
+    assert cases["gradcalc.check.kink"].find("error").get("type") == "internal"
+    assert cases["gradcalc.check.good"].find("error") is None
+    assert check_sources(["good.grad", "kink.grad"]).exit_code == 3
+
+
 @pytest.mark.parametrize("make, kind, words", [
     (lambda d: str(d / "missing.grad"), "file", "does not exist"),
     (lambda d: write(d / "novalue.grad", "y = x * 2\n"), "usage", "has no value"),

@@ -519,6 +519,10 @@ def test_internal_error_with_json_format(broken_grad):
     r = run("grad", "sin(x)", "--at", "x=1", "-f", "json")
     assert r.exit_code == 3
     assert "Traceback" not in r.stderr
+    # -f json prints one object on stdout whatever happens (it printed nothing before)
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == 1 and doc["error"]["kind"] == "internal"
+    assert doc["error"]["message"] == "internal error (RuntimeError: kaboom)" and "report" in doc["error"]["hint"]
 
 
 def test_internal_error_traceback_with_debug(broken_grad):

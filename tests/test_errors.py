@@ -59,6 +59,22 @@ LEXICAL = [
 ]
 
 
+@pytest.mark.parametrize("src, line, caret", [
+    ("a = 1\rb = x 3", "a = 1 b = x 3", "      ^"),  # a '\r' within a line is a blank to the lexer
+    ("a = 1\x0cb = x 3", "a = 1 b = x 3", "      ^"),
+    ("x = 1\r\ny = x +\r\n", "y = x +", "        ^"),  # a CRLF file (its line ends past the '\r')
+    ("a = 1\x1cb", "a = 1 b", "     ^"),  # a character no token starts with, shown as a blank
+    ("a = 1\u2028b", "a = 1 b", "     ^"),
+    ("y = x\t+ foo(1)", "y = x + foo(1)", "        ^"),
+])
+def test_the_line_shown_is_the_lexers_and_the_caret_is_under_its_column(src, line, caret):
+    """The source line is cut at '\n' alone, as the lexer counts lines (str.splitlines cut it at
+    '\r', '\f', '\v', '\x1c', '\u2028'... too, so that the caret pointed past what was shown)."""
+    from gradcalc.errors import located_text
+    shown = located_text(raised(gradcalc.evaluate, src, at={"x": 1.0})).split("\n")
+    assert shown[1:3] == ["  " + line, "  " + caret]
+
+
 @pytest.mark.parametrize("src, message, pos, hint", LEXICAL, ids=[c[0] for c in LEXICAL])
 def test_lexical_errors(src, message, pos, hint):
     err = raised(gradcalc.parse, src)
