@@ -18,7 +18,7 @@ import numpy as np
 from .errors import GradcalcError, ShapeError, ValueError_, option, to_loc, to_pos
 from .lower import DEFAULT_MAX_STEPS, Traced, trace, walk_names
 from .results import Result
-from .session import as_arrays, parse, quiet
+from .session import as_arrays, check_limits, parse, quiet
 from .syntax import Binary, Call, Def, Index, Name, Program
 from .tape import DEFAULT_MAX_ELEMENTS, ENGINE_PARAMS, slice_text
 from .transforms import backward
@@ -234,6 +234,7 @@ def graph(source, at=None, backward_pass: bool = False, *, full: bool = False,
     (``"function"``).  ``nodes`` holds every node; ``full`` says whether tables and listings
     show a long tape whole too, or :func:`summarised`.
     """
+    check_limits(max_elements, max_steps)
     tr, filled, guessed = _trace_with_stand_ins(parse(source), as_arrays(at), max_elements, max_steps)
     nodes = _Nodes(tr, show_values=bool(at) or not filled)
     nodes.forward(tr.tape, guessed)

@@ -23,7 +23,7 @@ from .codec import JSONNumberError, array_from_json
 from .errors import GradcalcError, LimitError, Pos, UsageError, ValueError_, option, to_pos
 from .lexer import tokenize
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
-from .session import as_arrays, jacobian_blocks, parse, quiet, select_names, select_output
+from .session import as_arrays, check_limits, jacobian_blocks, parse, quiet, select_names, select_output
 from .stencil import METHODS, default_step
 from .tape import DEFAULT_MAX_ELEMENTS, Guard, by_row, eval_equations
 from .transforms import backward, forward, largest_batched, rows_to_jacobian, seeded
@@ -615,6 +615,7 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
     @quiet
     def run():
         tol = _tolerances(method, points, directions, seed, rtol, atol)
+        check_limits(max_elements, max_steps)
         if label is not None and not isinstance(label, str):
             raise UsageError(f"{option('label')} takes a text, not {label!r:.60}", option="label")
         if expect is not None and not isinstance(expect, dict):
@@ -1479,7 +1480,7 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
         not compare(j, d, *plan.tol)[0]
     if undecided:
         ok = False
-        notes.append(f"rounding of the directional differences could hide an error of {float(np.max(slack)):.2g} "
+        notes.append(f"rounding of the directional differences could hide an error of {float(np.max(slack, initial=0.0)):.2g} "
                      "(eps |f| / h), more than J v itself: they cannot decide; the full check (without "
                      "--directions) searches larger steps, --method complex takes no difference")
     elif not ok:
@@ -1491,7 +1492,7 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
                                 np.sum(np.abs(jtu_noise * v).reshape(k, -1), axis=1))
     ok2, dabs, _, _ = compare(lhs, rhs, *AD_TOLERANCE, slack=dot_slack(u, j, products, spread, x.size) + measured)
     extra["dot_product_abs_err"] = dabs
-    extra["rounding_allowance"] = float(np.max(slack))
+    extra["rounding_allowance"] = float(np.max(slack, initial=0.0))
     if not ok2:
         notes.append("<u, J v> != <J^T u, v>")
     if not (np.isfinite(j).all() and np.isfinite(jtu).all()):  # as the full check: a failure

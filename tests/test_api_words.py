@@ -166,6 +166,13 @@ def test_api_options_of_the_wrong_type_are_usage_errors(call, message):
     (lambda: gradcalc.grad("x*2", at=_AT, max_steps=1.5), "max_steps must be a positive integer, not 1.5"),
     (lambda: gradcalc.grad("x*2", at=_AT, max_steps=-5), "max_steps must be a positive integer, not -5"),
     (lambda: gradcalc.evaluate("x*2", at=_AT, max_elements="10"), "max_elements must be a positive integer, not '10'"),
+    # the fuzz hunt's: a bare TypeError or OverflowError from check and graph before
+    (lambda: gradcalc.check("x*2", at=_AT, max_steps="a"), "max_steps must be a positive integer, not 'a'"),
+    (lambda: gradcalc.check("x*2", at=_AT, max_elements="a"), "max_elements must be a positive integer, not 'a'"),
+    (lambda: gradcalc.graph("x*2", at=_AT, max_steps="a"), "max_steps must be a positive integer, not 'a'"),
+    (lambda: gradcalc.graph("x*2", at=_AT, max_elements=0), "max_elements must be a positive integer, not 0"),
+    (lambda: gradcalc.check("x*2", at=_AT, rtol=10 ** 400), "rtol must be a finite non-negative number, not 1000"),
+    (lambda: gradcalc.check("x*2", at=_AT, atol=-10 ** 400), "atol must be a finite non-negative number, not -1000"),
     (lambda: gradcalc.grad("if x > 5 { h = x*2 }\nz = x^2", at={"x": 2.0}, wrt="h"),
      "wrt 'h' has no value: it is assigned at line 1, column 12, which did not run at this point"),
 ])

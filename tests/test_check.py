@@ -128,6 +128,14 @@ def test_directions_on_an_empty_input(method):
     assert r.results[0].extra == {"dot_product_abs_err": 0.0}
 
 
+@pytest.mark.parametrize("method", ["central", "complex"])
+def test_directions_on_an_empty_output(method):
+    # Nothing to compare (as the full check of an empty Jacobian), where it used to be an
+    # internal error (the rounding allowance of an empty output had no maximum: fuzz hunt).
+    r = gradcalc.check("ones(0) * x", at={"x": 1.0}, directions=1, method=method)
+    assert r.ok and [(x.max_abs_err, x.worst_index) for x in r.results] == [(0.0, [])]
+
+
 def test_taylor_order_is_two():
     r = gradcalc.check(SMOOTH, at=POINT, taylor=True)
     for x in r.results:
