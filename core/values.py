@@ -158,6 +158,9 @@ def _read_error(path, label, err):
         return ValueError_(f"{label}: '{path}' {_JSON_PROBLEMS[err.reason]} ({err})",
                            hint="the largest float is about 1.8e308; an infinity is written "
                                 "Infinity in JSON, inf in a .csv or .txt file")
+    if isinstance(err, UnicodeDecodeError):
+        return ValueError_(f"{label}: cannot read '{path}': it is not UTF-8 text (byte {err.start})",
+                           hint="a value file is .json, .csv or .txt (text) or .npy, .npz (NumPy's binary)")
     return ValueError_(f"{label}: cannot read '{path}': {err}")
 
 
@@ -393,12 +396,38 @@ def _load_text(text: str, delimiter) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "input contained no data" is an error here
         try:
-            return np.loadtxt(lines, delimiter=delimiter, dtype=np.float64, ndmin=0)
+            return _loadtxt(lines, delimiter, 0)
         except ValueError:
             first = next((i for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip().startswith("#")), None)
             if first is None or not _header(lines[first], delimiter):
                 raise
-            return np.loadtxt(lines[first + 1:], delimiter=delimiter, dtype=np.float64, ndmin=0)
+            return _loadtxt(lines[first + 1:], delimiter, first + 1)
+
+
+_RAGGED = re.compile(r"the number of columns changed from \d+ to \d+ at row \d+")
+_NOT_A_NUMBER = re.compile(r"could not convert string '(.*)' to float64 at row \d+, column \d+\.?$")
+
+
+def _loadtxt(lines: list, delimiter, skipped: int) -> np.ndarray:
+    """numpy.loadtxt of lines (the text's from line skipped + 1 on), in the file's words for an
+    entry that is no number: the entry, and its line and column as an editor counts them."""
+    try:
+        return np.loadtxt(lines, delimiter=delimiter, dtype=np.float64, ndmin=0)
+    except ValueError as err:
+        bad = _NOT_A_NUMBER.match(str(err))
+        ragged = _RAGGED.match(str(err))
+        if ragged is not None:
+            rows = [(i, len(line.split(delimiter))) for i, line in enumerate(lines)
+                    if line.strip() and not line.lstrip().startswith("#")]
+            at = next((f" ({rows[0][1]} on line {rows[0][0] + 1 + skipped}, {n} on line {i + 1 + skipped})"
+                       for i, n in rows if n != rows[0][1]), "")
+            raise ValueError(f"its rows hold different numbers of entries{at}") from None
+        if bad is None:
+            raise
+        where = next((f" at line {i + 1 + skipped}, column {k + 1}" for i, line in enumerate(lines)
+                      if not line.lstrip().startswith("#")
+                      for k, entry in enumerate(line.split(delimiter)) if entry.strip() == bad[1]), "")
+        raise ValueError(f"'{bad[1]}'{where} is not a number") from None
 
 
 #: A number in a text value as loadtxt reads it, for finding one that overflowed to inf.

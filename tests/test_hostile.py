@@ -642,7 +642,7 @@ FILE_ERRORS = [
     ("null.json", "'{p}' must hold a number or a nested list of numbers", None),
     ("mixed.json", "'{p}' must hold a number or a nested list of numbers", None),
     ("ragged.json", "'{p}' holds a ragged list", None),
-    ("binary.json", "cannot read '{p}'", "utf-8"),
+    ("binary.json", "cannot read '{p}'", "UTF-8 text"),
     ("ragged.csv", "cannot read '{p}'", None),
     ("words.csv", "cannot read '{p}'", None),
     ("binary.csv", "cannot read '{p}'", None),

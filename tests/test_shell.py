@@ -351,7 +351,22 @@ def test_a_first_row_with_a_number_in_it_is_data_not_a_header(tmp_path, name, co
     p = tmp_path / name
     p.write_bytes(content)
     r = user_error("eval", "x", "--at", f"x=@{p}")
-    assert f"cannot read '{p}': could not convert string '{field}' to float64 at row 0, column 1" in r.stderr
+    assert f"cannot read '{p}': '{field}' at line 1, column 1 is not a number" in r.stderr
+
+
+@pytest.mark.parametrize("name, content, words", [
+    # the file's words, with its lines as an editor numbers them (NumPy's "to float64 at row 0",
+    # "use `usecols`" and the codec's "can't decode byte 0xff" before: fuzz hunt)
+    ("v.csv", b"a,b\n1,2\n3,zz\n", "cannot read '{p}': 'zz' at line 3, column 2 is not a number"),
+    ("v.txt", b"# c\n1 2\n3 q\n", "cannot read '{p}': 'q' at line 3, column 2 is not a number"),
+    ("v.txt", b"1 2\n\n3 4 5\n", "cannot read '{p}': its rows hold different numbers of entries (2 on line 1, 3 on "
+                                   "line 3)"),
+    ("v.txt", b"\xff\xfe\x00", "cannot read '{p}': it is not UTF-8 text (byte 0)"),
+])
+def test_a_values_file_that_holds_no_array_is_worded_in_the_files_terms(tmp_path, name, content, words):
+    p = tmp_path / name
+    p.write_bytes(content)
+    assert words.format(p=p) in user_error("eval", "x", "--at", f"x=@{p}").stderr
 
 
 def test_a_header_of_names_is_still_skipped_and_nan_inf_are_data(tmp_path):
