@@ -24,7 +24,13 @@ Conventions, matching gradcalc's automatic derivatives (SPEC §2):
   whose derivatives are ``Heaviside`` steps with ``Heaviside(0) = 1/2``: a tie
   of two shares the derivative equally, as in JAX.
 - comparisons are ``Piecewise((1, a < b), (0, True))`` masks and ``where`` is
-  a ``Piecewise``, so the unselected branch contributes nothing.
+  a ``Piecewise``, so the unselected branch contributes nothing.  ``any`` and
+  ``all`` (a sum of masks tested against 0) are one flat ``Or`` / ``And`` of
+  the elements' conditions.
+- ``copysign(a, b)`` is ``Piecewise((Abs(a), b >= 0), (-Abs(a), True))``; by a
+  constant ``b`` (a number, an infinity or nan) it is ``Abs(a)`` or ``-Abs(a)``
+  by ``b``'s sign bit, as NumPy's (``copysign(x, nan)`` is ``Abs(x)``,
+  ``copysign(x, -0.0)`` is ``-Abs(x)``).
 - ``stop_gradient(x)`` stays in the expression as a function whose
   derivative is 0; it evaluates to its argument.
 - Points where the closed form is singular but gradcalc pins a value
@@ -37,7 +43,10 @@ most ``SIZE_LIMIT`` elements and the whole tape ``TOTAL_LIMIT``; ``det``,
 ``LINALG_LIMIT`` × ``LINALG_LIMIT``, and a stack of them matrix by matrix
 (``eigh``, ``svd`` and ``qr`` have no closed form: refused, saying why);
 one element's expression may hold at most ``EXPR_LIMIT`` nodes (counted as a
-tree: repeated subexpressions count each time).  Derivatives larger than
+tree: repeated subexpressions count each time); a condition over values that
+are themselves piecewise (``sum(x > 0) > 3``, ``where(relu(x) > 1, ...)``),
+which sympy writes out as every combination of their branches, at most
+``FOLD_LIMIT`` cases.  Derivatives larger than
 ``SIMPLIFY_LIMIT`` nodes, entries whose simplification takes longer than
 ``SIMPLIFY_EACH_SECONDS`` and any left once ``SIMPLIFY_SECONDS`` have been
 spent in one call are shown unsimplified, and the result's ``note`` says so;
@@ -101,7 +110,7 @@ def _path_note(guards) -> str:
             f"another point may give another {shown})")
 
 
-__all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "SIMPLIFY_LIMIT",
+__all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "FOLD_LIMIT", "SIMPLIFY_LIMIT",
            "SIMPLIFY_SECONDS", "SIMPLIFY_EACH_SECONDS", "PRINT_LIMIT", "check_size", "to_sympy",
            "symbolic_gradient", "symbolic_jacobian", "symbolic_hessian", "NO_CLOSED_FORM", "converts"]
 
@@ -348,19 +357,81 @@ def _elementwise(fn, nargs):
     return lambda *xs, **_: uf(*xs)
 
 
-def _truth(c):
-    """The condition 'c is nonzero', reading a comparison mask back as its relation."""
+#: Most cases a condition holding Piecewise operands may fold into (sympy lists every
+#: combination of their branches: a count of n masks compared has 2^n).
+FOLD_LIMIT = 64
+
+
+class _TooManyCases(Exception):
+    """A condition whose closed form would fold into more than FOLD_LIMIT cases."""
+
+    def __init__(self, cases: int):
+        super().__init__(cases)
+        self.cases = cases
+
+
+def _mask_cond(c):
+    """The condition of a mask Piecewise((1, cond), (0, True)), or None if c is no mask."""
     sp, _ = _sympy()
     if isinstance(c, sp.Piecewise) and len(c.args) == 2 and c.args[0].expr == 1 \
             and c.args[1].expr == 0 and c.args[1].cond == sp.true:
         return c.args[0].cond
+    return None
+
+
+def _mask_terms(c, kind):
+    """The conditions of the masks c adds (kind sp.Add) or multiplies (sp.Mul), each with a
+    positive (Add) or nonzero (Mul) constant factor at most; None if c is not such."""
+    sp, _ = _sympy()
+    if not isinstance(c, kind):
+        return None
+    conds = []
+    for term in c.args:
+        factor, rest = term.as_coeff_Mul() if kind is sp.Add else (sp.S.One, term)
+        if kind is sp.Mul and term.is_Number:
+            if term.is_zero or term is sp.nan:
+                return None
+            continue
+        cond = _mask_cond(rest)
+        if cond is None or not (factor.is_Number and factor.is_positive):
+            return None
+        conds.append(cond)
+    return conds
+
+
+def _truth(c):
+    """The condition 'c is nonzero', reading a comparison mask back as its relation, a sum of
+    masks as one Or (any) and a product of masks as one And."""
+    sp, _ = _sympy()
+    cond = _mask_cond(c)
+    if cond is not None:
+        return cond
+    terms = _mask_terms(c, sp.Add)
+    if terms is not None:  # (masks are 0 or 1: a sum of them with positive weights is nonzero iff one is)
+        return sp.Or(*terms)
+    terms = _mask_terms(c, sp.Mul)
+    if terms is not None:
+        return sp.And(*terms)
     return sp.Ne(c, 0)
+
+
+def _folded(cond):
+    """cond, checked to fold into at most FOLD_LIMIT cases: sympy rewrites a condition over
+    Piecewise operands as every combination of their branches, in time and memory."""
+    sp, _ = _sympy()
+    if isinstance(cond, sp.Basic) and cond.has(sp.Piecewise):
+        cases = 1
+        for p in cond.atoms(sp.Piecewise):
+            cases *= len(p.args)
+            if cases > FOLD_LIMIT:
+                raise _TooManyCases(cases)
+    return cond
 
 
 def _mask_of(cond):
     """1 where cond holds, else 0: a mask, as comparisons give it."""
     sp, _ = _sympy()
-    return sp.Piecewise((1, cond), (0, True))
+    return sp.Piecewise((1, _folded(cond)), (0, True))
 
 
 def _mask(relation):
@@ -454,7 +525,7 @@ def _rules():
         "minimum": _elementwise(extremum(sp.Min), 2),
         "atan2": _elementwise(sp.atan2, 2),
         "hypot": _elementwise(lambda a, b: sp.sqrt(a ** 2 + b ** 2), 2),
-        "where": _elementwise(lambda c, a, b: sp.Piecewise((a, _truth(c)), (b, True)), 3),
+        "where": _elementwise(lambda c, a, b: sp.Piecewise((a, _folded(_truth(c))), (b, True)), 3),
         "lt": _elementwise(_mask(lambda a, b: a < b), 2),
         "switch_lt": _elementwise(_mask(lambda a, b: a < b), 2),
         "le": _elementwise(_mask(lambda a, b: a <= b), 2),
@@ -476,6 +547,7 @@ def _rules():
     for more in (_integer_and_mask_rules(sp, unary["floor"]), _two_argument_rules(sp, extremum),
                  _scan_rules(), _spectral_rules(sp)):
         rules.update(more)
+    rules["einsum"] = _einsum
     return rules
 
 
@@ -541,8 +613,22 @@ def _two_argument_rules(sp, extremum) -> dict:
         "logaddexp": _elementwise(lambda a, b: sp.log(sp.exp(a) + sp.exp(b)), 2),
         "logaddexp2": _elementwise(lambda a, b: sp.log(_power(sp.Integer(2), a)
                                                        + _power(sp.Integer(2), b), 2), 2),
-        "copysign": _elementwise(lambda a, b: sp.Piecewise((sp.Abs(a), b >= 0), (-sp.Abs(a), True)), 2),
+        "copysign": _copysign,
     }
+
+
+def _copysign(a, b, tr, eq, **_):
+    """copysign(a, b): |a| where b >= 0, else -|a|.  A constant b (no symbols: a number, nan,
+    an infinity) gives its sign bit, which sympy's numbers do not keep: NumPy's copysign(x, nan)
+    is |x| and copysign(x, -0.0) is -|x| (and sympy cannot compare nan with 0 at all)."""
+    sp, _ = _sympy()
+    negative = np.signbit(np.asarray(tr.builder.values[eq.args[1]], dtype=np.float64))
+
+    def one(a, b, neg):
+        if not b.free_symbols:
+            return -sp.Abs(a) if neg else sp.Abs(a)
+        return sp.Piecewise((sp.Abs(a), b >= 0), (-sp.Abs(a), True))
+    return np.frompyfunc(one, 3, 1)(a, b, np.broadcast_to(negative, b.shape).astype(object))
 
 
 def _scan_rules() -> dict:
@@ -561,6 +647,14 @@ def _scan_rules() -> dict:
     }
 
 
+def _negation(sp, cond):
+    """Not cond; of an Or or And (any, all), the And or Or of the negated terms (De Morgan),
+    printed flat rather than as ~(...)."""
+    if isinstance(cond, (sp.Or, sp.And)):
+        return (sp.And if isinstance(cond, sp.Or) else sp.Or)(*[sp.Not(c) for c in cond.args])
+    return sp.Not(cond)
+
+
 def _integer_and_mask_rules(sp, floor) -> dict:
     """// and % (a // b is floor(a / b) and a % b is a - b floor(a / b): floor's derivative is
     0, so d/da = 1 and d/db = -floor(a / b), as SPEC §2.5 states), and the logical masks."""
@@ -569,7 +663,7 @@ def _integer_and_mask_rules(sp, floor) -> dict:
         "mod": _elementwise(lambda a, b: a - b * floor(a / b), 2),
         "logical_and": _elementwise(lambda a, b: _mask_of(sp.And(_truth(a), _truth(b))), 2),
         "logical_or": _elementwise(lambda a, b: _mask_of(sp.Or(_truth(a), _truth(b))), 2),
-        "logical_not": _elementwise(lambda a: _mask_of(sp.Not(_truth(a))), 1),
+        "logical_not": _elementwise(lambda a: _mask_of(_negation(sp, _truth(a))), 1),
     }
 
 
@@ -577,7 +671,21 @@ def _integer_and_mask_rules(sp, floor) -> dict:
 # and linear maps (indexing, reshapes, matmul by dot products, zero-filled embeddings).
 _STRUCTURAL = frozenset({"copy", "reshape", "transpose", "index", "index_put", "index_update", "index_add",
                          "concat", "broadcast_to", "sum_to", "diag", "diag_embed", "matmul",
-                         "cumsum", "einsum"})
+                         "cumsum"})
+
+
+def _einsum(*xs, tr, eq, subscripts, **_):
+    """einsum's forward function on object arrays, with one more output axis of length 1 (a
+    letter of its own on the first operand), taken away after: to a 0-d output, numpy.einsum
+    of object arrays gives one expression, not an array, which the forward function's
+    r.ndim does not take."""
+    lhs, out = subscripts.split("->")
+    ins = lhs.split(",")
+    free = next(c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in subscripts)
+    ins[0] += free
+    first = np.asarray(xs[0], dtype=object)[..., None]
+    r = eq.prim.impl(first, *xs[1:], subscripts=",".join(ins) + "->" + out + free)
+    return np.asarray(r, dtype=object)[..., 0]
 
 #: The primitives with no sympy form, and why.  Every other primitive of the registry has one
 #: (a rule in _rules, or a forward function that works on expressions): a test walks the
@@ -619,7 +727,16 @@ def _convert(tr, cut: dict | None = None) -> dict:
         if name in _STRUCTURAL:
             value = eq.prim.impl(*args, **eq.params)
         elif name in rules:
-            value = rules[name](*args, tr=tr, eq=eq, **eq.params)
+            try:
+                value = rules[name](*args, tr=tr, eq=eq, **eq.params)
+            except _TooManyCases as many:
+                at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
+                raise _located(UsageError(
+                    f"{_SYMBOLIC}: the condition of {_where(tr, eq.out, names, eq)} compares values "
+                    f"that are themselves piecewise; its closed form lists {many.cases} cases or more, "
+                    f"past {FOLD_LIMIT}", eq.pos,
+                    hint=f"use smaller shapes for a closed form, or drop {_SYMBOLIC}",
+                    name=names.get(eq.out), option="symbolic"), tr) from None
         else:
             at = f" at line {eq.pos.line}, column {eq.pos.col}" if eq.pos else ""
             raise _located(UsageError(f"{_SYMBOLIC} cannot convert the primitive '{name}'{at} to sympy",

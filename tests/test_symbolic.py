@@ -526,3 +526,168 @@ def test_hessian_symbolic_refuses_what_hessian_refuses():
         S.symbolic_hessian(traced("x * [1, 2]", x=1.0), "_", ["x"])
     with pytest.raises(UsageError, match="'h' is not one"):
         S.symbolic_hessian(traced("h = x^2\nh * x", x=1.0), "_", ["h"])
+
+
+# ==========================================================================
+# Fuzz findings H5-H7 (einsum to a scalar, copysign by a nan, masks of many elements)
+# ==========================================================================
+
+def _real(name):
+    import sympy as sp
+    return sp.Symbol(name, real=True)
+
+
+def _same(got, expected):
+    """got (an object array or expression) equals expected (nested lists of sympy) exactly."""
+    import sympy as sp
+    got, expected = np.asarray(got, dtype=object), np.asarray(expected, dtype=object)
+    assert got.shape == expected.shape
+    for g, e in zip(got.flat, expected.flat):
+        assert g == e or sp.simplify(g - e) == 0, (g, e)
+
+
+def test_einsum_to_a_scalar_dot_product():
+    # einsum(..., '->') on object arrays gives one expression, not an array: the forward function's
+    # r.ndim failed on it (an internal error).  d/dx of x.x is 2x.
+    tr = traced("input x[2]; einsum('i,i->', x, x)", x=[1.0, 2.0])
+    g = S.symbolic_gradient(tr, tr.tape.output, ["x"])["x"]
+    x0, x1 = _real("x[0]"), _real("x[1]")
+    _same(g["expr"], [2 * x0, 2 * x1])
+    np.testing.assert_array_equal(g["value"], [2.0, 4.0])
+    _same(S.to_sympy(tr)[tr.tape.names[tr.tape.output]], x0 ** 2 + x1 ** 2)
+
+
+def test_einsum_quadratic_form_gradient_is_a_plus_a_transpose_times_x():
+    A = np.array([[1.0, 2.0], [-3.0, 4.0]])
+    tr = traced("input x[2]; input A[2, 2]; einsum('i,ij,j->', x, A, x)", x=[0.5, -1.0], A=A)
+    g = S.symbolic_gradient(tr, tr.tape.output, ["x", "A"])
+    xs = [_real("x[0]"), _real("x[1]")]
+    As = [[_real(f"A[{i}, {j}]") for j in range(2)] for i in range(2)]
+    _same(g["x"]["expr"], [sum((As[i][j] + As[j][i]) * xs[j] for j in range(2)) for i in range(2)])
+    _same(g["A"]["expr"], [[xs[i] * xs[j] for j in range(2)] for i in range(2)])
+    np.testing.assert_allclose(g["x"]["value"], (A + A.T) @ [0.5, -1.0], rtol=1e-15)
+
+
+def test_einsum_bilinear_sample_under_symbolic():
+    # The shipped sample (expected values in its comments: A y, outer(x, y), A^T x).
+    from pathlib import Path
+    src = (Path(__file__).resolve().parent.parent / "samples" / "einsum_bilinear.grad").read_text()
+    tr = lower.trace(gradcalc.parse(src), {})
+    g = S.symbolic_gradient(tr, "f", ["x", "A", "y"])
+    xs, ys = [_real(f"x[{i}]") for i in range(2)], [_real(f"y[{j}]") for j in range(3)]
+    As = [[_real(f"A[{i}, {j}]") for j in range(3)] for i in range(2)]
+    _same(g["x"]["expr"], [sum(As[i][j] * ys[j] for j in range(3)) for i in range(2)])
+    _same(g["y"]["expr"], [sum(As[i][j] * xs[i] for i in range(2)) for j in range(3)])
+    _same(g["A"]["expr"], [[xs[i] * ys[j] for j in range(3)] for i in range(2)])
+    np.testing.assert_array_equal(g["x"]["value"], [4.0, 0.0])
+    np.testing.assert_array_equal(g["y"]["value"], [3.0, -4.0, -2.0])
+    np.testing.assert_array_equal(g["A"]["value"], [[2.0, 1.0, -1.0], [-4.0, -2.0, 2.0]])
+
+
+def test_cli_einsum_bilinear_sample_grad_and_check_symbolic():
+    from typer.testing import CliRunner
+
+    from gradcalc.cli.app import app
+    runner = CliRunner()
+    for cmd in ("grad", "check"):
+        res = runner.invoke(app, [cmd, "samples/einsum_bilinear.grad", "--symbolic"])
+        assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize(("src", "sign"), [
+    ("copysign(x, nan)", 1),     # NumPy: the sign bit of the nan (a positive nan: |x|)
+    ("copysign(x, -nan)", -1),   # -nan has its sign bit set: -|x|
+    ("copysign(x, -0.0)", -1),   # -0.0 too (the closed form was |x|, whose value disagreed)
+    ("copysign(x, 0.0)", 1),
+    ("copysign(x, -inf)", -1),
+    ("copysign(x, -2)", -1),
+])
+def test_copysign_by_a_constant_takes_its_sign_bit(src, sign):
+    import sympy as sp
+    tr = traced(src, x=1.5)
+    g = S.symbolic_gradient(tr, tr.tape.output, ["x"])["x"]
+    x = _real("x")
+    assert sp.simplify(g["expr"] - sign * sp.sign(x)) == 0
+    assert g["value"] == sign == np.sign(np.copysign(1.0, np.asarray(tr.value(tr.tape.output))))
+    _same(S.to_sympy(tr)[tr.tape.names[tr.tape.output]], sign * sp.Abs(x))
+
+
+def test_copysign_by_an_expression_stays_a_piecewise():
+    import sympy as sp
+    tr = traced("copysign(x, y)", x=2.0, y=-1.0)
+    x, y = _real("x"), _real("y")
+    _same(S.to_sympy(tr)[tr.tape.names[tr.tape.output]],
+          sp.Piecewise((sp.Abs(x), y >= 0), (-sp.Abs(x), True)))
+
+
+def _timed_convert(src, x, seconds=1.0):
+    tr = traced(src, x=x)
+    S._sympy()  # (importing sympy is not the work measured)
+    t = time.perf_counter()
+    env = S.to_sympy(tr)
+    took = time.perf_counter() - t
+    assert took < seconds, f"{src}: {took:.2f} s"
+    return tr, env[tr.tape.names[tr.tape.output]]
+
+
+@pytest.mark.parametrize("n", [8, 64])
+def test_any_and_all_of_many_elements_are_flat_and_quick(n):
+    # any(x) is logical_or(sum(logical_or(x, 0)), 0): the mask of a sum of masks, whose
+    # condition sympy folded into 2^n cases (x[8]: 26 s).  Read as one Or (all: one And).
+    import sympy as sp
+    x = np.arange(n) / 10
+    xs = [_real(f"x[{i}]") for i in range(n)]
+    _, out = _timed_convert(f"input x[{n}]; any(x)", x)
+    _same(out, sp.Piecewise((1, sp.Or(*[sp.Ne(s, 0) for s in xs])), (0, True)))
+    _, out = _timed_convert(f"input x[{n}]; all(x)", x)
+    _same(out, sp.Piecewise((1, sp.And(*[sp.Ne(s, 0) for s in xs])), (0, True)))
+    tr = traced(f"input x[{n}]; any(x) + all(x > 0.05) + x[1]", x=x)
+    t = time.perf_counter()
+    g = S.symbolic_gradient(tr, tr.tape.output, ["x"])["x"]
+    assert time.perf_counter() - t < 5.0
+    np.testing.assert_array_equal(g["value"], [1.0 if i == 1 else 0.0 for i in range(n)])
+
+
+def test_mask_chains_and_wide_wheres_are_quick():
+    import sympy as sp
+    x = np.linspace(-1, 1, 64)
+    xs = [_real(f"x[{i}]") for i in range(64)]
+    _, out = _timed_convert("input x[64]; where(x > 0, x, -x)", x)
+    _same(out, [sp.Piecewise((s, s > 0), (-s, True)) for s in xs])
+    _, out = _timed_convert("input x[64]; sum(where((x > 0) and not (x > 0.5) or x < -0.9, x, 0))", x)
+    _, out = _timed_convert("input x[64]; not any(x > 0.5) or all(x < 2) and any(not (x > -2))", x)
+    for at in (x, x / 10, x * 3):
+        expected = (not np.any(at > 0.5)) or (np.all(at < 2) and np.any(~(at > -2)))
+        assert out[()].xreplace(dict(zip(xs, at))) == int(expected)
+
+
+def test_a_condition_of_too_many_cases_is_refused_quickly():
+    # sum(x > 0) > 3 compares a count of masks: sympy's closed form lists 2^n cases.  Refused,
+    # saying why, rather than left to run.
+    t = time.perf_counter()
+    with pytest.raises(UsageError, match="cases"):
+        S.to_sympy(traced("input x[64]; y = sum(x > 0) > 3", x=np.linspace(-1, 1, 64)))
+    assert time.perf_counter() - t < 1.0
+    # with few, it still has its closed form
+    tr = traced("input x[2]; y = sum(x > 0) > 1", x=[1.0, 2.0])
+    out = S.to_sympy(tr)[tr.tape.names["y"]][()]
+    x0, x1 = _real("x[0]"), _real("x[1]")
+    for p, v in [((1, 2), 1), ((1, -2), 0), ((-1, -2), 0)]:
+        assert out.xreplace({x0: p[0], x1: p[1]}) == v
+
+
+def test_cli_any_symbolic_ends():
+    code = ("import gradcalc, time\n"
+            "t = time.perf_counter()\n"
+            "r = gradcalc.grad('input x[10] = arange(10)/10\\nany(x)', symbolic=True)\n"
+            "print(r.symbolic['x']['text'])\n")
+    assert _lines_in_subprocess(code, timeout=30) == ["[" + ", ".join(["0"] * 10) + "]"]
+
+
+def test_a_product_of_masks_is_one_and():
+    # prod(x > 0) is nonzero iff every mask is 1: one And (it would fold into 2^64 cases)
+    import sympy as sp
+    x = np.linspace(0.5, 1, 64)
+    xs = [_real(f"x[{i}]") for i in range(64)]
+    _, out = _timed_convert("input x[64]; s = sum(x); where(prod(x > 0), s, -s)", x)
+    _same(out, sp.Piecewise((sp.Add(*xs), sp.And(*[s > 0 for s in xs])), (-sp.Add(*xs), True)))
