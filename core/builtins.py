@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -178,7 +179,27 @@ def _clip(x, lo, hi):
 def _reduction(name, prim):
     @_builtin(name, static=("axis", "keepdims"))
     def fn(x, axis=None, keepdims=False):
+        if name in ("max", "min"):
+            _some_element(name, x, axis)
         return prim(x, axis=axis, keepdims=keepdims)
+
+
+def _some_element(name: str, x, axis) -> None:
+    """Refuse max, min, argmax, argmin over an axis of length 0 (NumPy's and JAX's 'zero-size
+    array to reduction operation maximum which has no identity'): the extreme of no elements
+    is no number.  Over no axes (axis=()), or an empty array along axes of some length, the
+    result is as NumPy's (empty, or the array itself)."""
+    axes = P.normalize_axes(axis, x.ndim)
+    empty = [a + x.ndim for a in axes if x.shape[a] == 0]
+    if not empty:
+        return
+    if len(axes) == x.ndim:
+        what = f"{name} of an empty array (shape {x.shape})"
+    else:
+        what = f"{name} over axis {empty[0]}, of length 0 (shape {x.shape}),"
+    raise ShapeError(f"{what} has no value: there is no element to take",
+                     hint=f"{name.split()[0]} needs at least one element: check the array's size first "
+                          "(size(x))")
 
 
 for _name, _prim in {"sum": P.reduce_sum, "max": P.reduce_max, "min": P.reduce_min,
@@ -248,12 +269,29 @@ def _power_of_two_scale(values: np.ndarray, axes: tuple):
 
 @_builtin("softmax", static=("axis",))
 def _softmax(x, axis=-1):
-    return P.softmax(x, axis=axis)
+    return _over_axes(P.softmax, x, axis)
 
 
 @_builtin("log_softmax", static=("axis",))
 def _log_softmax(x, axis=-1):
-    return P.log_softmax(x, axis=axis)
+    return _over_axes(P.log_softmax, x, axis)
+
+
+def _over_axes(prim, x, axis):
+    """softmax or log_softmax over one axis, or, as JAX's, over a tuple of them: those axes
+    moved last and taken as one (over no axes, axis=(), an axis of length 1: softmax is 1
+    and log_softmax 0 at each element, nan at inf and nan, as jax.nn.softmax(x, axis=()))."""
+    if not isinstance(axis, tuple):
+        return prim(x, axis=axis)
+    axes = _axis_list(axis, x.ndim)
+    if len(axes) == 1:
+        return prim(x, axis=axes[0])
+    nd, k = x.ndim, len(axes)
+    moved = _moveaxis(x, tuple(axes), tuple(range(nd - k, nd))) if k else x
+    kept = moved.shape[:nd - k]
+    y = prim(P.reshape(moved, shape=kept + (math.prod(moved.shape[nd - k:]),)), axis=-1)
+    y = P.reshape(y, shape=moved.shape)
+    return _moveaxis(y, tuple(range(nd - k, nd)), tuple(axes)) if k else y
 
 
 @_builtin("dot")
@@ -521,6 +559,8 @@ def _matrix_power(a, n):
 def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     if axis is not None:
         axisa = axisb = axisc = axis
+    for what, v in (("axisa", axisa), ("axisb", axisb), ("axisc", axisc)):  # (one axis each, as NumPy)
+        _integer_axis(v, "axis" if axis is not None else what)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("cross needs vectors, not scalars")
     a, b = _moveaxis(a, axisa, -1), _moveaxis(b, axisb, -1)
@@ -557,11 +597,11 @@ def _norm(x, ord=None, axis=None, keepdims=False):
                              f"got shape {x.shape}")
         axes = tuple(range(x.ndim))
     if len(axes) == 1:
-        return _vector_norm(x, ord, axes[0], keepdims)
+        return _vector_norm(x, ord, _one_axis(axes[0], x.ndim), keepdims)
     if len(axes) != 2:
         raise ShapeError(f"norm: ord={_ord_name(ord)} takes one axis (a vector norm) or two (a "
                          f"matrix norm), got axis={axis!r}")
-    row, col = (P.normalize_axes(a, x.ndim)[0] + x.ndim for a in axes)
+    row, col = (_one_axis(a, x.ndim) for a in axes)
     if row == col:
         raise ShapeError(f"norm: the two axes are the same axis, in axis={axis!r}")
     y = _matrix_norm(_moveaxis(x, (row, col), (-2, -1)), "fro" if ord is None else ord)
@@ -583,6 +623,7 @@ def _vector_norm(x, order, axis, keepdims):
                          "inf, -inf or 0")
     a = P.abs_(x)
     if math.isinf(order):
+        _some_element(f"norm with ord={_ord_name(order)}", x, axis)
         return (P.reduce_max if order > 0 else P.reduce_min)(a, axis=axis, keepdims=keepdims)
     if order == 1:
         return P.reduce_sum(a, axis=axis, keepdims=keepdims)
@@ -598,6 +639,7 @@ def _matrix_norm(y, order):
     if order in (1, -1, math.inf, -math.inf):
         extreme = P.reduce_max if order > 0 else P.reduce_min
         sums = P.reduce_sum(P.abs_(y), axis=-2 if abs(order) == 1 else -1)  # columns or rows
+        _some_element(f"norm with ord={_ord_name(order)}", sums, -1)
         return extreme(sums, axis=-1)
     if order in ("nuc", 2, -2):
         return _spectral_norm(y, order)
@@ -660,17 +702,24 @@ def _moveaxis(x, start, end):
     return P.transpose(x, axes=tuple(order))
 
 
-def _one_axis(axis, nd) -> int:
-    """One axis (an int, not a tuple) as a non-negative axis."""
-    if isinstance(axis, tuple):
-        raise ShapeError(f"axis must be an integer, not {axis!r}")
-    return _axis_list(axis, nd)[0]
+def _one_axis(axis, nd, what: str = "axis") -> int:
+    """One axis (an int: not a tuple, empty or not, nor None) as a non-negative axis, where
+    NumPy takes one integer axis (diff, take_along_axis, concat...)."""
+    if axis is None or isinstance(axis, (tuple, list)):
+        raise ShapeError(f"{what} must be an integer, not {axis!r}")
+    return P.normalize_axes(axis, nd)[0] + nd
+
+
+def _integer_axis(axis, what: str = "axis") -> None:
+    """Refuse anything but one integer axis (a tuple, empty or not, None, true, 1.5)."""
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise ShapeError(f"{what} must be an integer, not {axis!r}")
 
 
 def _axis_list(axis, nd) -> list:
     """An int or a tuple of axes as non-negative axes, in the order given (checked)."""
     items = axis if isinstance(axis, tuple) else (axis,)
-    out = [P.normalize_axes(a, nd)[0] + nd for a in items]
+    out = [_one_axis(a, nd) for a in items]
     if len(set(out)) != len(out):
         raise ShapeError(f"repeated axis in {axis}")
     return out
@@ -693,6 +742,7 @@ def _concat(*xs, axis=0):
     if axis is None:  # NumPy's: the arrays flattened, then joined
         xs = tuple(P.reshape(x, shape=(-1,)) for x in xs)
         axis = 0
+    _integer_axis(axis)
     return P.concat(*xs, axis=axis)
 
 
@@ -704,7 +754,8 @@ def _stack(*xs, axis=0):
     for x in xs[1:]:
         if x.shape != xs[0].shape:
             raise ShapeError(f"stack needs arrays of equal shape, got {xs[0].shape} and {x.shape}")
-    if not isinstance(axis, int) or not -(nd + 1) <= axis <= nd:
+    _integer_axis(axis)
+    if not -(nd + 1) <= axis <= nd:
         raise ShapeError(f"axis {axis} is out of range for stacking arrays of dimension {nd}")
     axis %= nd + 1
     parts = [P.reshape(x, shape=x.shape[:axis] + (1,) + x.shape[axis:]) for x in xs]
@@ -801,18 +852,19 @@ def _repeat(x, repeats, axis=None):
     if axis is None:
         x, axis = P.reshape(x, shape=(-1,)), 0
     a = _one_axis(axis, x.ndim)
-    try:
-        counts = np.asarray(whole(repeats))
-    except ValueError:  # (a ragged tuple: (1, (2,)))
-        counts = None
-    if counts is None or counts.dtype.kind not in "iu" or (counts < 0).any() or counts.ndim > 1:
+    # the counts as Python integers (2**63 is no int64, 10**30 no NumPy integer at all)
+    counts = whole(repeats)
+    each = counts if isinstance(counts, tuple) else (counts,)
+    if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in each):
         raise ShapeError(f"repeats must be a non-negative integer or a tuple of them, got {repeats!r}")
-    if counts.ndim == 1 and len(counts) != x.shape[a]:
+    if isinstance(counts, tuple) and len(counts) != x.shape[a]:
         raise ShapeError(f"repeat: {len(counts)} repeats for an axis of length {x.shape[a]}")
     # the new length in Python integers (int64 sums overflow), checked before np.repeat allocates
-    length = sum(counts.tolist()) if counts.ndim else int(counts) * x.shape[a]
+    length = sum(counts) if isinstance(counts, tuple) else counts * x.shape[a]
     x.builder.check_size(x.shape[:a] + (length,) + x.shape[a + 1:], "repeat()'s result")
-    return _gather_axis(x, np.repeat(np.arange(x.shape[a]), counts), a)
+    if x.shape[a] == 0:  # (any count of nothing is nothing: repeat(zeros(0), 2**63))
+        return _gather_axis(x, np.zeros(0, dtype=np.intp), a)
+    return _gather_axis(x, np.repeat(np.arange(x.shape[a]), np.asarray(counts, dtype=np.intp)), a)
 
 
 @_builtin("tile", static=("reps",))
@@ -931,6 +983,7 @@ def _column_stack(*xs):
 def _append(x, values, axis=None):
     if axis is None:
         return P.concat(P.reshape(x, shape=(-1,)), P.reshape(values, shape=(-1,)), axis=0)
+    _integer_axis(axis)
     return P.concat(x, values, axis=axis)
 
 
@@ -1153,7 +1206,9 @@ def _arg_extreme(name, prim):
         # integer values, no gradient; keepdims leaves the reduced axis (or every axis) as 1
         if keepdims not in (True, False):
             raise UsageError(f"keepdims must be true or false, not {keepdims!r}")
-        i = _chosen(prim(*_along(x, axis)), name)
+        x_axis = _along(x, axis)
+        _some_element(name, x, axis)
+        i = _chosen(prim(*x_axis), name)
         if not keepdims:
             return i
         a = None if axis is None else _one_axis(axis, x.ndim)
@@ -1165,7 +1220,7 @@ _arg_extreme("argmin", lambda x, axis: P.argmin(x, axis=axis))
 
 
 def _axis_slice(nd, axis, part) -> tuple:
-    return (slice(None),) * (P.normalize_axes(axis, nd)[0] + nd) + (part,)
+    return (slice(None),) * _one_axis(axis, nd) + (part,)
 
 
 @_builtin("diff", static=("n", "axis"))
@@ -1173,13 +1228,14 @@ def _diff(x, n=1, axis=-1, prepend=None, append=None):
     n = _int_arg("n", n)
     if x.ndim == 0:
         raise ShapeError("diff needs an array of at least one dimension")
+    _one_axis(axis, x.ndim)  # (one axis, as numpy.diff: not (), (0, 1) or none)
     if prepend is not None or append is not None:  # numpy.diff: joined to x along axis first
         parts = [_diff_end(prepend, x, axis)] if prepend is not None else []
         parts += [x] + ([_diff_end(append, x, axis)] if append is not None else [])
         x = P.concat(*parts, axis=axis)
     # as numpy.diff: the difference of two slices, n times; after `length` of them the axis
     # is empty and stays so (a user's n = 10^6 must not run 10^6 Python steps)
-    length = x.shape[P.normalize_axes(axis, x.ndim)[0]]
+    length = x.shape[_one_axis(axis, x.ndim)]
     for _ in range(min(n, length)):
         x = P.index(x, idx=_axis_slice(x.ndim, axis, slice(1, None))) - \
             P.index(x, idx=_axis_slice(x.ndim, axis, slice(None, -1)))
@@ -1191,7 +1247,7 @@ def _diff_end(v, x, axis):
     if v.ndim:
         return v
     shape = list(x.shape)
-    shape[P.normalize_axes(axis, x.ndim)[0]] = 1
+    shape[_one_axis(axis, x.ndim)] = 1
     return P.broadcast_to(v, shape=tuple(shape))
 
 
@@ -1199,12 +1255,13 @@ def _diff_end(v, x, axis):
 def _trapezoid(y, x=None, dx=1.0, axis=-1):
     if y.ndim == 0:
         raise ShapeError("trapezoid needs an array of at least one dimension")
+    _one_axis(axis, y.ndim)  # (one axis, as numpy.trapezoid)
     if x is None:
         d = dx
     elif x.ndim == 1:  # spacings along axis, as numpy.trapezoid lays a 1-D x out
         d = _diff(x)
         shape = [1] * y.ndim
-        shape[P.normalize_axes(axis, y.ndim)[0]] = d.shape[0]
+        shape[_one_axis(axis, y.ndim)] = d.shape[0]
         d = P.reshape(d, shape=tuple(shape))
     else:
         d = _diff(x, axis=axis)
@@ -1233,7 +1290,7 @@ def _decided(t, what: str) -> np.ndarray:
 def _take_along(x, idx: np.ndarray, axis: int):
     """numpy.take_along_axis(x, idx, axis) for a constant integer idx, by one gather."""
     nd = x.ndim
-    ax = P.normalize_axes(axis, nd)[0] + nd
+    ax = _one_axis(axis, nd)
     grid = [np.arange(d).reshape([-1 if k == i else 1 for k in range(nd)])
             for i, d in enumerate(idx.shape)]
     grid[ax] = idx
@@ -1310,7 +1367,9 @@ def _shape_arg(shape) -> tuple:
 
 
 def _new_shape(shape) -> tuple:
-    shape = _shape_arg(shape)
+    # (a length past 2^53 arrives as a float and is an integer all the same (SPEC §2.3): the
+    # size check words it as too large, zeros((0, 2**63 - 1)), not as a non-integer)
+    shape = _shape_arg(whole(shape))
     if any(d < 0 for d in shape):
         raise ShapeError(f"negative dimension in shape {shape}")
     return shape
@@ -1359,10 +1418,19 @@ def _arange(builder, start, stop=None, step=1):
             raise ValueError_(f"arange: {what} must be finite, not {v}")
     if step == 0:
         raise ValueError_("arange: step must not be zero")
-    size = max(0, math.ceil((stop - start) / step))
-    builder.check_size((size,))
+    quotient = (stop - start) / step
+    if math.isfinite(quotient):
+        size = max(0, math.ceil(quotient))
+    else:  # (stop - start overflowed, or the step is a denormal: the length counted exactly)
+        size = max(0, math.ceil((Fraction(stop) - Fraction(start)) / Fraction(step)))
+    builder.check_size((size,))  # (arange(0, 1, 1e-320): 1e320 elements, refused here)
     if size == 0:  # (NumPy refuses even an empty range between numbers as large as 1e300)
         return builder.const(np.zeros(0))
+    if not math.isfinite(quotient):
+        # arange(1e308, -1e308, -1e307): 21 numbers, whose length NumPy cannot compute; each
+        # start + i step, halved and doubled (exactly) so that i step does not overflow
+        half = float(start) / 2 + np.arange(size, dtype=np.float64) * (float(step) / 2)
+        return builder.const(half * 2)
     return builder.const(np.arange(start, stop, step, dtype=np.float64))
 
 

@@ -197,6 +197,8 @@ _REGISTRY: dict[str, Primitive] = {}
 def _def(name, impl, vjp=None, jvp=None, normalize=None, **facts) -> Primitive:
     if name in _REGISTRY:
         raise RuntimeError(f"primitive {name!r} registered twice")
+    if facts.get("kink") is not None and normalize is _broadcast_params:
+        facts["kink"] = _aligned_kink(facts["kink"])
     prim = Primitive(name, impl, vjp, jvp, normalize, **facts)
     _REGISTRY[name] = prim
     return prim
@@ -212,6 +214,17 @@ def _align(x, nd: int, ond: int):
         return x  # unbatched: NumPy already aligns from the right
     b = x.ndim - nd
     return x.reshape(x.shape[:b] + (1,) * (ond - nd) + x.shape[b:])
+
+
+def _aligned_kink(kink):
+    """A broadcasting primitive's kink distance on operands lined up as its impl lines them up:
+    plot calls it on batched operands, (samples,) + each operand's shape, which NumPy aligns
+    from the right only at equal ranks (s % ones(3): (200,) and (200, 3))."""
+    def aligned(ans, *xs, nd=None, ond=None, **params):
+        if nd is not None:
+            xs = [_align(x, n, ond) for x, n in zip(xs, nd)]
+        return kink(ans, *xs, **params)
+    return aligned
 
 
 def _batch(x, nd: int) -> tuple:
@@ -1070,17 +1083,27 @@ def _axis_params(shapes, builder, axis=-1):
     nd = len(shapes[0])
     if nd == 0:
         raise ShapeError("needs an array of at least one dimension")
-    return {"axis": normalize_axes(axis, nd)[0]}
+    return {"axis": single_axis(axis, nd)}
 
 
+def single_axis(axis, nd: int) -> int:
+    """One axis, as normalize_axes gives it (negative), where one integer is meant: a tuple,
+    empty or not, or None is refused, not read as its first axis."""
+    if axis is None or isinstance(axis, (tuple, list)):
+        raise ShapeError(f"axis must be an integer, not {axis!r}")
+    return normalize_axes(axis, nd)[0]
+
+
+# (initial=-inf: over an axis of length 0 no maximum to shift by and nothing to compute, an
+# empty result as JAX's; any other slice's maximum is its own, -inf and nan included)
 def _softmax(x, axis):
-    z = x - np.max(x, axis=axis, keepdims=True)
+    z = x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     e = np.exp(z)
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
 def _log_softmax(x, axis):
-    z = x - np.max(x, axis=axis, keepdims=True)
+    z = x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 
 
@@ -1602,7 +1625,7 @@ def _concat_params(shapes, builder, axis=0):
     nd = len(first)
     if nd == 0:
         raise ShapeError("cannot concatenate scalars; use stack")
-    (ax,) = normalize_axes(axis, nd)
+    ax = single_axis(axis, nd)
     for s in shapes[1:]:
         if len(s) != nd or any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != ax + nd):
             raise ShapeError(f"cannot concatenate shapes {tuple(first)} and {tuple(s)} along axis {ax + nd}")

@@ -611,7 +611,8 @@ def test_huge_repeats_are_refused_by_size_before_allocating(src):
     # it is worded as written, not in its 301 digits (a shape's, test_language.py: as a float)
     ("tile(x, 1e300)", "tile()'s result would have 2e+300 elements, more than "),
     ("tile(x, -1e300)", "tile(): reps must be a non-negative integer, got -1e+300"),
-    ("repeat(x, 1e300)", "repeat(): repeats must be a non-negative integer or a tuple of them, got 1e+300"),
+    ("repeat(x, 1e300)", "repeat()'s result would have 2e+300 elements, more than "),  # (a count, as tile's)
+    ("repeat(x, -1e300)", "repeat(): repeats must be a non-negative integer or a tuple of them, got -1e+300"),
     ("one_hot([1], -1e300)", "one_hot(): n must be a non-negative integer, got -1e+300"),
 ])
 def test_integers_past_two_to_the_53_are_integers(src, message):
@@ -683,3 +684,158 @@ def test_plot_marks_name_the_operation_as_written():
     r = plot("clip(x, 0, 1)", "x", -1.0, 2.0)
     assert [(m["x"], m["note"]) for m in r.marks] == [(0.0, "kink of 'clip' (line 1, column 1)"),
                                                        (1.0, "kink of 'clip' (line 1, column 1)")]
+
+
+# ==========================================================================
+# Axes: one integer where NumPy takes one; a tuple where a tuple means something
+# (fuzz report 4, H1 and M2: axis=() was an IndexError, an internal error)
+# ==========================================================================
+
+@pytest.mark.parametrize("src", [
+    "diff(x, axis=())", "diff(x, axis=(0, 1))", "diff(x, axis=None)", "diff(x, axis=(), append=1)",
+    "diff(x, axis=(), prepend=1)", "trapezoid(x, axis=())", "trapezoid(x, axis=(0, 1))",
+    "take_along_axis(x, [[0]], ())", "take_along_axis(x, [[0]], (0, 1))", "moveaxis(x, None, 0)",
+    "moveaxis(x, ((),), (0,))", "concat(x, x, axis=())", "concat(x, x, axis=(0,))", "append(x, x, axis=())",
+    "stack(x, x, axis=())", "cross(ones((2, 3)), ones((2, 3)), axis=())", "cross(ones(3), ones(3), axisa=(0,))",
+    "norm(x, ord=1, axis=((), ()))", "norm(x, ord=1, axis=((0, 1),))", "argmax(x, axis=())",
+    "cumsum(x, axis=())", "sort(x, axis=(0, 1))",
+])
+def test_a_tuple_or_none_where_numpy_takes_one_integer_axis_is_refused(src):
+    # NumPy: "'tuple' object cannot be interpreted as an integer" (diff(M, axis=(0, 1)) ran before,
+    # along axis 0 alone)
+    message = _error(src, **({"x": np.ones((2, 3))} if "(x," in src else {}))
+    assert re.search(r"axis[abc]? must be an integer, not (\(.*\)|None)$", message), message
+
+
+def test_moveaxis_of_a_scalar_with_none_is_refused():
+    assert _error("moveaxis(1.0, None, 0)").endswith("axis must be an integer, not None")
+
+
+def test_softmax_over_several_axes_and_over_none():
+    x = np.random.default_rng(4).normal(size=(2, 3, 4))
+    e = np.exp(x - x.max(axis=(0, 2), keepdims=True))
+    ref = e / e.sum(axis=(0, 2), keepdims=True)  # jax.nn.softmax(x, axis=(0, 2))
+    assert np.allclose(_value("softmax(x, axis=(2, 0))", x=x), ref, rtol=1e-14, atol=0)
+    assert np.allclose(_value("log_softmax(x, axis=(0, -1))", x=x), np.log(ref), rtol=1e-13, atol=1e-15)
+    m = np.arange(6.0).reshape(2, 3)  # over both axes: one distribution over the 6 elements
+    assert np.allclose(_value("softmax(x, axis=(0, 1))", x=m), np.exp(m) / np.exp(m).sum(), rtol=1e-14)
+    # over no axes (jax.nn.softmax(x, axis=())): each element its own distribution, 1 (log 0)
+    # and nan at inf, as exp(inf - inf)
+    assert _value("softmax(x, axis=())", x=np.array([1.0, 2.0, np.inf])).tolist()[:2] == [1.0, 1.0]
+    assert np.isnan(_value("softmax(x, axis=())", x=np.array([1.0, 2.0, np.inf]))[2])
+    assert _value("log_softmax(x, axis=())", x=m).tolist() == np.zeros((2, 3)).tolist()
+    assert _value("softmax(x, axis=())", x=3.0) == 1.0
+    # a constant: the derivative is 0 (connected, as JAX's)
+    assert _grad("sum(softmax(x, axis=()) * [1, 2])", x=np.array([1.0, 2.0])).tolist() == [0.0, 0.0]
+    assert _grad("sum(log_softmax(x, axis=()) * [1, 2])", x=np.array([1.0, 2.0])).tolist() == [0.0, 0.0]
+    # the Jacobian of softmax over all axes, by hand: diag(p) - p p^T on the flattened elements
+    p = (np.exp(m) / np.exp(m).sum()).ravel()
+    for mode in ("rev", "fwd"):
+        jac = gradcalc.jacobian("softmax(x, axis=(0, 1))", at={"x": m}, mode=mode)["_"]["x"]
+        assert np.allclose(jac.reshape(6, 6), np.diag(p) - np.outer(p, p), rtol=1e-13, atol=1e-16)
+
+
+def test_softmax_over_an_empty_axis_is_empty():
+    # nothing to normalise: an empty result, as jax.nn.softmax (whose max starts at -inf)
+    assert _value("softmax(x)", x=np.zeros(0)).shape == (0,)
+    assert _value("log_softmax(x, axis=1)", x=np.zeros((2, 0))).shape == (2, 0)
+    assert _grad("sum(softmax(x))", x=np.zeros(0)).shape == (0,)
+    # and the other slices are as before: -inf and nan propagate as np.max's
+    assert _value("softmax(x)", x=np.array([-np.inf, 0.0])).tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("src, shape, message", [
+    ("max(x)", (0,), "max of an empty array (shape (0,)) has no value"),
+    ("min(x)", (0,), "min of an empty array (shape (0,)) has no value"),
+    ("max(x, axis=0)", (0, 3), "max over axis 0, of length 0 (shape (0, 3)), has no value"),
+    ("min(x, axis=(0, 1))", (2, 0), "min of an empty array (shape (2, 0)) has no value"),
+    ("argmax(x)", (0,), "argmax of an empty array (shape (0,)) has no value"),
+    ("argmin(x, axis=1)", (3, 0), "argmin over axis 1, of length 0 (shape (3, 0)), has no value"),
+    ("argmax(x)", (3, 0), "argmax of an empty array (shape (3, 0)) has no value"),
+    ("norm(x, ord=inf)", (0,), "norm with ord=inf of an empty array (shape (0,)) has no value"),
+    ("norm(x, ord=-inf)", (0,), "norm with ord=-inf of an empty array (shape (0,)) has no value"),
+    ("norm(x, ord=inf)", (0, 2), "norm with ord=inf of an empty array (shape (0,)) has no value"),
+])
+def test_the_extreme_of_no_elements_is_a_user_error_in_the_languages_words(src, shape, message):
+    # NumPy: "zero-size array to reduction operation maximum which has no identity", "attempt
+    # to get argmax of an empty sequence" (before: those words, through the catch-all)
+    with pytest.raises(gradcalc.GradcalcError) as err:
+        gradcalc.evaluate(src, at={"x": np.zeros(shape)})
+    assert err.value.message.startswith(message), err.value.message
+    assert "size(x)" in err.value.hint and "identity" not in err.value.message
+
+
+@pytest.mark.parametrize("src, shape, expected", [
+    # NumPy's results where some element or no reduction is left: not errors
+    ("max(x, axis=1)", (0, 3), np.zeros(0)),          # np.max(np.zeros((0, 3)), axis=1)
+    ("min(x, axis=0)", (3, 0), np.zeros(0)),
+    ("max(x, axis=())", (0, 3), np.zeros((0, 3))),
+    ("argmax(x, axis=0)", (3, 0), np.zeros(0)),
+    ("norm(x, ord=inf)", (2, 0), np.float64(0.0)),    # np.linalg.norm(np.zeros((2, 0)), ord=inf)
+    ("norm(x, ord=1)", (0, 2), np.float64(0.0)),
+])
+def test_extremes_of_empty_arrays_numpy_computes_are_computed(src, shape, expected):
+    got = _value(src, x=np.zeros(shape))
+    assert np.shape(got) == np.shape(expected) and np.array_equal(got, expected)
+
+
+# ==========================================================================
+# Counts, lengths and sizes too large (fuzz report 4, H3, H4, L3)
+# ==========================================================================
+
+def test_a_huge_repeat_of_nothing_is_nothing():
+    # np.repeat(np.zeros(0), 2**63) fails on its int64 cast (here an internal error before)
+    assert _value("repeat(zeros(0), 2**63)").shape == (0,)
+    assert _value("repeat(zeros(0), 10**30)").shape == (0,)
+    assert _value("repeat(zeros((2, 0)), 2**64, axis=1)").shape == (2, 0)
+    assert _value("repeat([1, 2], (0, 3))").tolist() == np.repeat([1.0, 2.0], [0, 3]).tolist()
+    message = _error("repeat(zeros((0, 2)), 2**63, axis=1)")
+    assert re.search(r"repeat\(\)'s result would have \S+ elements, more than \S*max_elements", message)
+
+
+@pytest.mark.parametrize("src", ["arange(0, 1, 1e-320)", "arange(-1e308, 1e308, 1e-300)",
+                                 "arange(1e308, -1e308, -1e-307)"])
+def test_an_arange_whose_length_overflows_is_refused_as_too_long(src):
+    # (stop - start) / step is inf: math.ceil(inf) was an OverflowError, an internal error
+    message = _error(src)
+    assert re.search(r"array of shape \(\S+,\) has \S+ elements, more than \S*max_elements=", message), message
+
+
+def test_an_arange_between_numbers_whose_difference_overflows():
+    # NumPy: "Maximum allowed size exceeded" (it computes stop - start = -inf); the range has
+    # ceil((-1e308 - 1e308) / -1e307) = 21 numbers, counted exactly (the floats 1e308 and 1e307
+    # are not 10^308 and 10^307: 20.000000000000001...), each start + i step
+    from fractions import Fraction
+    v = _value("arange(1e308, -1e308, -1e307)")
+    n = math.ceil((Fraction(-1e308) - Fraction(1e308)) / Fraction(-1e307))
+    assert n == 21 and v.shape == (21,)
+    assert np.isfinite(v).all() and (np.diff(v) < 0).all() and v[0] == 1e308 and v[-1] >= -1e308
+    for i in (1, 2, 5, 20):  # within a rounding of the exact start + i step
+        exact = Fraction(1e308) + i * Fraction(-1e307)
+        assert abs(Fraction(float(v[i])) - exact) <= 2 * abs(Fraction(np.spacing(float(exact))))
+
+
+@pytest.mark.parametrize("src", ["zeros((0, 2**63-1))", "ones((2**64, 0))", "full((0, 1e300), 1)"])
+def test_a_huge_integral_length_is_too_large_not_a_non_integer(src):
+    # (before: "a shape holds integers, got 9.223372036854776e+18")
+    message = _error(src)
+    assert re.search(r"array of shape \(.*\) spans \S+ elements, more than \S*max_elements=", message), message
+    assert "integers" not in message
+
+
+# ==========================================================================
+# plot's kink marks through a broadcast of operands of unequal rank (fuzz report 4, H9)
+# ==========================================================================
+
+@pytest.mark.parametrize("src, marks", [
+    ("sum(s % zeros(0))", []), ("sum(mod(s, ones((0, 3))))", []), ("sum(s // zeros(0))", []),
+    ("sum(maximum(s, zeros((2, 0))))", []),
+    # s % 1 jumps at the integers -1, 0, 1 (each element alike); maximum(s, 1) bends at 1
+    ("sum(s % ones(3))", [-1.0, 0.0, 1.0]), ("sum(maximum(s, ones((2, 3))))", [1.0]),
+    ("sum((s > ones(3)) * s)", [1.0]),
+])
+def test_plot_marks_kinks_of_a_scalar_against_an_array(src, marks):
+    # the kink distance got the samples' (200,) against (200, 3): a broadcast ValueError
+    from cli_run import ok_json
+    doc = ok_json("plot", src, "--over", "s=-1:1")
+    assert [m["x"] for m in doc["marks"] if m["kind"] == "kink"] == marks
