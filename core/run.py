@@ -798,7 +798,7 @@ class Interpreter:
                                  node.pos, hint="choose between values with where(cond, a, b)")
             mask = np.asarray(value) != 0
             self.guard(t, mask, node.loc, "mask")
-            return np.nonzero(mask)
+            return (mask,)  # (the primitive checks its shape against the axes it indexes: _index_mask)
         if t.shape == ():
             return (self.int_of(t, node, "an index", "index"),)
         if not np.all(np.isfinite(value)) or not np.all(np.mod(value, 1) == 0):

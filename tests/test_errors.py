@@ -59,6 +59,28 @@ LEXICAL = [
 ]
 
 
+@pytest.mark.parametrize("src, message, pos", [
+    # NumPy refuses a mask whose shape is not the indexed axes'; gradcalc read its non-zero
+    # positions as integers, so a short mask selected silently and a long one spoke of an
+    # integer index out of range (fuzz hunt)
+    ("x = [1, 2, 3, 4]\nx[[1, 0, 1] > 0]", "a mask of shape (3,) does not match the indexed axes (4,) (from axis 0)", (2, 2)),
+    ("ones(3)[ones(4) > 0]", "a mask of shape (4,) does not match the indexed axes (3,) (from axis 0)", (1, 8)),
+    ("y = [1, 2, 3, 4]\ny[[1, 0, 1] > 0] = 9", "a mask of shape (3,) does not match the indexed axes (4,) (from axis 0)",
+     (2, 1)),
+    ("M = ones((2, 3))\nM[0, [1, 1] > 0]", "a mask of shape (2,) does not match the indexed axes (3,) (from axis 1)", (2, 2)),
+])
+def test_a_mask_must_have_the_shape_of_the_axes_it_indexes(src, message, pos):
+    check(raised(gradcalc.evaluate, src), "shape", message, pos)
+
+
+def test_a_mask_of_the_right_shape_selects_as_numpy_does():
+    m = np.arange(6.0).reshape(2, 3)
+    r = gradcalc.evaluate("M[M > 2]", at={"M": m})["_"]
+    assert np.array_equal(r, m[m > 2])
+    g = gradcalc.grad("sum(M[M > 2]^2)", at={"M": m})["M"]
+    assert np.array_equal(g, np.where(m > 2, 2 * m, 0.0))
+
+
 @pytest.mark.parametrize("src, line, caret", [
     ("a = 1\rb = x 3", "a = 1 b = x 3", "      ^"),  # a '\r' within a line is a blank to the lexer
     ("a = 1\x0cb = x 3", "a = 1 b = x 3", "      ^"),
