@@ -835,7 +835,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
         if not (paths or rounding) and _coarse_step(tr.value(w), h, worst, method) and \
                 not (kinks and _kinks_at_relative_steps(tr, w, o, method)):
             # (a kink, a changed path or rounding explains a failure better than a coarse step)
-            again = _at_relative_steps(tr, o, w, ad, plan)
+            again = _at_relative_steps(tr, o, w, ad, plan, view)
             notes += _coarse_step_note(tr.value(w), h, again, worst)
             if again is not None and again.ok:
                 extra = {"default_step": float(np.max(h))}
@@ -989,15 +989,18 @@ class _Again(NamedTuple):
     step: np.ndarray
 
 
-def _at_relative_steps(tr: Traced, o: str, w: str, ad, plan: _Plan) -> _Again | None:
+def _at_relative_steps(tr: Traced, o: str, w: str, ad, plan: _Plan, view=_plain) -> _Again | None:
     """The comparison made again with steps that follow |x| where it is below 1 (see
     stencil.relative_step), or None when a step there takes another path (the differences
-    would mix two branches)."""
+    would mix two branches).  view is how a Jacobian is compared, as at the default step (see
+    _symmetrised: ad is already seen through it, and the differences must be too, or an input
+    that reaches cholesky always disagrees here)."""
     h = stencil.relative_step(tr.value(w), plan.method)
     est = fd_estimate(tr, [o], w, plan.method, step=h, max_steps=plan.max_steps)
     if est.flipped[o]:
         return None
-    return _Again(*compare(ad, est.jacobian[o], *plan.tol), est.jacobian[o], est.step)
+    fd = view(est.jacobian[o])
+    return _Again(*compare(ad, fd, *plan.tol), fd, est.step)
 
 
 def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst: list,

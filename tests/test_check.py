@@ -855,3 +855,29 @@ def test_directions_pass_a_zero_derivative_their_differences_find_exactly(src, x
     (the bare 'allowance past |J v|' rule failed these right derivatives: differential review)."""
     r = gradcalc.check(src, at={"x": x}, directions=2)
     assert r.ok, [res.notes for res in r.results]
+
+
+# -- the retry at steps relative to |x| sees the Jacobian as the default step's comparison does ----
+
+_SMALL_SPD = np.array([[1e-3, 2e-4], [2e-4, 3e-3]])
+
+
+@pytest.mark.parametrize("src", ["L = cholesky(S); sum(log(diagonal(L)))",  # log det(S) / 2
+                                 "w, V = eigh(S); 0.5 * sum(log(w))"])
+def test_a_small_spd_input_passes_at_steps_relative_to_x(src):
+    # the retry compared the symmetrised derivative with plain differences (those of the upper
+    # triangle are 0): 'at steps relative to |x| they disagree too (rel err 1)' for any S ~ 1e-3
+    r = gradcalc.check(src, at={"S": _SMALL_SPD}).results[0]
+    assert r.ok, r.notes
+    assert any("compared at steps relative to |x| instead" in n for n in r.notes)
+    g = np.asarray(gradcalc.grad(src, at={"S": _SMALL_SPD})["S"])
+    assert np.allclose(g, 0.5 * np.linalg.inv(_SMALL_SPD), rtol=1e-10)  # d log det(S) / 2 = S^-1 / 2
+
+
+@pytest.mark.parametrize("where", ["[0, 1]", "[1, 0]", "[0, 0]"])
+def test_a_small_spd_input_still_fails_a_wrong_symmetric_part_at_relative_steps(where):
+    # (stop_gradient hides a slope of 0.1 at one element: 1.5e-3 of the derivative along E_01 + E_10)
+    src = f"L = cholesky(S); sum(log(diagonal(L))) + stop_gradient(0.1 * S{where})"
+    r = gradcalc.check(src, at={"S": _SMALL_SPD}).results[0]
+    assert not r.ok
+
