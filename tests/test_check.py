@@ -881,3 +881,30 @@ def test_a_small_spd_input_still_fails_a_wrong_symmetric_part_at_relative_steps(
     r = gradcalc.check(src, at={"S": _SMALL_SPD}).results[0]
     assert not r.ok
 
+
+# -- richardson's halving search: differences exactly 0 at every step have converged -------------
+
+_NEAR_POLE = ("input y[2]; out = (1.5 + y)^-3", {"y": np.array([0.5, -1.48])})
+
+
+def test_richardson_passes_an_elementwise_map_whose_cross_differences_are_exactly_0():
+    # the cross terms d out[1] / d y[0] are exactly 0 at every step, but the search added
+    # eps |f| / h (|f| = 1.25e5) to their spread, so they never 'converged': exit 1 with
+    # 'at [1, 1]: ad -18750000, fd -18750000: |ad - fd| = 5.7e-07 > 0.188 allowed'
+    src, at = _NEAR_POLE
+    r = gradcalc.check(src, at=at, method="richardson").results[0]
+    assert r.ok, (r.notes, breach_text(r))
+    j = np.asarray(gradcalc.jacobian(src, at=at)["out"]["y"])
+    assert np.allclose(j, np.diag(-3 * (1.5 + at["y"]) ** -4), rtol=1e-12, atol=0)  # closed form
+    res = runner.invoke(app, ["check", "input y[2]; out = (1.5 + y)^-3", "--at", "y=[0.5,-1.48]",
+                              "--method", "richardson", "-f", "plain"])
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("wrong", ["stop_gradient(10 * y)", "stop_gradient(1e-6 * y[0])"])
+def test_richardson_still_fails_a_wrong_diagonal_or_cross_term_near_the_pole(wrong):
+    # 10 along the diagonal: 5e-7 of -1.9e7; 1e-6 on the cross term d out[1] / d y[0], which is no
+    # longer exactly 0 in the differences
+    src, at = _NEAR_POLE
+    assert not gradcalc.check(f"{src} + {wrong}", at=at, method="richardson").ok
+
