@@ -813,7 +813,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
         ad, fd = view(ad), view(fd)
         est = est._replace(error=est.error and {o: view(est.error[o])})
     ok, mabs, mrel, worst = compare(ad, fd, *tol)
-    extra, coarse = {}, False
+    extra, coarse, later, slack = {}, False, None, None
     if not ok:
         extra.update(breach(ad, fd, worst, *tol))
         rounding = _rounding_note(tr.value(o), h, method, mabs)
@@ -831,8 +831,29 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
                 if resolved:  # (the estimates at the larger steps are the better reference)
                     fd, h = larger.fd, larger.step
                     ok, mabs, mrel, worst = larger.ok, larger.max_abs, larger.max_rel, larger.worst
+        elif not (paths or kinks):
+            # (another element's truncation error kept the block off the rounding route: each
+            # element within its own rounding bound takes it alone, the others the searches below)
+            split = _rounding_elements(ad, fd, tr.value(o), h, method, tol)
+            if split is not None:
+                settled, slack, later = split, None, None
+                larger = _at_larger_steps(tr, o, w, ad, fd, h, plan, split, view)
+                if larger is not None and (larger.converged or larger.allowance is not None):
+                    with np.errstate(all="ignore"):
+                        allowance = 0.0 if larger.allowance is None else larger.allowance
+                        settled = split & (np.abs(ad - larger.fd) <= tol[1] + tol[0] * np.abs(larger.fd) + allowance)
+                    if settled.any():
+                        fd = np.where(settled, larger.fd, fd)  # (h stays the default step: the
+                        extra = {"default_step": float(np.max(h))}  # searches below start from it)
+                        if larger.allowance is not None:
+                            slack = np.where(settled, larger.allowance, 0.0)
+                            extra["rounding_allowance"] = float(np.max(slack))
+                        ok, mabs, mrel, worst = compare(ad, fd, *tol, slack=slack)
+                        if not ok:
+                            extra.update(breach(ad, fd, worst, *tol, slack=slack))
+                        later = _split_rounding_note(tr.value(o), h, method, int(settled.sum()), larger)
         notes += rounding
-        if not (paths or rounding) and _coarse_step(tr.value(w), h, worst, method) and \
+        if not (ok or paths or rounding) and _coarse_step(tr.value(w), h, worst, method) and \
                 not (kinks and _kinks_at_relative_steps(tr, w, o, method)):
             # (a kink, a changed path or rounding explains a failure better than a coarse step)
             again = _at_relative_steps(tr, o, w, ad, plan, view)
@@ -843,18 +864,24 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
                 ok, mabs, mrel, worst = again.ok, again.max_abs, again.max_rel, again.worst
             coarse = True
     doubtful = None if notes or coarse else _doubtful(ad, fd, est.error and est.error[o], tol)
+    if doubtful is not None and later is not None:  # (elements settled at larger steps stay settled)
+        doubtful &= ~settled
     if doubtful is not None and doubtful.any():
         # (nothing explains a mismatch, or the estimate's own error could hide one: the step may
         # be too coarse for a function that varies on a unit scale, since it follows max(1, |x|))
-        smaller = _at_smaller_steps(tr, o, w, ad, fd, h, plan, doubtful, view)
+        smaller = _at_smaller_steps(tr, o, w, ad, fd, h, plan, doubtful, view, slack)
         # (a pass at the default step stands unless the smaller steps converge and disagree)
         if smaller is not None and not (ok and (smaller.ok or not smaller.converged)):
             notes.append(_smaller_steps_note(h, smaller))
             extra = {"default_step": float(np.max(h))}
+            if slack is not None:
+                extra["rounding_allowance"] = float(np.max(slack))
             if not smaller.ok:  # (the estimates at the smaller steps are the better reference)
-                extra.update(breach(ad, smaller.fd, smaller.worst, *tol))
+                extra.update(breach(ad, smaller.fd, smaller.worst, *tol, slack=slack))
             fd, h = smaller.fd, smaller.step
             ok, mabs, mrel, worst = smaller.ok, smaller.max_abs, smaller.max_rel, smaller.worst
+    if later is not None:
+        notes.append(later)
     if probes is not None and not _agrees_with_forward(rev, probes, o, tr.value(w).ndim, extra):
         ok = False
         notes.append("reverse and forward mode disagree")
@@ -951,6 +978,36 @@ def _rounding_note(y, h, method: str, mismatch: float) -> list:
     return [f"finite differences are at their rounding limit here: |f| up to {size:.3g} over a step of "
             f"{step:.3g} leaves about {noise:.2g} of rounding error in each difference quotient, as much "
             "as the mismatch (try --method complex for analytic programs)"]
+
+
+def _rounding_elements(ad, fd, y, h, method: str, tol) -> np.ndarray | None:
+    """The failing elements whose own mismatch is within the rounding of the differences (the
+    bound of _rounding_note, at each element's step), where the block's largest mismatch is not
+    (another element's truncation error): each of them takes the rounding route alone, so that a
+    large derivative's truncation does not send a small one's rounding to smaller steps, where it
+    only grows (an MLP's loss of 1e7: 'do not converge (spread 0.0033)').  None where there is none."""
+    if method not in stencil.ROUNDING or not np.size(y) or not np.size(h):
+        return None
+    size = float(np.max(np.abs(y)))
+    if not math.isfinite(size):
+        return None
+    with np.errstate(all="ignore"):
+        noise = stencil.ROUNDING[method] * stencil.EPS * size / np.broadcast_to(h, np.shape(fd))
+        within = _doubtful(ad, fd, None, tol) & (np.abs(ad - fd) <= 4 * noise)
+    return within if within.any() else None
+
+
+def _split_rounding_note(y, h, method: str, count: int, larger: "_Smaller") -> str:
+    """What the rounding route found for the elements that took it alone (see _rounding_elements)."""
+    size = float(np.max(np.abs(y)))
+    step = float(np.min(h))
+    noise = stencil.ROUNDING[method] * stencil.EPS * size / step
+    how = ("converge (within {:.2g})".format(larger.spread) if larger.allowance is None else
+           f"spread by {larger.spread:.2g} at best and are compared allowing that spread")
+    return (f"finite differences are at their rounding limit at {count} element{'' if count == 1 else 's'} "
+            f"here (|f| up to {size:.3g} over a step of {step:.3g} leaves about {noise:.2g} of rounding "
+            f"error in each difference quotient): at steps up to {float(np.max(larger.step)):.3g} their "
+            f"differences {how} and agree with the automatic derivative")
 
 
 #: A step larger than this fraction of |x| is coarse for a function that changes on the scale
@@ -1062,7 +1119,7 @@ def _doubtful(ad, fd, error, tol) -> np.ndarray:
 
 
 def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing,
-                      view=_plain) -> _Smaller | None:
+                      view=_plain, slack=None) -> _Smaller | None:
     """The comparison made again, where the default step's failed, at the best of the steps
     h / 2^k (see _halved), or None (the complex step, or a step that takes another path: the
     differences would mix two branches), for the elements failing (see _doubtful).  view is how
@@ -1077,7 +1134,7 @@ def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failin
 
     return _halved(ad, fd, np.broadcast_to(h, fd.shape), at_step,
                    lambda step: stencil.ROUNDING[plan.method] * stencil.EPS * size / step,
-                   failing, plan.tol, _halvings(tr.value(w)))
+                   failing, plan.tol, _halvings(tr.value(w)), slack=0.0 if slack is None else slack)
 
 
 #: The largest spread of finite differences, as a fraction of the derivative's scale, within
