@@ -930,6 +930,13 @@ def _symmetrised(jacobian):
     return np.where(np.eye(n, dtype=bool), jacobian, jacobian + np.swapaxes(jacobian, -1, -2))
 
 
+def _symmetric_part(v: np.ndarray) -> np.ndarray:
+    """Directions (of matrices, in the last two axes) made symmetric: eigh and cholesky read one
+    triangle, and along a symmetric direction their finite differences and their (symmetric)
+    derivative agree, as along the full check's E_ij + E_ji (see _symmetrised)."""
+    return (v + np.swapaxes(v, -1, -2)) / 2
+
+
 def _symmetric_note(tr: Traced, w: str, eq) -> str:
     pos = eq.pos
     where = f" (line {pos.line}, column {pos.col})" if pos else ""
@@ -1424,15 +1431,22 @@ def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
     kind, step = stencil.along_direction(x, method)
     _check_batch(tr, len(stencil.offsets(kind)) * k, x.size)
     v = rng.standard_normal((k,) + x.shape)
+    symmetric = {o: _symmetric_operand(tr, w, o) for o in outs}
+    if any(eq is not None for eq in symmetric.values()):
+        v = _symmetric_part(v)  # (as the full check's directions: see _symmetrised)
     v /= np.sqrt(np.sum(v * v, axis=tuple(range(1, v.ndim)), keepdims=True))
     jv, jv_noise = _measured(lambda d: _tangents(tr, w, outs, d), v)
     dd = _directional_differences(tr, w, outs, v, kind, step, plan.max_steps)
     # (the step reported for the complex step is the central difference's, as it always was)
     hs = float(np.max(default_step(x, method if method != "complex" else "central")))
     again = _relative_directions(tr, w, outs, v, method, plan.max_steps)
-    return [_direction_result(tr, name, p, o, w, v, (j, jn), Directional(*found), kind, step, hs, plan, rng,
-                              lambda i=i: again()[i])
-            for i, (o, j, jn, *found) in enumerate(zip(outs, jv, jv_noise, *dd))]
+    results = [_direction_result(tr, name, p, o, w, v, (j, jn), Directional(*found), kind, step, hs, plan, rng,
+                                 lambda i=i: again()[i])
+               for i, (o, j, jn, *found) in enumerate(zip(outs, jv, jv_noise, *dd))]
+    for r in results:
+        if symmetric[r.of] is not None:
+            r.notes.append(_symmetric_note(tr, w, symmetric[r.of]))
+    return results
 
 
 def _relative_directions(tr: Traced, w: str, outs, v: np.ndarray, method: str, max_steps: int):
@@ -1712,6 +1726,8 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     """
     x = tr.value(wrt)
     v = rng.standard_normal(x.shape)
+    if _symmetric_operand(tr, wrt, of) is not None:
+        v = _symmetric_part(v)  # (as the full check's directions: see _symmetrised)
     h0 = TAYLOR_FIRST_STEP * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
     rems, floors, flipped = [], [], ()
     for start in range(0, halvings, TAYLOR_CHUNK):

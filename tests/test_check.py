@@ -688,6 +688,25 @@ def test_a_gradient_wrong_in_its_symmetric_part_still_fails(src, at, f, where):
     assert abs(r.extra["fd"] - r.extra["ad"]) == pytest.approx(1e-4, rel=1e-3)
 
 
+@pytest.mark.parametrize("src, at, f", [_EIGH, _CHOLESKY])
+@pytest.mark.parametrize("mode", [{"directions": 2}, {"directions": 3, "method": "forward"}, {"taylor": True}])
+def test_directions_and_taylor_take_symmetric_directions_for_eigh_and_cholesky(src, at, f, mode):
+    # random directions were not symmetric, so the differences (of one triangle) and J v (of
+    # the symmetric derivative) saw different perturbations: a right gradient always failed
+    # (taylor: order 1; check hunt F1, F2)
+    r = gradcalc.check(src, at={"a": np.array(at)}, **mode).results[0]
+    assert r.ok, r
+    assert any("compared along symmetric directions (E_ij + E_ji)" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("src, at, f", [_EIGH, _CHOLESKY])
+@pytest.mark.parametrize("where", ["[0, 1]", "[1, 0]", "[0, 0]"])
+@pytest.mark.parametrize("mode", [{"directions": 4}, {"taylor": True}])
+def test_directions_and_taylor_still_fail_a_wrong_symmetric_part(src, at, f, where, mode):
+    wrong = f"{src}; s + stop_gradient(0.1 * a{where})" if ";" in src else f"{src} + stop_gradient(0.1 * a{where})"
+    assert not gradcalc.check(wrong, at={"a": np.array(at)}, seed=3, **mode).results[0].ok
+
+
 # -- a kink the default step straddles, which steps relative to |x| do not reach ----------------
 
 @pytest.mark.parametrize("src, at, slope", [
