@@ -1321,9 +1321,11 @@ def _resolves(fine_slack, fine_fd, fd, slack, tol) -> bool:
 
 def _directions_halved(tr: Traced, o: str, w: str, v, j, d, slack, step: float, kind: str, sizes, spread,
                        plan: _Plan) -> tuple:
-    """(_Smaller or None, the inner product's rounding allowance): J v (j) against directional
-    differences at the default step halved (see _halved), where the default step's (d, with its
-    allowance slack) disagree; the allowance of J v itself, gamma_n sum_i |J_i v_i|, stays."""
+    """(_Smaller or None, the allowance of each element): J v (j) against directional differences
+    at the default step halved (see _halved), where the default step's (d, with its allowance
+    slack) disagree; there the allowance of J v itself, gamma_n sum_i |J_i v_i|, stays, and an
+    element that agreed at the default step keeps its estimate with the allowance it passed by
+    (it is not refined: the smaller steps' allowance would judge the default step's estimate)."""
     x = tr.value(w)
     inner = gamma(x.size) * spread.reshape((-1,) + (1,) * (j.ndim - 1))
     rtol, atol = plan.tol
@@ -1336,9 +1338,10 @@ def _directions_halved(tr: Traced, o: str, w: str, v, j, d, slack, step: float, 
         found = _directional_differences(tr, w, [o], v, kind, step / 2.0 ** k, plan.max_steps)
         return None if found.flipped[0] else (found.values[0], np.full(j.shape, step / 2.0 ** k))
 
+    allowed = np.where(failing, inner, slack)
     return _halved(j, d, np.full(j.shape, step), at_step,
                    lambda h: stencil.ROUNDING[kind] * stencil.EPS * sizes / h,
-                   failing, plan.tol, _halvings(x), slack=inner), inner
+                   failing, plan.tol, _halvings(x), slack=allowed), allowed
 
 
 def _smallest_nonzero(x: np.ndarray) -> list | None:

@@ -688,6 +688,17 @@ def test_a_gradient_wrong_in_its_symmetric_part_still_fails(src, at, f, where):
     assert abs(r.extra["fd"] - r.extra["ad"]) == pytest.approx(1e-4, rel=1e-3)
 
 
+def test_directions_keep_an_element_that_agreed_at_the_default_step_as_it_agreed():
+    # Elements that disagreed at the default step were compared again at smaller steps, and so,
+    # with the smaller steps' allowance, was every element that had agreed and kept its estimate
+    # (never refined): a right J v failed (check hunt F4; its directional differences, taken
+    # in the hunt down to 1.2e-7 and checked with mpmath, converge to J v)
+    a = [[1.97184714, -0.53083235, 0.33678321], [0.25795, -0.65397141, 0.55183838],
+         [-0.63200077, -1.3811657, 1.30623399]]
+    r = gradcalc.check("input A[3,3]\nout = sinc(pinv(A))", at={"A": a}, directions=2)
+    assert r.ok, r.results
+
+
 @pytest.mark.parametrize("src, at, f", [_EIGH, _CHOLESKY])
 @pytest.mark.parametrize("mode", [{"directions": 2}, {"directions": 3, "method": "forward"}, {"taylor": True}])
 def test_directions_and_taylor_take_symmetric_directions_for_eigh_and_cholesky(src, at, f, mode):
