@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from gradcalc.errors import REPORT_URL, GradcalcError, flag, located_text
+from gradcalc.errors import REPORT_URL, GradcalcError, flag, internal_words, located_text
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -34,7 +34,7 @@ def report_internal_error(exc: BaseException, debug: bool, json_out: bool = Fals
     if debug:
         import traceback
         traceback.print_exception(exc)
-    message = f"internal error ({type(exc).__name__}: {exc})"
+    message = internal_words(exc)
     sys.stderr.write(f"gradcalc: {message}. Sorry: this is a bug in gradcalc. Please report it at {REPORT_URL} "
                      f"with the command you ran{'' if debug else ' (add --debug for a traceback)'}.\n")
     if json_out:  # (-f json: one object on stdout, whatever happened)

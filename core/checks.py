@@ -52,10 +52,17 @@ def tolerance(default: tuple, rtol: float | None, atol: float | None) -> tuple[f
     for opt, v in (("rtol", rtol), ("atol", atol)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))):
             raise UsageError(f"{option(opt)} takes a number, not {v!r:.60}", option=opt)
-        if v is not None and not (v >= 0 and math.isfinite(float(v) if abs(v) < 1e308 else math.inf)):
+        if v is not None and not (v >= 0 and _finite(v)):
             raise UsageError(f"{option(opt)} must be a finite non-negative number, not {v!s:.60}", option=opt)
     # (+ 0.0: a tolerance of -0 is 0, and is echoed so)
     return (default[0] if rtol is None else float(rtol) + 0.0, default[1] if atol is None else float(atol) + 0.0)
+
+
+def _finite(v) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # (an int past the largest float: 10**400)
+        return False
 
 
 @dataclass

@@ -177,6 +177,11 @@ class FileError(ValueError_): kind = "file"          # noqa: E701  (missing or u
 REPORT_URL = "https://github.com/gradcalc/gradcalc/issues"
 
 
+def internal_words(exc: BaseException, where: str = "") -> str:
+    """A bug's exception (and where it arose) as the CLI and check's error results name it."""
+    return f"internal error ({type(exc).__name__}: {exc}{where})"
+
+
 class InternalError(GradcalcError):
     """A bug in gradcalc met while one source was checked: that source's error result (check
     goes on with the others, and exits 3), never raised."""

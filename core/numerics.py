@@ -1571,7 +1571,8 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
         not compare(j, d, *plan.tol)[0]
     if undecided:
         ok = False
-        notes.append(f"rounding of the directional differences could hide an error of {float(np.max(slack, initial=0.0)):.2g} "
+        hidden = float(np.max(slack, initial=0.0))
+        notes.append(f"rounding of the directional differences could hide an error of {hidden:.2g} "
                      "(eps |f| / h), more than J v itself: they cannot decide; the full check (without "
                      "--directions) searches larger steps, --method complex takes no difference")
     elif not ok:

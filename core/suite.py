@@ -16,7 +16,8 @@ import shlex
 from dataclasses import dataclass, field
 
 from .checks import CheckResult
-from .errors import REPORT_URL, FileError, GradcalcError, InternalError, Pos, ShapeError, Source, UsageError, ValueError_, option
+from .errors import (REPORT_URL, FileError, GradcalcError, InternalError, Pos, ShapeError, Source, UsageError,
+                     ValueError_, internal_words, option)
 from .results import Result
 
 #: The options a ``# check:`` line may give (SPEC §5), as the library's keywords: the
@@ -232,8 +233,8 @@ def _internal(exc: Exception) -> InternalError:
     import traceback
     frames = traceback.extract_tb(exc.__traceback__)
     at = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
-    return InternalError(f"internal error ({type(exc).__name__}: {exc}{at}): a bug in gradcalc, not in this "
-                         "source; the other sources were checked",
+    return InternalError(f"{internal_words(exc, at)}: a bug in gradcalc, not in this source; the other "
+                         "sources were checked",
                          hint=f"please report it with this source at {REPORT_URL}")
 
 

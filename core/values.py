@@ -409,25 +409,29 @@ _NOT_A_NUMBER = re.compile(r"could not convert string '(.*)' to float64 at row \
 
 
 def _loadtxt(lines: list, delimiter, skipped: int) -> np.ndarray:
-    """numpy.loadtxt of lines (the text's from line skipped + 1 on), in the file's words for an
-    entry that is no number: the entry, and its line and column as an editor counts them."""
+    """numpy.loadtxt of lines (the text's from line skipped + 1 on), its errors in the file's
+    words: an entry that is no number, or rows of different lengths, with their lines and
+    columns as an editor counts them (NumPy counts rows from 0, past comments and a header)."""
     try:
         return np.loadtxt(lines, delimiter=delimiter, dtype=np.float64, ndmin=0)
     except ValueError as err:
-        bad = _NOT_A_NUMBER.match(str(err))
-        ragged = _RAGGED.match(str(err))
-        if ragged is not None:
-            rows = [(i, len(line.split(delimiter))) for i, line in enumerate(lines)
-                    if line.strip() and not line.lstrip().startswith("#")]
-            at = next((f" ({rows[0][1]} on line {rows[0][0] + 1 + skipped}, {n} on line {i + 1 + skipped})"
-                       for i, n in rows if n != rows[0][1]), "")
-            raise ValueError(f"its rows hold different numbers of entries{at}") from None
-        if bad is None:
-            raise
-        where = next((f" at line {i + 1 + skipped}, column {k + 1}" for i, line in enumerate(lines)
-                      if not line.lstrip().startswith("#")
-                      for k, entry in enumerate(line.split(delimiter)) if entry.strip() == bad[1]), "")
-        raise ValueError(f"'{bad[1]}'{where} is not a number") from None
+        raise _worded(err, lines, delimiter, skipped) from None
+
+
+def _worded(err: ValueError, lines: list, delimiter, skipped: int) -> ValueError:
+    rows = [(i + 1 + skipped, line.split(delimiter)) for i, line in enumerate(lines)
+            if line.strip() and not line.lstrip().startswith("#")]
+    if _RAGGED.match(str(err)):
+        (first, entries), *rest = rows
+        at = next((f" ({len(entries)} on line {first}, {len(e)} on line {n})"
+                   for n, e in rest if len(e) != len(entries)), "")
+        return ValueError(f"its rows hold different numbers of entries{at}")
+    bad = _NOT_A_NUMBER.match(str(err))
+    if bad is None:
+        return err
+    where = next((f" at line {n}, column {k + 1}" for n, entries in rows
+                  for k, entry in enumerate(entries) if entry.strip() == bad[1]), "")
+    return ValueError(f"'{bad[1]}'{where} is not a number")
 
 
 #: A number in a text value as loadtxt reads it, for finding one that overflowed to inf.
