@@ -1496,6 +1496,10 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
                 raise _not_an_input(name, known, facts.assigned, facts.bare)
         b = Builder(max_elements, check_finite, record=record)
         b.source = program.source  # (warnings name operators as written)
+        for text, loc in program.too_large:
+            b.pos = loc
+            b.note_warning(f"the number {text}", "is beyond float64's range (about 1.8e308) and reads as inf; "
+                                                 "write inf if that is meant")
         env: dict[str, Tracer] = {}
         with np.errstate(all="ignore"):
             for info in inputs:

@@ -56,6 +56,7 @@ text, as an operator's is.
 """
 # (No `from __future__ import annotations` here: typing.NamedTuple would compile each node
 # field's annotation from its string, 5 M instructions of every start-up.)
+import math
 from typing import NamedTuple
 
 from .errors import Source, SyntaxError_, to_pos
@@ -335,6 +336,9 @@ class Program(NamedTuple):
     #: Per statement, the index in ``names`` of its first read (see :attr:`reads`).  Empty
     #: when not known.
     marks: tuple = ()
+    #: (text, location) of each number literal too large for a float64 (``1e400``), which reads
+    #: as inf: a run warns of each (a typo, most likely; the constant ``inf`` says it on purpose).
+    too_large: tuple = ()
 
     @property
     def reads(self) -> tuple:
@@ -418,8 +422,14 @@ class _Floats(dict):
     """Number texts and their values: ``float(text)`` costs as much as making a node,
     and a long program repeats its constants."""
 
+    def __init__(self):
+        super().__init__()
+        self.too_large: list[str] = []  # the texts that read as inf (1e400): a warning names them
+
     def __missing__(self, text: str) -> float:
         value = self[text] = float(text)
+        if value == math.inf:
+            self.too_large.append(text)
         return value
 
 
@@ -447,6 +457,14 @@ class _Parser:
         of its first read among them (see Program.names and Program.marks)."""
         _, statements, marks = self.block(0, "eof", _TOP)
         return statements, tuple(self.names), marks
+
+    def too_large(self) -> tuple:
+        """(text, location) of each number token that reads as inf, in textual order."""
+        texts = self.floats.too_large
+        if not texts:
+            return ()
+        return tuple((text, loc) for kind, text, loc in zip(self.kinds, self.texts, self.lcs)
+                     if kind == "num" and text in texts)
 
     def expression(self):
         """The text as one expression (blank lines around it allowed)."""
@@ -1037,8 +1055,9 @@ def parse(text: str, label: str = "<expr>") -> Program:
     """Parse program text into a :class:`Program`; raises SyntaxError_ with a position."""
     source = Source(text, label)
     try:
-        statements, names, marks = _Parser(text).program()
-        return Program(statements, source, names, marks)
+        parser = _Parser(text)
+        statements, names, marks = parser.program()
+        return Program(statements, source, names, marks, parser.too_large())
     except SyntaxError_ as err:
         raise err.located(source)
 

@@ -346,6 +346,20 @@ def test_a_new_nan_beside_an_operands_own_is_warned_of(src, at, warned):
     assert r.stderr.splitlines() == warned
 
 
+def test_a_number_past_float64s_range_is_warned_of_where_it_is_written():
+    # float("1e400") is inf: a typo most likely (the constant inf says it on purpose), warned of
+    # wherever it is written, a branch not taken included (it is the text's, not the run's)
+    src = "y = x * 2e999\nif x > 5 { y = 1" + "0" * 400 + " }\ny + 1e300"
+    r = ok("eval", src, "--at", "x=1", "-f", "plain")
+    assert r.stdout == "inf\n"
+    reads = "is beyond float64's range (about 1.8e308) and reads as inf; write inf if that is meant"
+    assert r.stderr.splitlines() == [f"warning: the number 2e999 at line 1, column 9 {reads}",
+                                     f"warning: the number 1{'0' * 400} at line 2, column 16 {reads}"]
+    assert ok("eval", "inf + 1.7e308", "-f", "plain").stderr == ""  # (in range, and inf by name: no warning)
+    r = ok("grad", "x * 1e400", "--at", "x=1", "-f", "json")
+    assert json.loads(r.stdout)["warnings"][0].startswith("the number 1e400 at line 1, column 5 is beyond")
+
+
 def test_warnings_go_to_stderr_with_json_too():
     r = ok("eval", "log(x)", "--at", "x=-1", "-f", "json")
     assert json.loads(r.stdout)["warnings"]
