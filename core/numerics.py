@@ -26,6 +26,7 @@ from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .session import as_arrays, check_limits, jacobian_blocks, parse, quiet, select_names, select_output
 from .stencil import METHODS, default_step
 from .tape import DEFAULT_MAX_ELEMENTS, Guard, by_row, eval_equations
+from .transforms import _fit as fit_cotangent
 from .transforms import backward, forward, largest_batched, rows_to_jacobian, seeded
 
 
@@ -571,6 +572,198 @@ def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = No
 
 
 # ==========================================================================
+# How much f's evaluation rounds
+# ==========================================================================
+
+#: Operations whose result is exact: they move, select or negate elements, and no arithmetic
+#: of theirs rounds (so they add nothing to f's rounding).
+EXACT_OPERATIONS = frozenset((
+    "neg", "copy", "reshape", "transpose", "broadcast_to", "index", "index_put", "index_update", "concat",
+    "diag", "diag_embed", "max", "min", "abs", "relu", "maximum", "minimum", "fmax", "fmin", "where",
+    "copysign", "sign", "floor", "ceil", "round", "trunc"))
+#: Operations without the elementwise fact that round as one: their result alone.
+ROUNDS_ITS_RESULT = frozenset(("pow_const",))
+#: The estimate is made element by element of the output (a backward pass per element, in
+#: batches) while the output's size times the elements those passes keep is at most this;
+#: past it, an output keeps eps |f| (see :func:`rounding_scale`).
+ROUNDING_WORK = 10**8
+#: A batch of those backward passes keeps at most about this many elements at once.
+ROUNDING_BATCH = 10**7
+
+
+def rounding_scale(tr: Traced, of: str, wrt: str) -> np.ndarray:
+    """S, of the output's shape, such that eps S estimates the rounding error of each element of
+    f = of, evaluated anew as wrt moves: the first-order running error estimate (Linnainmaa;
+    Iri; Higham, Accuracy and Stability of Numerical Algorithms, 3.3), never below |f|.
+
+    Each operation on the way from wrt to f rounds: an elementwise one its result v by eps |v|
+    (IEEE arithmetic and libm's functions round their result), and one with inner arithmetic
+    (sum, matmul, solve, eigh...) as a backward-stable algorithm does, as if each operand a
+    had moved by eps |a| too, and then its result rounded.  An error e in v reaches f_i as
+    (d f_i / d v) e, so each rounding adds a term
+
+        t = |v_k| |d f_i / d v_k|   (per element of v_k),
+            |a| |(d v_k / d a)^T (d f_i / d v_k)|   (per element of each operand a of k),
+
+    from one backward pass per element of f (all of them in batches), whose adjoints are
+    every variable's cotangent; the operand terms are each operation's own VJP of its
+    adjoint, operand by operand.  The terms combine as independent errors do, S_i = sqrt(sum
+    of t^2) (Higham and Mary's probabilistic analysis, SIAM J. Sci. Comput. 41, 2019): their
+    plain sum, the worst case, is the bound of every error aligned, and it was 37 times |f|
+    for a right MLP loss of 1e7 whose differences round by less than eps |f|, so that no step
+    had both its truncation and that bound below the tolerance.  Each term is at most S, so a
+    single intermediate that cancels counts in full.  f itself is one of the v_k, with adjoint
+    1.  Where an intermediate far larger than f cancels ((x + 1e8) - 1e8: S = 1e8 + 0.5 at
+    x = 0.5; M @ solve(M, b) - b), S is far above |f|; where f is scaled down afterwards
+    (1e-12 * (x * y)), the adjoint scales the intermediate down too.
+
+    Operations upstream of wrt do not count: finite differences and the Taylor test evaluate
+    only what follows wrt again (evaluate_batch), and the rest rounds alike at every point, so
+    its error cancels in their differences.  Nor does wrt's own storage: f is evaluated at the
+    floating-point x itself, and the steps are those actually taken, (x + h) - x.  Exact
+    operations (EXACT_OPERATIONS) add nothing.  Where the passes would hold more than
+    ROUNDING_WORK elements (a large output of a large tape: --directions), the estimate is
+    not made and S is |f|, the model before this one: an allowance the tape cannot justify
+    element by element would be a guess, and a guess too large hides wrong derivatives (the
+    directional differences measure f's rounding there instead: NEAR)."""
+    return _Rounding(tr).scale(of, wrt)
+
+
+class _Rounding:
+    """rounding_scale at one point, made when first asked (only a check whose comparison fails
+    at rounding level, or the Taylor test, asks): for each output, the terms of every
+    operation on the tape (one batched backward pass, whatever the inputs), and for each
+    input, which operations follow it (one sweep over the tape for all of the point's inputs)."""
+
+    def __init__(self, tr: Traced):
+        self.tr = tr
+        self.terms = {}  # of -> (per operation, its terms of each output element), or None
+        self.bits, self.follow = {}, None  # input var -> bit; per operation, the inputs it follows
+        self.counted = None  # the operations that round (made on first need: a passing check asks none)
+
+    def scale(self, of: str, wrt: str) -> np.ndarray:
+        y = np.asarray(self.tr.value(of))
+        size = np.abs(y).astype(float)
+        if self.counted is None:
+            self.counted = [eq for eq in self.tr.tape.equations if _rounds(eq)]
+        if of not in self.terms:
+            self.terms[of] = _rounding_terms(self.tr, of, self.counted)
+        terms = self.terms[of]
+        if terms is None or not y.size:
+            return size
+        bit = self._bit(self.tr.tape.names[wrt])
+        after = np.array([(f >> bit) & 1 for f in self.follow], dtype=bool)
+        found = _root_sum_square(*(t[after] for t in terms)).reshape(y.shape)
+        # (where a term is not finite, 0 * inf in an adjoint, the estimate says nothing: a nan floor
+        # would leave every Taylor remainder uncounted, and the test passed whatever the derivative)
+        return np.where(np.isfinite(found), np.maximum(size, found), size)
+
+    def _bit(self, var: int) -> int:
+        """var's bit in self.follow, which is made (for every input, and var) on first need."""
+        if var not in self.bits:
+            names = self.tr.tape.names
+            for v in [names[i] for i in self.tr.tape.inputs] + [var]:
+                self.bits.setdefault(v, len(self.bits))
+            reach = {v: 1 << b for v, b in self.bits.items()}
+            self.follow = []
+            for eq in self.tr.tape.equations:  # (seeded's sweep, for all the inputs at once)
+                found = 0
+                for a in eq.args:
+                    found |= reach.get(a, 0)
+                if found:
+                    reach[eq.out] = reach.get(eq.out, 0) | found
+                if _rounds(eq):
+                    self.follow.append(found)
+        return self.bits[var]
+
+
+def _rounds(eq) -> bool:
+    """Whether eq counts in rounding_scale: a differentiable operation that is not exact."""
+    return eq.prim.differentiable and eq.prim.name not in EXACT_OPERATIONS
+
+
+def _rounding_terms(tr: Traced, of: str, counted: list) -> tuple | None:
+    """For each operation in counted (the tape's, in order), its terms of rounding_scale for
+    each (flat) element of the output, as (largest term, sum of (term / largest)^2): two arrays
+    of shape (operations, elements) (see _root_sum_square); None where
+    the passes would keep more than ROUNDING_WORK elements, or a value they read is not kept
+    (check's traces keep every one)."""
+    values = tr.builder.values
+    inner = {id(eq) for eq in counted if not (eq.prim.elementwise or eq.prim.name in ROUNDS_ITS_RESULT)}
+    if not all(v in values for eq in counted for v in (eq.out, *(eq.args if id(eq) in inner else ()))):
+        return None
+    kept = sum(np.size(values[eq.out]) for eq in counted) + \
+        sum(np.size(values[a]) for eq in counted if id(eq) in inner for a in eq.args)
+    shape = np.shape(tr.value(of))
+    m = math.prod(shape)
+    if m * max(kept, 1) > ROUNDING_WORK:
+        return None
+    largest, squares = np.zeros((len(counted), m)), np.zeros((len(counted), m))
+    rows = max(1, min(m, ROUNDING_BATCH // max(kept, 1)))
+    with np.errstate(all="ignore"):
+        for start in range(0, m, rows):
+            elements = np.arange(start, min(start + rows, m))
+            largest[:, elements], squares[:, elements] = _rounding_rows(tr, tr.tape.names[of], shape, counted,
+                                                                        inner, elements)
+    return largest, squares
+
+
+def _rounding_rows(tr: Traced, out: int, shape: tuple, counted: list, inner: set, elements) -> tuple:
+    """_rounding_terms for the output's flat elements given, in one batched backward pass (a row
+    per element) and, for each operation with inner arithmetic, its own VJP of its adjoint."""
+    values = tr.builder.values
+    k = len(elements)
+    seeds = np.zeros((k, math.prod(shape)))
+    seeds[np.arange(k), elements] = 1.0
+    batch = BatchedBuilder(tr.builder, k, what="a backward pass of f's rounding estimate")
+    adjoints = backward(tr.builder, tr.tape.equations, {out: batch.dense(seeds.reshape((k,) + shape))},
+                        [eq.out for eq in counted], eager=True, check=False)
+    largest, squares = np.zeros((len(counted), k)), np.zeros((len(counted), k))
+
+    def terms(value, cotangent) -> list:
+        if cotangent is None:
+            return []
+        return [(np.abs(np.asarray(value)) * np.abs(batch.rows(cotangent))).reshape(k, -1)]
+
+    for i, eq in enumerate(counted):
+        a = adjoints.get(eq.out)
+        if a is None:
+            continue
+        found = terms(values[eq.out], a)
+        if id(eq) in inner:  # (a backward-stable operation's operands: see rounding_scale)
+            for arg, c in zip(eq.args, _operand_cotangents(tr, eq, a)):
+                found += terms(values[arg], c)
+        t = np.concatenate(found, axis=1)
+        largest[i] = np.max(t, axis=1, initial=0.0)
+        scaled = np.divide(t, largest[i][:, None], out=np.zeros(t.shape), where=largest[i][:, None] > 0)
+        squares[i] = np.sum(scaled * scaled, axis=1)
+    return largest, squares
+
+
+def _root_sum_square(largest: np.ndarray, squares: np.ndarray) -> np.ndarray:
+    """sqrt(sum of t^2) over the terms of the operations given (axis 0), from each one's largest
+    term and its sum of (t / largest)^2, without overflow (terms of 1e160 square to inf)."""
+    top = np.max(largest, axis=0, initial=0.0)
+    with np.errstate(all="ignore"):
+        ratio = np.divide(largest, top, out=np.zeros(largest.shape), where=top > 0)
+        return top * np.sqrt(np.sum(ratio * ratio * squares, axis=0))
+
+
+def _operand_cotangents(tr: Traced, eq, g) -> list:
+    """eq's VJP of the cotangent g, operand by operand (None where its rule is None): each
+    position on its own, as the backward pass would sum them (solve(A, A) reads A twice, and
+    the two parts cancel in A's cotangent, while each operand rounds on its own)."""
+    values, shapes = tr.builder.values, tr.builder.shapes
+    head = (g, values[eq.out], *[values[a] for a in eq.args])
+    found = []
+    for i, a in enumerate(eq.args):
+        rule = eq.prim.vjp_rule(i)
+        c = None if rule is None else rule(*head, **eq.params)
+        found.append(c if c is None or c.shape == shapes[a] else fit_cotangent(c, shapes[a]))
+    return found
+
+
+# ==========================================================================
 # check
 # ==========================================================================
 
@@ -586,6 +779,8 @@ class _Plan(NamedTuple):
     sweep: bool = False
     #: the point's estimates at multiples of the default step (see _Steps), once it is traced
     steps: "_Steps | None" = None
+    #: the point's estimates of f's rounding (see _Rounding), once it is traced
+    rounding: "_Rounding | None" = None
 
 
 def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
@@ -755,6 +950,7 @@ def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
     together = {}
     for chunk in [] if plan.directions else _chunks(wrts):
         together.update(scalar_estimates(tr, outs, chunk, plan.method, facts))
+    plan = plan._replace(rounding=_Rounding(tr))
     if together:
         plan = plan._replace(steps=_Steps(tr, outs, together, rev, plan, facts))
     for w in wrts:
@@ -764,7 +960,7 @@ def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
             found = _check_directions(tr, name, p, outs, w, plan, rng)
             if plan.taylor:
                 for r in found:
-                    _taylor(tr, r, rng, plan.max_steps)
+                    _taylor(tr, r, rng, plan.max_steps, plan.rounding)
             results += found
             continue
         est = together.get(w) or fd_estimate(tr, outs, w, plan.method, max_steps=plan.max_steps, facts=facts)
@@ -773,7 +969,7 @@ def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
                                   fwd.get(w) if fwd is not None else None,
                                   None if closed is None else closed[o][w], facts)
             if plan.taylor:
-                _taylor(tr, result, rng, plan.max_steps)
+                _taylor(tr, result, rng, plan.max_steps, plan.rounding)
             if plan.sweep:  # (sweep19's: the error over steps, in extra["sweep"])
                 from .sweep import attach
                 attach(tr, result, plan.method, plan.tol, plan.max_steps)
@@ -816,7 +1012,8 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     extra, coarse, later, slack = {}, False, None, None
     if not ok:
         extra.update(breach(ad, fd, worst, *tol))
-        rounding = _rounding_note(tr.value(o), h, method, mabs)
+        scale = _rounding_of(tr, o, w, plan)  # (made here, on a failure: a passing block pays nothing)
+        rounding = _rounding_note(scale, tr.value(o), h, method, mabs)
         if rounding and not (paths or kinks):
             larger = _at_larger_steps(tr, o, w, ad, fd, h, plan, _doubtful(ad, fd, None, tol), view)
             if larger is not None:
@@ -834,7 +1031,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
         elif not (paths or kinks):
             # (another element's truncation error kept the block off the rounding route: each
             # element within its own rounding bound takes it alone, the others the searches below)
-            split = _rounding_elements(ad, fd, tr.value(o), h, method, tol)
+            split = _rounding_elements(ad, fd, scale, h, method, tol)
             if split is not None:
                 settled, slack, later = split, None, None
                 larger = _at_larger_steps(tr, o, w, ad, fd, h, plan, split, view)
@@ -851,7 +1048,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
                         ok, mabs, mrel, worst = compare(ad, fd, *tol, slack=slack)
                         if not ok:
                             extra.update(breach(ad, fd, worst, *tol, slack=slack))
-                        later = _split_rounding_note(tr.value(o), h, method, int(settled.sum()), larger)
+                        later = _split_rounding_note(scale, tr.value(o), h, method, int(settled.sum()), larger)
         notes += rounding
         if not (ok or paths or rounding) and _coarse_step(tr.value(w), h, worst, method) and \
                 not (kinks and _kinks_at_relative_steps(tr, w, o, method)):
@@ -969,33 +1166,50 @@ def _agrees_with_symbolic(ad, closed: dict, shape, extra: dict, notes: list) -> 
     return ok
 
 
-def _rounding_note(y, h, method: str, mismatch: float) -> list:
+def _rounding_of(tr: Traced, o: str, w: str, plan: _Plan) -> np.ndarray:
+    """f's rounding in units of eps, per element of o (see rounding_scale), from the point's
+    estimates where the plan has them."""
+    return rounding_scale(tr, o, w) if plan.rounding is None else plan.rounding.scale(o, w)
+
+
+def _rounding_words(scale, y) -> str:
+    """How a note names f's rounding scale: |f| where nothing larger cancels in f, else both."""
+    size, value = float(np.max(scale)), float(np.max(np.abs(y)))
+    if size <= value:
+        return f"|f| up to {size:.3g}"
+    return (f"f's evaluation rounding by eps x {size:.3g} (intermediates that cancel, weighted by their "
+            f"derivatives; |f| is up to {value:.3g})")
+
+
+def _rounding_note(scale, y, h, method: str, mismatch: float) -> list:
     """A note when a mismatch is no larger than the rounding error of the finite differences
-    themselves (about eps |f| / h: sum(x) + 1e17 leaves differences of 16 over a step of 1e-5):
-    then they cannot tell a right derivative from a wrong one."""
+    themselves (about eps S / h, S f's rounding scale, rounding_scale's: |f| or more where
+    larger intermediates cancel; sum(x) + 1e17 leaves differences of 16 over a step of
+    1e-5): then they cannot tell a right derivative from a wrong one."""
     if method not in stencil.ROUNDING or not np.size(y) or not np.size(h):
         return []
-    size = float(np.max(np.abs(y)))
+    size = float(np.max(scale))
     step = float(np.min(h))
     if not (math.isfinite(size) and step > 0 and math.isfinite(mismatch)):
         return []
     noise = stencil.ROUNDING[method] * stencil.EPS * size / step
     if mismatch > 4 * noise:
         return []
-    return [f"finite differences are at their rounding limit here: |f| up to {size:.3g} over a step of "
+    return [f"finite differences are at their rounding limit here: {_rounding_words(scale, y)} over a step of "
             f"{step:.3g} leaves about {noise:.2g} of rounding error in each difference quotient, as much "
             "as the mismatch (try --method complex for analytic programs)"]
 
 
-def _rounding_elements(ad, fd, y, h, method: str, tol) -> np.ndarray | None:
+def _rounding_elements(ad, fd, scale, h, method: str, tol) -> np.ndarray | None:
     """The failing elements whose own mismatch is within the rounding of the differences (the
     bound of _rounding_note, at each element's step), where the block's largest mismatch is not
     (another element's truncation error): each of them takes the rounding route alone, so that a
     large derivative's truncation does not send a small one's rounding to smaller steps, where it
-    only grows (an MLP's loss of 1e7: 'do not converge (spread 0.0033)').  None where there is none."""
-    if method not in stencil.ROUNDING or not np.size(y) or not np.size(h):
+    only grows (an MLP's loss of 1e7: 'do not converge (spread 0.0033)').  None where there is none.
+    scale: f's rounding scale (see rounding_scale)."""
+    if method not in stencil.ROUNDING or not np.size(scale) or not np.size(h):
         return None
-    size = float(np.max(np.abs(y)))
+    size = float(np.max(scale))
     if not math.isfinite(size):
         return None
     with np.errstate(all="ignore"):
@@ -1004,15 +1218,15 @@ def _rounding_elements(ad, fd, y, h, method: str, tol) -> np.ndarray | None:
     return within if within.any() else None
 
 
-def _split_rounding_note(y, h, method: str, count: int, larger: "_Smaller") -> str:
+def _split_rounding_note(scale, y, h, method: str, count: int, larger: "_Smaller") -> str:
     """What the rounding route found for the elements that took it alone (see _rounding_elements)."""
-    size = float(np.max(np.abs(y)))
+    size = float(np.max(scale))
     step = float(np.min(h))
     noise = stencil.ROUNDING[method] * stencil.EPS * size / step
     how = ("converge (within {:.2g})".format(larger.spread) if larger.allowance is None else
            f"spread by {larger.spread:.2g} at best and are compared allowing that spread")
     return (f"finite differences are at their rounding limit at {count} element{'' if count == 1 else 's'} "
-            f"here (|f| up to {size:.3g} over a step of {step:.3g} leaves about {noise:.2g} of rounding "
+            f"here ({_rounding_words(scale, y)} over a step of {step:.3g} leaves about {noise:.2g} of rounding "
             f"error in each difference quotient): at steps up to {float(np.max(larger.step)):.3g} their "
             f"differences {how} and agree with the automatic derivative")
 
@@ -1133,7 +1347,7 @@ def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failin
     a Jacobian is compared (see _symmetrised)."""
     if plan.method not in stencil.ROUNDING:
         return None
-    size = np.abs(tr.value(o)).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
+    size = _rounding_of(tr, o, w, plan).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
 
     def at_step(k: int):
         est = _estimate_at(tr, o, w, plan, h, -k)
@@ -1156,17 +1370,18 @@ def _at_larger_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing
     differences (see _rounding_note), at the best of the steps h * 2^k (see _halved), for the
     elements failing; None when one of the first two larger steps takes another path.
 
-    The rounding error of a difference quotient is about eps |f| / h, and |f| is the whole
-    output: a sum of n terms (sum(a*a) over arange(2000)*0.001, |f| = 2.7e3) carries it into the
+    The rounding error of a difference quotient is about eps S / h, S f's rounding scale (|f|,
+    or more where larger intermediates cancel: see rounding_scale), and S is the whole
+    output's: a sum of n terms (sum(a*a) over arange(2000)*0.001, |f| = 2.7e3) carries it into the
     derivative of each term, whose own size does not grow with n, so at the default step it
     outgrows rtol |d| for the small terms.  Doubling the step halves that error while the
     truncation error grows as h^order: the estimates converge where some step has both small,
-    and the tolerance stays the user's.  The steps double until rounding (ROUNDING eps |f| / h)
+    and the tolerance stays the user's.  The steps double until rounding (ROUNDING eps S / h)
     is below a sixteenth of the smallest failing tolerance, plus two for the last estimate's
     neighbours; never more than REFINE_MAX_HALVINGS."""
     if plan.method not in stencil.ROUNDING or not failing.any():
         return None
-    size = np.abs(tr.value(o)).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
+    size = _rounding_of(tr, o, w, plan).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
     rounding = lambda step: stencil.ROUNDING[plan.method] * stencil.EPS * size / step  # noqa: E731
     with np.errstate(all="ignore"):
         ratio = np.broadcast_to(rounding(h), fd.shape) / (plan.tol[1] + plan.tol[0] * np.abs(fd))
@@ -1411,10 +1626,12 @@ def _scalar_tangents(tr: Traced, outs, wrts, directions: dict) -> dict:
     return found
 
 
-def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX_STEPS,
+            rounding: _Rounding | None = None) -> None:
     """Add the Taylor remainder's observed order to a result; below TAYLOR_MIN_ORDER it fails (and a step
-    that changes the path, which would explain it, is noted)."""
-    order, flipped = taylor_order(tr, result.of, result.wrt, rng, max_steps=max_steps)
+    that changes the path, which would explain it, is noted).  rounding: the point's (see _Rounding)."""
+    scale = None if rounding is None else rounding.scale(result.of, result.wrt)
+    order, flipped = taylor_order(tr, result.of, result.wrt, rng, max_steps=max_steps, scale=scale)
     result.extra["taylor_order"] = order
     if not order >= TAYLOR_MIN_ORDER:
         result.ok = False
@@ -1618,10 +1835,14 @@ def directional_slack(kind: str, step: float, size: np.ndarray, spread: np.ndarr
     unit v: so at n = 10^6, sum(x^2) at ones has |f| = 10^6 and a rounding of 3e-5 in a
     directional difference of size 1, where the relative tolerance allows 1e-6.
 
-    Where f's own rounding is larger than eps |f| (it accumulates), the two differences of
-    :func:`_directional_differences` disagree by about as much: NOISE_MARGIN times the
-    largest disagreement over the output's elements is allowed as well (it is measured on the
-    differences alone, so a wrong derivative cannot widen it).
+    Where f's own rounding is larger than eps |f| (it accumulates, or larger intermediates
+    cancel), the two differences of :func:`_directional_differences` disagree by about as
+    much: NOISE_MARGIN times the largest disagreement over the output's elements is allowed
+    as well (it is measured on the differences alone, so a wrong derivative cannot widen it).
+    rounding_scale's estimate is not used here: along directions there is no search of
+    larger steps to decide within it, and its allowance at the default step alone passed a
+    sin rule 1% wrong in (sin(x) + 1e8) - 1e8 (eps 1e8 / h is 3e-3 there), which the measured
+    noise fails.
     """
     fd = ROUNDING_MARGIN * stencil.ROUNDING.get(kind, 0.0) * stencil.EPS * size / step
     per_direction = (-1,) + (1,) * (size.ndim - 1)
@@ -1703,9 +1924,11 @@ TAYLOR_HALVINGS = 20
 #: The steps are evaluated this many at a time (a batch of as many copies of the input), from
 #: the largest, and no further once a batch's remainders are all at rounding level.
 TAYLOR_CHUNK = 5
-#: A remainder counts only above this many times eps times the size of what it is the
-#: difference of (|f(x)|, |f(x + p)| and |J p|, per output element): below it, the rounding of
-#: f (which can exceed eps |f| where f sums many terms) would make its order noise.
+#: A remainder counts only above this many times eps times the rounding scale of what it is
+#: the difference of (rounding_scale's for f(x), which counts the intermediates that cancel,
+#: |f(x + p)| and |J p|, per output element): below it, rounding would make its order noise
+#: (the margin covers what the first-order estimate leaves out: a sum of n terms rounds
+#: its partial sums, the estimate once).
 TAYLOR_ROUNDING = 1e3
 #: The order of a right derivative's remainder is 2 (or more); a wrong one's tends to 1.
 TAYLOR_MIN_ORDER = 1.8
@@ -1714,7 +1937,7 @@ TAYLOR_LAST_PAIRS = 3
 
 
 def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALVINGS, *,
-                 max_steps: int = DEFAULT_MAX_STEPS) -> TaylorOrder:
+                 max_steps: int = DEFAULT_MAX_STEPS, scale: np.ndarray | None = None) -> TaylorOrder:
     """Observed order of the remainder f(x + p) - f(x) - J p as the step p = h v halves (2
     for a correct J; inf when the remainder is at rounding level at every step: f is linear
     along v, or the steps are too small to see its curvature).
@@ -1727,8 +1950,12 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     reported: a wrong J shows c h in both.
     p is the step actually taken, (x + h v) - x, with J p from forward mode, since x + h v
     rounds (by eps |x|, far more than the remainder at small h).
+    A remainder counts only above the rounding of what it is the difference of (TAYLOR_ROUNDING
+    eps times scale, rounding_scale's estimate for f, computed here when not given, or |f(x + p)|
+    or |J p| where larger).
     """
     x = tr.value(wrt)
+    scale = rounding_scale(tr, of, wrt) if scale is None else scale
     v = rng.standard_normal(x.shape)
     if _symmetric_operand(tr, wrt, of) is not None:
         v = _symmetric_part(v)  # (as the full check's directions: see _symmetrised)
@@ -1736,7 +1963,7 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     rems, floors, flipped = [], [], ()
     for start in range(0, halvings, TAYLOR_CHUNK):
         hs = h0 / 2.0 ** np.arange(start, min(start + TAYLOR_CHUNK, halvings))
-        rem, floor, seen = _taylor_remainders(tr, of, wrt, v, hs, max_steps)
+        rem, floor, seen = _taylor_remainders(tr, of, wrt, v, hs, max_steps, scale)
         rems.append(rem)
         floors.append(floor)
         flipped += tuple(g for g in seen if g not in flipped)
@@ -1751,9 +1978,11 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     return TaylorOrder(order, flipped)
 
 
-def _taylor_remainders(tr: Traced, of: str, wrt: str, v: np.ndarray, hs: np.ndarray, max_steps: int):
+def _taylor_remainders(tr: Traced, of: str, wrt: str, v: np.ndarray, hs: np.ndarray, max_steps: int,
+                       scale: np.ndarray):
     """(remainders, their rounding floors, the guards a step changed) of the output at the
-    steps p = (x + h v) - x for h in hs, in one batch (one row per step)."""
+    steps p = (x + h v) - x for h in hs, in one batch (one row per step); scale: f's rounding
+    in units of eps (see rounding_scale), at least |f(x)|."""
     x = tr.value(wrt)
     moved = x + hs.reshape((-1,) + (1,) * x.ndim) * v
     (ys,), (flipped,) = evaluate_batch(tr, wrt, moved, [of], max_steps=max_steps)
@@ -1762,8 +1991,8 @@ def _taylor_remainders(tr: Traced, of: str, wrt: str, v: np.ndarray, hs: np.ndar
     jp = np.zeros(ys.shape) if jp is None else jp
     with np.errstate(all="ignore"):
         rem = ys - y0 - jp
-        scale = np.maximum(np.maximum(np.abs(ys), np.abs(y0)), np.abs(jp))
-    return rem, TAYLOR_ROUNDING * stencil.EPS * scale, flipped
+        size = np.maximum(np.maximum(np.abs(ys), scale), np.abs(jp))
+    return rem, TAYLOR_ROUNDING * stencil.EPS * size, flipped
 
 
 def _order_at_small_steps(rem: np.ndarray, floor: np.ndarray) -> float:
