@@ -1173,12 +1173,13 @@ def _rounding_of(tr: Traced, o: str, w: str, plan: _Plan) -> np.ndarray:
 
 
 def _rounding_words(scale, y) -> str:
-    """How a note names f's rounding scale: |f| where nothing larger cancels in f, else both."""
+    """How a note names f's rounding scale (rounding_scale's): |f| where nothing else adds to it,
+    else the scale, with |f| and whether larger intermediates cancel (a scale past twice |f|)."""
     size, value = float(np.max(scale)), float(np.max(np.abs(y)))
     if size <= value:
         return f"|f| up to {size:.3g}"
-    return (f"f's evaluation rounding by eps x {size:.3g} (intermediates that cancel, weighted by their "
-            f"derivatives; |f| is up to {value:.3g})")
+    cancel = ", and larger intermediates cancel in it" if size > 2 * value else ""
+    return f"f, whose evaluation rounds by about eps x {size:.3g} (|f| up to {value:.3g}{cancel}),"
 
 
 def _rounding_note(scale, y, h, method: str, mismatch: float) -> list:
