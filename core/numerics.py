@@ -26,7 +26,7 @@ from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .session import as_arrays, check_limits, jacobian_blocks, parse, quiet, select_names, select_output
 from .stencil import METHODS, default_step
 from .tape import DEFAULT_MAX_ELEMENTS, Guard, by_row, eval_equations
-from .transforms import _fit as fit_cotangent
+from .transforms import fit_to_shape
 from .transforms import backward, forward, largest_batched, rows_to_jacobian, seeded
 
 
@@ -759,7 +759,7 @@ def _operand_cotangents(tr: Traced, eq, g) -> list:
     for i, a in enumerate(eq.args):
         rule = eq.prim.vjp_rule(i)
         c = None if rule is None else rule(*head, **eq.params)
-        found.append(c if c is None or c.shape == shapes[a] else fit_cotangent(c, shapes[a]))
+        found.append(c if c is None or c.shape == shapes[a] else fit_to_shape(c, shapes[a]))
     return found
 
 

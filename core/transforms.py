@@ -20,7 +20,7 @@ from .errors import GradcalcError
 from .tape import F64, F64_SCALAR, Builder, Tracer, _frees, all_finite, broadcast_shapes, squared_norm
 
 
-def _fit(c, shape: tuple):
+def fit_to_shape(c, shape: tuple):
     """Sum a broadcast cotangent down to shape, or broadcast a tangent up to it."""
     if c.shape == shape:
         return c
@@ -295,8 +295,8 @@ def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, ch
         try:
             c = rule(*head, **params) if params else rule(*head)
             shape = shapes[a]
-            if c.shape != shape:  # _fit returns c as it is otherwise
-                c = _fit(c, shape)
+            if c.shape != shape:  # fit_to_shape returns c as it is otherwise
+                c = fit_to_shape(c, shape)
         except GradcalcError as err:
             err.pos = err.pos or eq.pos
             raise
@@ -459,8 +459,8 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
             total = _jvp_rules(builder, eq, ts, eager)
         if total is not None:
             shape = shapes[out]
-            if total.shape != shape:  # _fit returns total as it is otherwise
-                total = _fit(total, shape)
+            if total.shape != shape:  # fit_to_shape returns total as it is otherwise
+                total = fit_to_shape(total, shape)
             tan[out] = total
             if check:
                 _note_nonfinite(builder, eq, None, total, describe)

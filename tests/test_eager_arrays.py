@@ -97,10 +97,10 @@ def test_sum_to_as_the_general_path(x_shape, shape):
 @pytest.mark.parametrize("x_shape, shape", [((128, 32), (128, 1)), ((4, 3), (3,)), ((5, 4, 3), (4, 1)),
                                             ((2, 3), ()), ((3, 1), (1, 1)), ((0, 3), (1, 3))])
 def test_a_cotangent_fitted_to_its_operand_is_sum_tos_general_path(x_shape, shape):
-    # (transforms._fit, on an eager pass's array: sum_to's eager form, without the primitive's call)
-    from gradcalc.transforms import _fit
+    # (transforms.fit_to_shape, on an eager pass's array: sum_to's eager form, without the primitive's call)
+    from gradcalc.transforms import fit_to_shape
     x = _RNG.standard_normal(x_shape)
-    got, want = _fit(x, shape), _general(P.sum_to, x, shape=shape)
+    got, want = fit_to_shape(x, shape), _general(P.sum_to, x, shape=shape)
     assert type(got) is type(want) and np.shape(got) == np.shape(want)
     assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
 
