@@ -1629,15 +1629,21 @@ def _scalar_tangents(tr: Traced, outs, wrts, directions: dict) -> dict:
 
 def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX_STEPS,
             rounding: _Rounding | None = None) -> None:
-    """Add the Taylor remainder's observed order to a result; below TAYLOR_MIN_ORDER it fails (and a step
-    that changes the path, which would explain it, is noted).  rounding: the point's (see _Rounding)."""
+    """Add the Taylor remainder's observed order to a result; below TAYLOR_MIN_ORDER it fails (and what
+    would explain it is noted: a step that changes the path, or a kink within the steps' reach, which
+    is far larger than the finite differences' step: round(x) a hundredth away from a jump).
+    rounding: the point's (see _Rounding)."""
     scale = None if rounding is None else rounding.scale(result.of, result.wrt)
-    order, flipped = taylor_order(tr, result.of, result.wrt, rng, max_steps=max_steps, scale=scale)
+    order, flipped, reach = taylor_order(tr, result.of, result.wrt, rng, max_steps=max_steps, scale=scale)
     result.extra["taylor_order"] = order
     if not order >= TAYLOR_MIN_ORDER:
         result.ok = False
         result.notes.append(f"Taylor remainder order {order:.2f}, expected 2")
-        result.notes += [n for n in path_notes(tr, flipped, "Taylor") if n not in result.notes]
+        names = tr.tape.names
+        kinks = kinks_near(tr, names[result.wrt], np.array([reach / 2]), names[result.of])  # (within reach)
+        explained = path_notes(tr, flipped, "Taylor") + [f"{k}, within the Taylor steps' reach ({reach:.2g})"
+                                                         for k in kinks]
+        result.notes += [n for n in explained if n not in result.notes]
 
 
 def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
@@ -1914,6 +1920,7 @@ def _directional_differences(tr: Traced, w: str, outs, v: np.ndarray, kind: str,
 class TaylorOrder(NamedTuple):
     order: float
     flipped: tuple  # the guards a step changed (see Batch)
+    reach: float = 0.0  # how far the largest step moves an element of wrt
 
 
 #: The Taylor test's steps: TAYLOR_FIRST_STEP * max(1, |x|) halved TAYLOR_HALVINGS - 1 times,
@@ -1976,7 +1983,7 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
         order = _order_at_small_steps(rem, floor)
         if not order >= TAYLOR_MIN_ORDER:
             order = max(order, _order_at_small_steps(cubic_gone, 8 * floor[1:] + floor[:-1]))
-    return TaylorOrder(order, flipped)
+    return TaylorOrder(order, flipped, h0 * float(np.max(np.abs(v), initial=0.0)))
 
 
 def _taylor_remainders(tr: Traced, of: str, wrt: str, v: np.ndarray, hs: np.ndarray, max_steps: int,

@@ -511,6 +511,19 @@ def test_a_failure_near_0_names_the_element_that_still_disagrees_at_relative_ste
     assert any("at steps relative to |x| they disagree too (rel err 3e-05, worst at [1])" in n for n in r.notes)
 
 
+@pytest.mark.parametrize(("src", "x", "op"), [("ceil(x)", 0.9995, "ceil"), ("mod(x, 0.5) + x", 0.4999, "mod")])
+def test_a_taylor_failure_names_a_jump_within_its_steps_reach(src, x, op):
+    # The Taylor steps start at 1e-2 max(1, |x|), far past the finite differences' step: a jump
+    # a thousandth away leaves a remainder that does not shrink (order 0).  The failure stands,
+    # as a finite difference's beside a kink does, and says what explains it (it said nothing)
+    (r,) = gradcalc.check(src, at={"x": x}, taylor=True).results
+    assert not r.ok and r.extra["taylor_order"] < 1
+    reach = [n for n in r.notes if "within the Taylor steps' reach" in n]
+    assert len(reach) == 1 and reach[0].startswith(f"near the kink of '{op}' (line 1, column 1)")
+    (far,) = gradcalc.check(src, at={"x": x - 0.25}, taylor=True).results  # (no jump within reach)
+    assert far.ok and not any("reach" in n for n in far.notes)
+
+
 def test_taylor_order_of_a_linear_function_whose_larger_steps_leave_its_domain():
     # sqrt(x)^2 = x for x >= 0; at 1e-3 along -1 the steps from 1e-2 down to 1e-3 give nan
     # (sqrt of x < 0), the smaller ones a remainder at rounding level: linear, not nan
