@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 
 import numpy as np
 
 from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import ValueError_
-from .tape import F64, F64_SCALAR, LARGE_BATCH, Tracer, _scalar_or_array, all_finite, squared_norm
+from .tape import F64, F64_SCALAR, LARGE_BATCH, NO_PARAMS, Tracer, _scalar_or_array, all_finite, squared_norm
 
 _new_object = object.__new__
 
@@ -50,10 +51,11 @@ class _Slot:
     a fixed value; ``band``, {offset k: d_k} for a band of diagonals (row b holds d_k[j] at
     column j = b - k); ``offset``, k for a block of the identity basis."""
 
-    __slots__ = ("value", "shape", "band", "batched", "offset")
+    __slots__ = ("value", "shape", "band", "batched", "offset", "loose")
 
     def __init__(self, value, shape: tuple, band=None, batched: bool = True, offset=None):
         self.value, self.shape, self.band, self.batched, self.offset = value, shape, band, batched, offset
+        self.loose = None  # add_at's fold made value, which may hold a -0.0 at this index (see there)
 
 
 class _Shapes:
@@ -373,7 +375,7 @@ def _tracer(b: BatchedBuilder, slot: _Slot) -> Tracer:
 def _jvp_of(fold):
     """neg, index, index_put: the rule applies the primitive to the tangent with the equation's
     own parameters."""
-    def jvp(ts, params, args, values):
+    def jvp(ts, params, args, values, dying=()):
         t = ts[0]
         if _is_band(t):
             made = fold(t.builder, (t.var,), params)
@@ -383,12 +385,12 @@ def _jvp_of(fold):
     return jvp
 
 
-def _jvp_copy(ts, params, args, values):
+def _jvp_copy(ts, params, args, values, dying=()):
     t = ts[0]  # (the rule returns the tangent itself)
     return t if _is_band(t) else None
 
 
-def _jvp_add(ts, params, args, values):
+def _jvp_add(ts, params, args, values, dying=()):
     t0, t1 = ts
     if t0 is None or t1 is None:  # (each rule returns its tangent itself; forward fits it)
         return _jvp_copy((t1 if t0 is None else t0,), params, args, values)
@@ -399,7 +401,7 @@ def _jvp_add(ts, params, args, values):
     return None if made is None else _tracer(b, made)
 
 
-def _jvp_product(ts, params, args, values):
+def _jvp_product(ts, params, args, values, dying=()):
     """mul, safe_mul: each tangent times the other operand's value (safe_mul(t, factor)), summed
     (safe_mul's fold, then add's, on the diagonals)."""
     t0, t1 = ts
@@ -426,7 +428,7 @@ def _jvp_product(ts, params, args, values):
     return _tracer(b, _Slot(None, shape, total))
 
 
-def _jvp_pow_const(ts, params, args, values):
+def _jvp_pow_const(ts, params, args, values, dying=()):
     """x^p for a constant p: the rule's safe_mul(t, x + x if p == 2 else p * pow_const(x, p=p - 1)),
     its factor computed as the rule computes it on the operand's value (p = 1: the tangent itself;
     p = 0: the rule, whose zeros are no band)."""
@@ -444,10 +446,70 @@ def _jvp_pow_const(ts, params, args, values):
     return _tracer(t.builder, _Slot(None, g.shape, _scaled(g.band, c)))
 
 
+def _jvp_add_at(ts, params, args, values, dying=()):
+    """add_at(acc, v): the rules' t_acc + index_put(t_v) (dense rows), written into t_acc's rows
+    where this fold made them and nothing reads them after (a cotangent summed over the reads
+    of a loop: O(batch x selection) a read, not O(batch x size)).
+
+    Bit for bit: that sum adds +0.0 off the selection, which makes -0.0 +0.0 and leaves all
+    else (a nan's bits included), so each array the fold makes holds the sum exactly, and
+    ``loose`` records where it may still hold a -0.0 the next sum's +0.0 would change: the
+    selection just written (everywhere else it was added +0.0 already: the copy, A + 0.0, that
+    starts each array).  As transforms._scatter, on the eager backward pass.  Where both the
+    selection and t_v hold a nan, which nan a sum keeps depends on where NumPy's vector loop
+    meets them: the rules run."""
+    t_acc, t_v = ts
+    if t_acc is None or t_v is None or t_acc.__class__ is not Tracer or t_v.__class__ is not Tracer:
+        return None
+    acc = t_acc.var
+    if acc.__class__ is not _Slot:
+        return None
+    b = t_acc.builder
+    if acc.band is not None:  # (what the rules make of bands: index_put's fold, then add's)
+        put = _fold_index_put(b, (t_v.var,), params) if _is_band(t_v) else None
+        made = None if put is None else _fold_add(b, (acc, put), NO_PARAMS)
+        return None if made is None else _tracer(b, made)
+    if not acc.batched or acc.value is None:
+        return None
+    rows, v = acc.value, b.rows(t_v)
+    if rows.dtype is not F64 or v.dtype is not F64:
+        return None
+    site = (slice(None),) + params["idx"]
+    region = rows[site]
+    if _has_nan(v) and _has_nan(region):
+        return None
+    total = region + v  # (before the +0.0 below: on the selection the sum adds v alone)
+    if _writable(ts, args[0], dying):
+        rows[(slice(None),) + acc.loose] += 0.0
+    else:
+        rows = rows + 0.0
+    rows[site] = total
+    made = _batched(rows, acc.shape)
+    made.loose = params["idx"]
+    return _tracer(b, made)
+
+
+def _writable(ts: tuple, var, dying) -> bool:
+    """Whether add_at's fold may write into the rows of ts[0], var's tangent: the fold made them,
+    var is read no more, and no other variable's tangent is this tracer (a rule can hand a
+    tangent on as it is): then its references are the pass's dict of tangents, ts, the fold's
+    name for it and getrefcount's argument (tests/test_batched.py holds that a loop's reads are
+    written in place, and that the rows are the rules' bit for bit)."""
+    return ts[0].var.loose is not None and var in dying and sys.getrefcount(ts[0]) == _SOLE_REFERENCES
+
+
+_SOLE_REFERENCES = 4
+
+
+def _has_nan(x) -> bool:
+    return bool(np.isnan(x).any())
+
+
 #: transforms.forward's ``fold`` for a pass on a BatchedBuilder's tracers: {primitive: fold}.
 JVP_FOLDS = {P.neg: _jvp_of(_fold_neg), P.index: _jvp_of(_fold_index),
              P.index_put: _jvp_of(_fold_index_put), P.copy: _jvp_copy, P.add: _jvp_add,
-             P.mul: _jvp_product, P.safe_mul: _jvp_product, P.pow_const: _jvp_pow_const}
+             P.mul: _jvp_product, P.safe_mul: _jvp_product, P.pow_const: _jvp_pow_const,
+             P.add_at: _jvp_add_at}
 
 
 def _band_dense(band: dict, n: int, m: int):

@@ -1517,6 +1517,44 @@ index_put = _def("index_put", _index_put,
                  _index_put_params, vjp_reads=())
 
 
+def _add_at(acc, v, idx, shape, nd):
+    """acc + index_put(v, idx, shape), bit for bit, without v's array of zeros (but where nans
+    meet on the selection): idx holds
+    integers and slices alone (no element twice), so that sum adds +0.0 off the selection (a
+    -0.0 there becomes +0.0; anything else, a nan's bits included, stays) and acc's element
+    plus v's on it.  Batch axes lead, in either operand (nd: v's logical rank)."""
+    ba, bv = acc.ndim - len(shape), v.ndim - nd
+    batch = broadcast_shapes(acc.shape[:ba], v.shape[:bv]) if ba or bv else ()
+    full = acc if acc.shape == batch + shape else np.broadcast_to(acc, batch + shape)
+    site = (Ellipsis,) + idx
+    region = full[site]
+    if full.dtype == object:  # (sympy's expressions: no signed zeros to keep)
+        out = full.copy()
+    elif np.isnan(region).any() and np.isnan(v).any():
+        # (of two nans, a sum keeps one by where NumPy's vector loop meets them: its body keeps
+        # the first operand's sign bit, its tail the second's; so the sum itself)
+        return full + _index_put(v, idx, shape, nd)
+    else:
+        out = np.add(full, 0.0, dtype=np.result_type(acc, v))
+    out[site] = region + v
+    return out
+
+
+def _add_at_params(shapes, builder, idx, shape, nd=None):
+    return {"idx": tuple(idx), "shape": tuple(shape), "nd": len(shapes[1])}
+
+
+# (internal) acc with v added at idx, as acc + index_put(v): the traced backward pass adds the
+# cotangent of a read x[i] into x's cotangent so far with it (one equation, not an array of
+# zeros and a sum), so that a batched pass over it can add in place (batched.JVP_FOLDS): a
+# Hessian of a loop that reads v[i] a step costs O(n) a step, not O(n^2) (see transforms._vjp_step)
+add_at = _def("add_at", _add_at,
+              (lambda g, ans, acc, v, idx, shape, nd: g, lambda g, ans, acc, v, idx, shape, nd: index(g, idx=idx)),
+              (lambda t, ans, acc, v, idx, shape, nd: t,
+               lambda t, ans, acc, v, idx, shape, nd: index_put(t, idx=idx, shape=shape)),
+              _add_at_params, vjp_reads=())
+
+
 def selection_shape(idx, xshape: tuple) -> tuple:
     """The shape of x[idx] for an operand of logical shape xshape (NumPy's index idx)."""
     return _indexed_shape(normalize_index(idx, xshape), xshape)

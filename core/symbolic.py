@@ -691,6 +691,7 @@ def _einsum(*xs, tr, eq, subscripts, **_):
 #: (a rule in _rules, or a forward function that works on expressions): a test walks the
 #: registry, so that a new primitive without a symbolic form fails it rather than a user.
 NO_CLOSED_FORM = {
+    "add_at": "internal: recorded by the traced backward pass of an index, never by a program",
     "adjugate": "internal: recorded by det's derivative rules, never by a program",
     "prod_others": "internal: recorded by prod's derivative rules, never by a program",
     "prod_others_jvp": "internal: the derivative of prod_others, recorded by its rules",

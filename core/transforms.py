@@ -260,12 +260,17 @@ def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, ch
     out, prim, ea, params, _ = eq
     if not prim.differentiable:
         return
-    if prim is _INDEX and owned is not None and log is None and ea[0] in live and \
-            _scatter(ct.get(ea[0]), g, params["idx"], ea[0], owned):
-        # (no warning is lost: x[idx]'s cotangent is finite wherever g is)
-        if finite:
-            finite.discard(ea[0])  # (a sum of contributions is not certified)
-        return
+    if prim is _INDEX and ea[0] in live:
+        if owned is not None:
+            if log is None and _scatter(ct.get(ea[0]), g, params["idx"], ea[0], owned):
+                # (no warning is lost: x[idx]'s cotangent is finite wherever g is)
+                if finite:
+                    finite.discard(ea[0])  # (a sum of contributions is not certified)
+                return
+        elif _added_at(builder, ct, g, params["idx"], ea[0], log, eq):
+            if finite:
+                finite.discard(ea[0])
+            return
     values = builder.values
     # The rules' positional arguments (g, ans, *args) as one tuple, passed on as it is.
     if prim.variadic and prim.vjp_reads == ():  # (rules of any number of operands that read
@@ -383,6 +388,25 @@ def _scatter(prev, g, idx: tuple, a, owned: dict) -> bool:
     return True
 
 
+def _added_at(builder: Builder, ct: dict, g, idx: tuple, a, log, eq) -> bool:
+    """A traced pass: record x's cotangent so far plus that of x[idx] as one add_at equation (the
+    same value as the rule's index_put and the sum of the two), where idx takes integers and
+    slices alone and x has a cotangent already; False, recording nothing, otherwise.  A pass
+    over the recorded equations (a Hessian's, batched) can then add in place, where a sum of
+    arrays of zeros cost O(n) a read of a loop over n elements (batched.JVP_FOLDS)."""
+    prev = ct.get(a)
+    if prev.__class__ is not Tracer or g.__class__ is not Tracer:
+        return False
+    for i in idx:
+        if type(i) is not int and type(i) is not slice:
+            return False
+    first = len(builder.equations)
+    ct[a] = P.add_at(prev, g, idx=idx, shape=builder.shapes[a])
+    if log is not None:
+        log.append((eq, first, len(builder.equations)))
+    return True
+
+
 def _has_nan(x) -> bool:
     return bool(x != x) if x.ndim == 0 else bool(np.isnan(x).any())
 
@@ -412,8 +436,9 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     ``free``, those variables equation by equation, as :func:`needed_and_frees` gives them
     with the equations (then keep is not needed).
     ``fold`` (an eager batched pass: ``batched.JVP_FOLDS``), {prim: fold(tangents, params,
-    args, values)}, gives an equation's tangent where it makes, without running the rules,
-    what they would make; None where it does not, and the rules run.
+    args, values, dying)}, gives an equation's tangent where it makes, without running the rules,
+    what they would make; None where it does not, and the rules run (dying: the variables whose
+    tangents no later equation reads, when known: a fold may write into theirs).
     """
     tan = dict(tangents)
     get = tan.get
@@ -451,7 +476,7 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
         made = folds.get(prim)
         if made is not None:
             try:
-                total = made(ts, params, ea, values)
+                total = made(ts, params, ea, values, free[i] if free is not None else ())
             except GradcalcError as err:
                 err.pos = err.pos or eq.pos
                 raise

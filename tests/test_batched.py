@@ -364,6 +364,75 @@ def test_folded_tangents_are_the_rules_tangents(src):
 
 
 @pytest.mark.parametrize("src", [
+    "s = 0\nfor i in range(8) {\n  s = s + x[i] * x[i] * c[i]\n}\ns",
+    "s = 0\nfor i in range(6) {\n  s = s + x[i] * x[i] * c[i]\n}\ns",
+    # (-0.0 factors: sums of -0.0 on the selection, which the next read's sum makes +0.0)
+    "s = 0\nfor i in range(8) {\n  s = s + x[i] * x[i] * -0.0 * c[i]\n}\ns",
+    "s = 0\nfor i in range(8) {\n  s = s + exp(x[i] * c[i]) * x[i] * -0.0\n}\ns",
+    "s = 0\nfor i in range(7) {\n  s = s + x[i] * x[i + 1] * c[i + 1]\n}\ns",
+    "s = 0\nfor i in range(6) {\n  s = s + sum(x[i:i + 3] * x[i:i + 3]) * c[i]\n}\ns",
+    "s = x[0] * 0\nfor i in range(8) {\n  s = s - x[i] * x[(i * 3) % 8] * -0.0\n}\ns + sum(x * x)",
+    "s = 0\nfor i in range(2) {\n  for j in range(8) {\n    s = s + C[i, j] * x[j] * C[i, 7 - j]\n  }\n}\ns",
+    "s = 0\nfor i in range(8) {\n  s = s + x[i] * x[i] * c[i]\n}\ns * x[3]",
+])
+def test_a_loops_reads_add_in_place_what_the_rules_add(src, monkeypatch):
+    # The traced backward pass adds each read's cotangent with add_at, and the Hessian's batched
+    # pass writes it into the rows it made (O(selection), not O(size), a read: a loop over n
+    # elements cost O(n^3)); the tangents are the rules' (t_acc + index_put(t_v)) bit for bit:
+    # -0.0 (made +0.0 off the selection by the rules' sum), nan and inf among the factors, two
+    # nans meeting (the rules run), reads of a 2-D input, a result read again (s * x[3])
+    from gradcalc import batched
+    written = []
+    real = batched._writable
+    monkeypatch.setattr(batched, "_writable", lambda *a: written.append(real(*a)) or written[-1])
+    c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
+    x = np.array([0.5, -0.0, 2.0, -1.0, 0.0, 4.0, -3.0, 1e-310])
+    at = {"x": x, "c": c, "C": np.arange(16.0).reshape(2, 8) - 3}
+    at = {k: v for k, v in at.items() if re.search(rf"\b{k}\b", src)}
+    folded = _tangent_rows(src, at, True)
+    assert any(written)  # (rows were written into, not copied)
+    ruled = _tangent_rows(src, at, False)
+    assert len(folded) == len(ruled)
+    for f, r in zip(folded, ruled):
+        assert (f is None) == (r is None)
+        if f is not None:
+            same_bits(f, r)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("idx", [(3,), (slice(2, 7),), (slice(9, 1, -3),), (-1,)])
+def test_add_at_is_the_sum_with_index_put_bit_for_bit(idx):
+    # the traced backward pass's add_at(acc, v) stands for acc + index_put(v): the same bits with
+    # -0.0, nans of both signs, infinities and subnormals in either operand, batched or not
+    from gradcalc import primitives as P
+    neg_nan = -np.abs(np.float64(np.nan))
+    acc = np.concatenate([SPECIAL, [neg_nan]])
+    for _ in range(20):
+        a = RNG.permutation(acc)
+        v = RNG.choice(acc, np.shape(a[idx]))
+        same_bits(P._add_at(a, v, idx, a.shape, v.ndim), a + P._index_put(v, idx, a.shape, v.ndim))
+        rows = np.stack([RNG.permutation(acc) for _ in range(3)])  # (a batch axis on both, then on v alone)
+        vs = RNG.choice(acc, (3,) + np.shape(a[idx]))
+        same_bits(P._add_at(rows, vs, idx, a.shape, v.ndim), rows + P._index_put(vs, idx, a.shape, v.ndim))
+        same_bits(P._add_at(a, vs, idx, a.shape, v.ndim), a + P._index_put(vs, idx, a.shape, v.ndim))
+
+
+def test_the_hessian_of_a_loop_that_reads_elements_is_its_closed_form():
+    # Rosenbrock written as a loop over x[i], x[i + 1]: its Hessian, tridiagonal, by hand:
+    # d2/dx_i^2 = 1200 x_i^2 - 400 x_(i+1) + 2 (i < n-1) + 200 (i > 0); d2/dx_i dx_(i+1) = -400 x_i
+    n = 60
+    x = RNG.standard_normal(n)
+    src = f"input x[{n}]\nf = 0\nfor i in range({n - 1}) {{\n  f += 100*(x[i+1] - x[i]^2)^2 + (1 - x[i])^2\n}}\nf"
+    want = np.zeros((n, n))
+    for i in range(n - 1):
+        want[i, i] += 1200 * x[i] ** 2 - 400 * x[i + 1] + 2
+        want[i + 1, i + 1] += 200
+        want[i, i + 1] = want[i + 1, i] = -400 * x[i]
+    got = np.asarray(gradcalc.hessian(src, at={"x": x})["x"]["x"])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("src", [
     "sum(100*(x[1:] - x[:-1]^2)^2 + (1 - x[:-1])^2)",
     "sum(sin(x[1:] * x[:-1])) + sum(x * c)^2",
     "y = x; z = -y[1:] + y[:-1]; sum(z * z * c[1:]) + sum(y * 0 * c)",

@@ -306,6 +306,7 @@ _DECLARED = [
     (P.index_update, [(4, 5), ()], {"idx": (1, slice(None, None, 2))}, _R),
     (P.index_add, [(4, 5), (3, 5)], {"idx": (np.array([1, 1, 2]),)}, _R),
     (P.index_put, [(3,)], {"idx": (np.array([2, 0, 2]),), "shape": (4,)}, _R),
+    (P.add_at, [(4, 5), (5,)], {"idx": (1, slice(None)), "shape": (4, 5)}, _R),
     (P.concat, [(2, 3), (4, 3), (1, 3)], {"axis": 0}, _R), (P.concat, [(2, 1), (2, 3)], {"axis": -1}, _R),
 ]
 

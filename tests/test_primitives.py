@@ -424,6 +424,13 @@ def _add_shape_cases(add):
              lambda a: _put(a, np.s_[3::-2], 4), None)]:
         add("index_put", D(label, lambda a, idx=idx, shape=shape: P.index_put(a, idx=idx, shape=shape),
                            (xs, "real"), ref=ref, bug=bug))
+    for label, idx, xs, vs in [("add_at([1:3], (4,))", (slice(1, 3, 1),), (4,), (2,)),
+                               ("add_at([1], (3,))", (1,), (3,), ()),
+                               ("add_at([:, 2], (2, 3))", (slice(None), 2), (2, 3), (2,)),
+                               ("add_at([3:0:-2], (4,))", (slice(3, 0, -2),), (4,), (2,))]:
+        # (internal: the traced backward pass's acc + index_put(v), see transforms._added_at)
+        add("add_at", D(label, lambda acc, v, idx=idx, xs=xs: P.add_at(acc, v, idx=idx, shape=xs),
+                        (xs, "real"), (vs, "real"), ref=lambda acc, v, idx=idx, xs=xs: acc + _put(v, idx, xs)))
     _add_indexing_cases(add)
     add("concat",
         E("concat(x, y)", lambda x, y: np.concatenate([x, y]), x=((2,), "real"), y=((3,), "real")),
