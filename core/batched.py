@@ -51,11 +51,14 @@ class _Slot:
     a fixed value; ``band``, {offset k: d_k} for a band of diagonals (row b holds d_k[j] at
     column j = b - k); ``offset``, k for a block of the identity basis."""
 
-    __slots__ = ("value", "shape", "band", "batched", "offset", "loose")
+    __slots__ = ("value", "shape", "band", "batched", "offset", "made", "loose")
 
     def __init__(self, value, shape: tuple, band=None, batched: bool = True, offset=None):
         self.value, self.shape, self.band, self.batched, self.offset = value, shape, band, batched, offset
-        self.loose = None  # add_at's fold made value, which may hold a -0.0 at this index (see there)
+        # made: a fold that writes in place (add_at's, index_update's) made value, nothing else
+        # holds it; loose: where it may still hold a -0.0 that a sum's +0.0 would change (an
+        # index; EVERYWHERE; None: nowhere), see _jvp_add_at
+        self.made, self.loose = False, None
 
 
 class _Shapes:
@@ -206,6 +209,10 @@ class BatchedBuilder:
             value = prim.plain(*xs) if plain else prim.impl(*xs, **params)
         except np.linalg.LinAlgError as err:
             raise ValueError_(f"'{prim.name}': {str(err).lower()}") from None
+        if value.base is not None and any(s.made for s in slots):
+            # (a view, x[i] of a fold's rows, say: a copy of its elements, which leaves the rows
+            # the fold's own to write into; see _writable)
+            value = value.copy()
         if value.size >= LARGE_BATCH:
             keep_freed_memory()  # as a recorded pass re-run batched does (see alloc.py)
             if value.size > self.base.max_elements:  # (a result larger than normalize checked)
@@ -455,9 +462,9 @@ def _jvp_add_at(ts, params, args, values, dying=()):
     else (a nan's bits included), so each array the fold makes holds the sum exactly, and
     ``loose`` records where it may still hold a -0.0 the next sum's +0.0 would change: the
     selection just written (everywhere else it was added +0.0 already: the copy, A + 0.0, that
-    starts each array).  As transforms._scatter, on the eager backward pass.  Where both the
-    selection and t_v hold a nan, which nan a sum keeps depends on where NumPy's vector loop
-    meets them: the rules run."""
+    starts each array, or an earlier sum).  As transforms._scatter, on the eager backward pass.
+    Where both the selection and t_v hold a nan, which nan a sum keeps depends on where NumPy's
+    vector loop meets them: the rules run."""
     t_acc, t_v = ts
     if t_acc is None or t_v is None or t_acc.__class__ is not Tracer or t_v.__class__ is not Tracer:
         return None
@@ -479,26 +486,88 @@ def _jvp_add_at(ts, params, args, values, dying=()):
     if _has_nan(v) and _has_nan(region):
         return None
     total = region + v  # (before the +0.0 below: on the selection the sum adds v alone)
-    if _writable(ts, args[0], dying):
-        rows[(slice(None),) + acc.loose] += 0.0
-    else:
-        rows = rows + 0.0
+    del region, rows  # (a view of the rows, and a name for them: see _writable)
+    rows = _summed_rows(ts, args[0], dying)
     rows[site] = total
-    made = _batched(rows, acc.shape)
-    made.loose = params["idx"]
+    return _made(b, rows, acc.shape, params["idx"])
+
+
+def _jvp_index_update(ts, params, args, values, dying=()):
+    """index_update(x, v) at integers and slices (`z[i] = e` in a loop, and its backward pass's
+    g with the selection zeroed): the rules' index_update(t_x, 0.0) + index_update(zeros, t_v)
+    (dense rows), written into t_x's rows where this fold or add_at's made them and nothing
+    reads them after: a loop writing z[i] cost O(batch x size) a step.
+
+    Bit for bit: with t_v, the rules' sum adds +0.0 off the selection (see _jvp_add_at) and
+    0.0 + t_v on it; without, t_x with zeros on the selection is a copy, nothing added."""
+    t_x, t_v = ts
+    if t_x is None or t_x.__class__ is not Tracer or t_v is not None and t_v.__class__ is not Tracer:
+        return None
+    x = t_x.var
+    idx = params["idx"]
+    if x.__class__ is not _Slot or x.band is not None or not x.batched or x.value is None or \
+            x.value.dtype is not F64 or not _basic(idx):
+        return None
+    b = t_x.builder
+    site = (slice(None),) + idx
+    if t_v is None:
+        rows = x.value if _writable(ts, args[0], dying) else x.value.copy()
+        rows[site] = 0.0
+        return _made(b, rows, x.shape, x.loose if x.made else EVERYWHERE)
+    v = b.rows(t_v)
+    if v.dtype is not F64:
+        return None
+    region = x.value[site].shape[1:]
+    v = v.reshape(v.shape[:1] + (1,) * (len(region) - params["nd"]) + v.shape[1:])  # (as _align)
+    rows = _summed_rows(ts, args[0], dying)
+    rows[site] = 0.0 + v
+    return _made(b, rows, x.shape, None)
+
+
+EVERYWHERE = (Ellipsis,)  # (a slot's loose: an array that was copied, not summed)
+
+
+def _basic(idx: tuple) -> bool:
+    """Whether idx holds integers and slices alone (no element twice, no array to order)."""
+    for i in idx:
+        if type(i) is not int and type(i) is not slice:
+            return False
+    return True
+
+
+def _summed_rows(ts: tuple, var, dying):
+    """The rows of ts[0], var's tangent, plus +0.0 (a sum's, off a selection about to be written):
+    the same rows, made +0.0 where the slot says a -0.0 may be, where the fold may write into
+    them (see _writable), else a new array."""
+    slot = ts[0].var
+    if _writable(ts, var, dying):
+        if slot.loose is not None:
+            slot.value[(slice(None),) + slot.loose] += 0.0
+        return slot.value
+    return slot.value + 0.0
+
+
+def _made(b: BatchedBuilder, rows, shape: tuple, loose) -> Tracer:
+    """A tracer of rows that a fold made, and may write into again (see _Slot)."""
+    made = _batched(rows, shape)
+    made.made, made.loose = True, loose
     return _tracer(b, made)
 
 
 def _writable(ts: tuple, var, dying) -> bool:
-    """Whether add_at's fold may write into the rows of ts[0], var's tangent: the fold made them,
-    var is read no more, and no other variable's tangent is this tracer (a rule can hand a
-    tangent on as it is): then its references are the pass's dict of tangents, ts, the fold's
-    name for it and getrefcount's argument (tests/test_batched.py holds that a loop's reads are
-    written in place, and that the rows are the rules' bit for bit)."""
-    return ts[0].var.loose is not None and var in dying and sys.getrefcount(ts[0]) == _SOLE_REFERENCES
+    """Whether a fold may write into the rows of ts[0], var's tangent: a fold made them, var is
+    read no more, no other variable's tangent is this tracer (a rule can hand a tangent on as it
+    is): then its references are the pass's dict of tangents, ts, the fold's name for it and
+    getrefcount's argument; and no view of the rows is held (tests/test_batched.py holds that a
+    loop's reads and writes are written in place, and that the rows are the rules' bit for bit)."""
+    return ts[0].var.made and var in dying and sys.getrefcount(ts[0]) == _SOLE_REFERENCES and \
+        sys.getrefcount(ts[0].var.value) == _SOLE_ARRAY_REFERENCES
 
 
 _SOLE_REFERENCES = 4
+# ... and no view of its rows is held (a rule's index of it, x[i] of a tangent, is a view that a
+# write into the rows would change): the slot's and getrefcount's are the array's references
+_SOLE_ARRAY_REFERENCES = 2
 
 
 def _has_nan(x) -> bool:
@@ -509,7 +578,7 @@ def _has_nan(x) -> bool:
 JVP_FOLDS = {P.neg: _jvp_of(_fold_neg), P.index: _jvp_of(_fold_index),
              P.index_put: _jvp_of(_fold_index_put), P.copy: _jvp_copy, P.add: _jvp_add,
              P.mul: _jvp_product, P.safe_mul: _jvp_product, P.pow_const: _jvp_pow_const,
-             P.add_at: _jvp_add_at}
+             P.add_at: _jvp_add_at, P.index_update: _jvp_index_update}
 
 
 def _band_dense(band: dict, n: int, m: int):

@@ -374,6 +374,13 @@ def test_folded_tangents_are_the_rules_tangents(src):
     "s = x[0] * 0\nfor i in range(8) {\n  s = s - x[i] * x[(i * 3) % 8] * -0.0\n}\ns + sum(x * x)",
     "s = 0\nfor i in range(2) {\n  for j in range(8) {\n    s = s + C[i, j] * x[j] * C[i, 7 - j]\n  }\n}\ns",
     "s = 0\nfor i in range(8) {\n  s = s + x[i] * x[i] * c[i]\n}\ns * x[3]",
+    # index updates: z[i] = e (the rules' index_update(t_z, 0.0) + index_update(zeros, t_e)) and,
+    # backward, g with the selection zeroed; a scalar written to a slice, a row of a matrix
+    "z = x * 0\nfor i in range(8) {\n  z[i] = x[i] * x[i] * c[i]\n}\nsum(z * z)",
+    "z = x * 0\nfor i in range(8) {\n  z[i] = x[7 - i] * -0.0 * c[i]\n}\nsum(z * x)",
+    "z = x * 0\nfor i in range(8) {\n  z[i] = x[i] * -0.0\n}\nsum(z * c)",  # (0.0 + -0.0 on the selection)
+    "z = x * 0\nfor i in range(4) {\n  z[2*i:2*i + 2] = x[i] * c[i]\n}\nsum(z * z * x)",
+    "M = C * 0\nfor i in range(2) {\n  M[i, :] = C[i, :] * x * c\n}\nsum(M * M)",
 ])
 def test_a_loops_reads_add_in_place_what_the_rules_add(src, monkeypatch):
     # The traced backward pass adds each read's cotangent with add_at, and the Hessian's batched
@@ -415,6 +422,20 @@ def test_add_at_is_the_sum_with_index_put_bit_for_bit(idx):
         vs = RNG.choice(acc, (3,) + np.shape(a[idx]))
         same_bits(P._add_at(rows, vs, idx, a.shape, v.ndim), rows + P._index_put(vs, idx, a.shape, v.ndim))
         same_bits(P._add_at(a, vs, idx, a.shape, v.ndim), a + P._index_put(vs, idx, a.shape, v.ndim))
+
+
+def test_the_hessian_of_a_loop_that_writes_elements_is_its_closed_form():
+    # z[i] = x[i]^2 a step, then sum(z^2) = sum(x^4): the Hessian is diag(12 x^2); and z[i] = x*i
+    # for a scalar x, sum(sin(z)): d2/dx2 = -sum(i^2 sin(x i))
+    n = 50
+    x = RNG.standard_normal(n)
+    src = f"input x[{n}]\nz = zeros({n})\nfor i in range({n}) {{\n  z[i] = x[i]^2\n}}\nsum(z * z)"
+    np.testing.assert_allclose(np.asarray(gradcalc.hessian(src, at={"x": x})["x"]["x"]), np.diag(12 * x * x),
+                               rtol=1e-13, atol=0)
+    src = f"input x\nz = zeros({n})\nfor i in range({n}) {{\n  z[i] = x*i\n}}\nsum(sin(z))"
+    i = np.arange(n)
+    np.testing.assert_allclose(float(gradcalc.hessian(src, at={"x": 0.3})["x"]["x"]),
+                               -np.sum(i * i * np.sin(0.3 * i)), rtol=1e-12)
 
 
 def test_the_hessian_of_a_loop_that_reads_elements_is_its_closed_form():
