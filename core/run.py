@@ -1052,19 +1052,21 @@ class Interpreter:
             v = self.top.get(nid)
             if v is not None:
                 return v
-        if nid in CONSTANTS:
+        where = self.facts.assigned.get(nid)
+        if nid in CONSTANTS and where is None:  # (an assignment of the name hides the constant: SPEC 2.2)
             return self.b.const(CONSTANTS[nid])
         if self.constants_only:
             hint = did_you_mean(nid, CONSTANTS) or "values are constant expressions: numbers, lists, pi, ones(3)..."
             raise NameError_(f"unknown name '{nid}'", node.pos, hint=hint)
         if nid in self.facts.functions:
             raise NameError_(f"'{nid}' is a function; call it as {nid}(...)", node.pos)
-        where = self.facts.assigned.get(nid)
         if where is not None:
             p = to_pos(where)
+            hint = f"give '{nid}' a value before this on every path"
+            if nid in CONSTANTS:
+                hint = f"the program assigns '{nid}', which hides the constant {nid}: rename the variable, or {hint}"
             raise NameError_(f"'{nid}' has no value yet: it is assigned at line {p.line}, column {p.col}, "
-                             "which has not run", node.pos,
-                             hint=f"give '{nid}' a value before this on every path", name=nid)
+                             "which has not run", node.pos, hint=hint, name=nid)
         raise NameError_(f"'{nid}' is used before it is assigned", node.pos)
 
     def array(self, node: ArrayLit) -> Tracer:

@@ -795,6 +795,15 @@ REFUSED = [
     (["hessian", "sum(x^2)", "--at", "x=ones(20000)"], None),
     (["eval", "ones(11)", "--max-elements", "10"],
      "error: <expr>:1:1: ones(): array of shape (11,) has 11 elements, more than --max-elements=10"),
+    # joined arrays are checked before they are made: a loop doubling one reached 1.6 GB (loops hunt L1)
+    (["eval", "s = x\nfor i in range(40) { s = concat(s, s) }\nsize(s)", "--at", "x=[1.0]", "--max-elements", "1000000"],
+     "error: <expr>:2:26: concat(): array of shape (1048576,) has 1048576 elements, more than --max-elements=1000000"),
+    (["eval", "[v, v]", "--at", "v=ones(600)", "--max-elements", "1000"],
+     "error: <expr>:1:1: array of shape (2, 600) has 1200 elements, more than --max-elements=1000"),
+    (["eval", "append(v, v)", "--at", "v=ones(600)", "--max-elements", "1000"],
+     "error: <expr>:1:1: append(): array of shape (1200,) has 1200 elements, more than --max-elements=1000"),
+    (["eval", "column_stack([v, v])", "--at", "v=ones(600)", "--max-elements", "1000"],
+     "error: <expr>:1:1: column_stack(): array of shape (600, 2) has 1200 elements, more than --max-elements=1000"),
     # check's finite differences: the batch of perturbed copies is refused before it is made
     # (these were MemoryErrors, exit 3)
     (["check", "sum(x^2)", "--at", "x=ones(20000)"],

@@ -650,6 +650,22 @@ def test_range_forms_give_integers_in_order(rng, expected):
     assert value(f"s = 0\nfor i in {rng} {{ s = s * 10 + i }}\ns") == expected
 
 
+@pytest.mark.parametrize("src, where", [
+    ("s = e * x\ne = 2\ns", "2:1"),
+    ("for i in range(2) {\n  s = e * x\n  e = 2\n}\ns", "3:3"),
+    ("def f(a) {\n  return pi * a\n}\ny = f(x)\npi = 3\ny", "5:1"),
+])
+def test_a_constants_name_assigned_in_the_program_has_no_value_before_it(src, where):
+    # SPEC 2.2: an assignment of pi, e, inf or nan hides the constant, and reading a name assigned
+    # at the top level before it has a value is an error (it read the constant, and in a loop the
+    # constant first and the value after: loops hunt L6); inside a function it already was
+    r = user_error("eval", src, "--at", "x=1")
+    line, col = where.split(":")
+    assert f"has no value yet: it is assigned at line {line}, column {col}" in r.stderr
+    assert "hides the constant" in r.stderr
+    assert ok("eval", "e * x", "--at", "x=1", "-f", "plain").stdout == f"{math.e!r}\n"
+
+
 def test_loop_variable_is_a_constant_multiplier():
     # sum over i = 2, 3, 4 of i * x = 9 x
     r = grad("s = 0\nfor i in range(2, 5) { s += i * x }\ns", x=1.5)
