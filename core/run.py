@@ -504,6 +504,12 @@ class Interpreter:
         """Bind name to value in the current scope; a top-level name becomes a name of the
         tape.  ``before``: the first variable the statement made (see below)."""
         if self.local_names is not None:
+            if value.var < before and value.var not in self.literal_vars:
+                # (`c = y` in a body: a copy, as at the top level, so that a call's derivatives sum
+                # their terms in the order the same statements written out inline sum them, bit
+                # for bit; a literal stays the shared constant: no derivative reaches it)
+                self.b.pos = loc
+                value = P.copy(value)
             self.env[name] = value
             return
         var = value.var
