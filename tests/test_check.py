@@ -1002,3 +1002,88 @@ def test_a_wrong_tanh_rule_still_fails_where_some_elements_are_at_the_rounding_l
     monkeypatch.setattr(REGISTRY["tanh"], "vjp", (wrong,))
     monkeypatch.setattr(REGISTRY["tanh"], "jvp", (wrong,))
     assert not gradcalc.check(src, at=at).ok
+
+
+# -- misses of --directions and of inputs reaching eigh/cholesky (check hunt M1, M2, F7) ----------
+
+def _scaled_rule(monkeypatch, name, slope):
+    """name's VJP and JVP rules made slope(x, ans) (so that only the differences can tell)."""
+    rule = (lambda g, ans, x, **_: safe_mul(g, slope(x, ans)),)
+    monkeypatch.setattr(REGISTRY[name], "vjp", rule)
+    monkeypatch.setattr(REGISTRY[name], "jvp", rule)
+
+
+LSE_AT = 0.01 * np.random.default_rng(1).standard_normal(50)  # (its smallest |x_i| is 8.1e-5)
+
+
+def test_directions_fail_a_rule_1e4_wrong_beside_a_small_element(monkeypatch):
+    # log(sum(exp(x))) with exp's rules 1e-4 wrong: d/dx_i = (1 + 1e-4) softmax(x)_i, 100 times
+    # rtol.  An x_i of 8.1e-5 makes the default step coarse, and at steps relative to |x| (4.7e-10)
+    # the rounding allowed, 9.3e-6 (eps |f| / h, up to 1e-3 |J v| was taken), passed it ("where the
+    # differences agree"); the steps from the default one down to there converge, and disagree
+    src = "input x[50]\ny = log(sum(exp(x)))"
+    softmax = np.exp(LSE_AT) / np.sum(np.exp(LSE_AT))
+    np.testing.assert_allclose(gradcalc.grad(src, at={"x": LSE_AT})["x"], softmax, rtol=1e-13)
+    for directions in (1, 2, 8):
+        assert gradcalc.check(src, at={"x": LSE_AT}, directions=directions).ok
+    _scaled_rule(monkeypatch, "exp", lambda x, ans: REGISTRY["mul"](1.0001, ans))
+    np.testing.assert_allclose(gradcalc.grad(src, at={"x": LSE_AT})["x"], 1.0001 * softmax, rtol=1e-13)
+    for directions in (1, 2, 8):
+        (r,) = gradcalc.check(src, at={"x": LSE_AT}, directions=directions).results
+        assert not r.ok, r.notes
+        assert r.max_rel_err == pytest.approx(1e-4 / 1.0001, rel=1e-3)  # (J v is 1.0001 times the truth)
+        assert any("converge" in n and "still disagree" in n for n in r.notes), r.notes
+    assert not gradcalc.check(src, at={"x": LSE_AT}).ok  # (the full check, as before)
+
+
+def test_directions_do_not_allow_a_truncation_error_as_measured_noise(monkeypatch):
+    # [sin(x), log(x)] at 1000: sin's central difference at the default step (2^-7) is off by
+    # cos(x) h^2 / 6 = 5.6e-6, and |D(h) - D(17h/16)| (0.13 of that) times 4 was allowed to every
+    # element as 'measured noise' (2.9e-6): log's rule 1e-3 wrong, an error of 1e-6 in 1/x = 1e-3
+    # against a tolerance of 1.1e-8, passed
+    src = "input x\ny = [sin(x), log(x)]"
+    for directions in (1, 2):
+        assert gradcalc.check(src, at={"x": 1000.0}, directions=directions).ok
+    _scaled_rule(monkeypatch, "log", lambda x, ans: REGISTRY["div"](1.001, x))
+    assert gradcalc.jacobian(src, at={"x": 1000.0})["y"]["x"][1] == pytest.approx(1.001e-3, rel=1e-14)
+    for directions in (1, 2):
+        (r,) = gradcalc.check(src, at={"x": 1000.0}, directions=directions).results
+        assert not r.ok and r.max_rel_err == pytest.approx(1e-3 / 1.001, rel=1e-3), r.notes
+
+
+def test_directional_rounding_noise_holds_no_truncation():
+    # x^3 along v = 1 at x = 1, h = 2^-7: D(h) = 3 x^2 + h^2 exactly, so |D(h) - D(17h/16)| is
+    # (289/256 - 1) h^2 of truncation (7.9e-6, rounding 3e-14); D(17h/16) - 2 D(h) + D(FAR h)
+    # cancels it (FAR^2 = 2 - (17/16)^2)
+    from gradcalc import numerics
+    tr = trace(gradcalc.parse("input x\ny = x^3"), {"x": 1.0})
+    v, h = np.ones(1), 2.0 ** -7
+    found = numerics.Directional._make(next(zip(*numerics._directional_differences(tr, "x", ["y"], v, "central", h))))
+    assert found.noise[0] == pytest.approx(33 / 256 * h * h, rel=1e-3)
+    assert numerics._rounding_noise(tr, "x", "y", v, h, found)[0] < 1e-8 * h * h
+
+
+def _sin_as_its_default_difference(x, ans):
+    # cos(x) sin(h) / h, h the central default step at x: what the central difference of sin
+    # at that step gives, so that the default step cannot tell; wrong by h^2 / 6 = 1e-5 (10 rtol)
+    h = default_step(np.asarray(x, float), "central")
+    return REGISTRY["mul"](REGISTRY["cos"](x), np.sin(h) / h)
+
+
+@pytest.mark.parametrize("src", ["input S[2,2]\nout = sum(sin(S)) + sum(diagonal(cholesky(S)))",
+                                 "input S[2,2]\nw, V = eigh(S)\nout = sum(sin(S)) + sum(w)"])
+def test_an_input_reaching_cholesky_or_eigh_is_checked_at_half_its_step(src, monkeypatch):
+    # The symmetric note turned the smaller steps' search off: at |S| ~ 1000 the default step is
+    # 2^-7, a right gradient failed (truncation 1e-5 relative) and a wrong one whose error
+    # truncation cancelled passed.  d/dS of sum(sin(S)) is cos(S); of sum(diagonal(cholesky(S)))
+    # and of sum(eigenvalues) = trace(S): smooth at that scale (trace's is the identity)
+    S = np.array([[1000.0, 600.0], [600.0, 1000.0]])
+    (r,) = gradcalc.check(src, at={"S": S}).results
+    assert r.ok, r.notes
+    assert any("converge" in n and "to the automatic derivative" in n for n in r.notes)
+    _scaled_rule(monkeypatch, "sin", _sin_as_its_default_difference)
+    g = gradcalc.grad("input S[2,2]\nout = sum(sin(S))", at={"S": S})["S"]
+    h = default_step(S, "central")  # (2^-7 at 1000, 2^-8 at 600)
+    np.testing.assert_allclose(g, np.cos(S) * np.sin(h) / h, rtol=1e-12)
+    (r,) = gradcalc.check(src, at={"S": S}).results
+    assert not r.ok and any("still disagree" in n for n in r.notes), r.notes
