@@ -40,7 +40,8 @@ import numpy as np
 from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import ValueError_
-from .tape import F64, F64_SCALAR, LARGE_BATCH, NO_PARAMS, Tracer, _scalar_or_array, all_finite, squared_norm
+from .tape import (F64, F64_SCALAR, LARGE_BATCH, NO_PARAMS, Tracer, _scalar_or_array, all_finite, has_nan,
+                   plain_index, squared_norm)
 
 _new_object = object.__new__
 
@@ -483,7 +484,7 @@ def _jvp_add_at(ts, params, args, values, dying=()):
         return None
     site = (slice(None),) + params["idx"]
     region = rows[site]
-    if _has_nan(v) and _has_nan(region):
+    if has_nan(v) and has_nan(region):
         return None
     total = region + v  # (before the +0.0 below: on the selection the sum adds v alone)
     del region, rows  # (a view of the rows, and a name for them: see _writable)
@@ -506,7 +507,7 @@ def _jvp_index_update(ts, params, args, values, dying=()):
     x = t_x.var
     idx = params["idx"]
     if x.__class__ is not _Slot or x.band is not None or not x.batched or x.value is None or \
-            x.value.dtype is not F64 or not _basic(idx):
+            x.value.dtype is not F64 or not plain_index(idx):
         return None
     b = t_x.builder
     site = (slice(None),) + idx
@@ -525,14 +526,6 @@ def _jvp_index_update(ts, params, args, values, dying=()):
 
 
 EVERYWHERE = (Ellipsis,)  # (a slot's loose: an array that was copied, not summed)
-
-
-def _basic(idx: tuple) -> bool:
-    """Whether idx holds integers and slices alone (no element twice, no array to order)."""
-    for i in idx:
-        if type(i) is not int and type(i) is not slice:
-            return False
-    return True
 
 
 def _summed_rows(ts: tuple, var, dying):
@@ -568,10 +561,6 @@ _SOLE_REFERENCES = 4
 # ... and no view of its rows is held (a rule's index of it, x[i] of a tangent, is a view that a
 # write into the rows would change): the slot's and getrefcount's are the array's references
 _SOLE_ARRAY_REFERENCES = 2
-
-
-def _has_nan(x) -> bool:
-    return bool(np.isnan(x).any())
 
 
 #: transforms.forward's ``fold`` for a pass on a BatchedBuilder's tracers: {primitive: fold}.

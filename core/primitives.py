@@ -59,7 +59,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ShapeError, UsageError, ValueError_
-from .tape import F64, F64_SCALAR, MAX_NDIM, OUT, Tracer, all_finite, broadcast_shapes, by_row
+from .tape import F64, F64_SCALAR, MAX_NDIM, OUT, Tracer, all_finite, broadcast_shapes, by_row, has_nan
 
 _ARRAY = np.ndarray
 
@@ -1522,11 +1522,11 @@ index_put = _def("index_put", _index_put,
 
 
 def _add_at(acc, v, idx, shape, nd):
-    """acc + index_put(v, idx, shape), bit for bit, without v's array of zeros (but where nans
-    meet on the selection): idx holds
+    """acc + index_put(v, idx, shape), bit for bit, without v's array of zeros: idx holds
     integers and slices alone (no element twice), so that sum adds +0.0 off the selection (a
     -0.0 there becomes +0.0; anything else, a nan's bits included, stays) and acc's element
-    plus v's on it.  Batch axes lead, in either operand (nd: v's logical rank)."""
+    plus v's on it (where nans meet there, the sum itself: see below).  Batch axes lead, in
+    either operand (nd: v's logical rank)."""
     ba, bv = acc.ndim - len(shape), v.ndim - nd
     batch = broadcast_shapes(acc.shape[:ba], v.shape[:bv]) if ba or bv else ()
     full = acc if acc.shape == batch + shape else np.broadcast_to(acc, batch + shape)
@@ -1534,7 +1534,7 @@ def _add_at(acc, v, idx, shape, nd):
     region = full[site]
     if full.dtype == object:  # (sympy's expressions: no signed zeros to keep)
         out = full.copy()
-    elif np.isnan(region).any() and np.isnan(v).any():
+    elif has_nan(region) and has_nan(v):
         # (of two nans, a sum keeps one by where NumPy's vector loop meets them: its body keeps
         # the first operand's sign bit, its tail the second's; so the sum itself)
         return full + _index_put(v, idx, shape, nd)

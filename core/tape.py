@@ -72,6 +72,20 @@ def squared_norm(v: np.ndarray) -> float:
     return float(flat.dot(flat) if flat.size <= SERIAL_DOT else np.einsum("i,i->", flat, flat))
 
 
+def has_nan(x) -> bool:
+    """Whether an array (or a 0-d one) holds a nan."""
+    return bool(x != x) if x.ndim == 0 else bool(np.isnan(x).any())
+
+
+def plain_index(idx: tuple) -> bool:
+    """Whether an index holds integers and slices alone: it selects no element twice, and
+    NumPy's basic indexing (a view, in the order of its axes) applies."""
+    for i in idx:
+        if type(i) is not int and type(i) is not slice:
+            return False
+    return True
+
+
 def all_finite(value) -> bool:
     """True when no element is nan or inf.
 

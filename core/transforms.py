@@ -17,7 +17,8 @@ import numpy as np
 
 from . import primitives as P
 from .errors import GradcalcError
-from .tape import F64, F64_SCALAR, Builder, Tracer, _frees, all_finite, broadcast_shapes, squared_norm
+from .tape import (F64, F64_SCALAR, Builder, Tracer, _frees, all_finite, broadcast_shapes, has_nan, plain_index,
+                   squared_norm)
 
 
 def fit_to_shape(c, shape: tuple):
@@ -370,11 +371,10 @@ def _scatter(prev, g, idx: tuple, a, owned: dict) -> bool:
     mark = owned.get(a)
     if mark is None or mark[0] != id(prev) or g.dtype is not F64 or prev.dtype is not F64 or prev.size <= 1:
         return False
-    for i in idx:
-        if type(i) is not int and type(i) is not slice:
-            return False
+    if not plain_index(idx):
+        return False
     region = prev[idx]
-    if _has_nan(g) and _has_nan(region):
+    if has_nan(g) and has_nan(region):
         # (of two nans, a sum keeps one by where the dense sum's SIMD loop meets them: its
         # body keeps the first operand's sign bit, its tail the second's)
         return False
@@ -396,20 +396,13 @@ def _added_at(builder: Builder, ct: dict, g, idx: tuple, a, log, eq) -> bool:
     over the recorded equations (a Hessian's, batched) can then add in place, where a sum of
     arrays of zeros cost O(n) a read of a loop over n elements (batched.JVP_FOLDS)."""
     prev = ct.get(a)
-    if prev.__class__ is not Tracer or g.__class__ is not Tracer:
+    if prev.__class__ is not Tracer or g.__class__ is not Tracer or not plain_index(idx):
         return False
-    for i in idx:
-        if type(i) is not int and type(i) is not slice:
-            return False
     first = len(builder.equations)
     ct[a] = P.add_at(prev, g, idx=idx, shape=builder.shapes[a])
     if log is not None:
         log.append((eq, first, len(builder.equations)))
     return True
-
-
-def _has_nan(x) -> bool:
-    return bool(x != x) if x.ndim == 0 else bool(np.isnan(x).any())
 
 
 def _finite_product(c, g, other) -> bool:
