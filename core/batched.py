@@ -40,8 +40,8 @@ import numpy as np
 from . import primitives as P
 from .alloc import keep_freed_memory
 from .errors import ValueError_
-from .tape import (F64, F64_SCALAR, LARGE_BATCH, NO_PARAMS, Tracer, _scalar_or_array, all_finite, has_nan,
-                   plain_index, squared_norm)
+from .tape import (COUNTS_REFERENCES, F64, F64_SCALAR, LARGE_BATCH, NO_PARAMS, Tracer, _scalar_or_array, all_finite,
+                   has_nan, plain_index, squared_norm)
 
 _new_object = object.__new__
 
@@ -552,9 +552,10 @@ def _writable(ts: tuple, var, dying) -> bool:
     read no more, no other variable's tangent is this tracer (a rule can hand a tangent on as it
     is): then its references are the pass's dict of tangents, ts, the fold's name for it and
     getrefcount's argument; and no view of the rows is held (tests/test_batched.py holds that a
-    loop's reads and writes are written in place, and that the rows are the rules' bit for bit)."""
-    return ts[0].var.made and var in dying and sys.getrefcount(ts[0]) == _SOLE_REFERENCES and \
-        sys.getrefcount(ts[0].var.value) == _SOLE_ARRAY_REFERENCES
+    loop's reads and writes are written in place, and that the rows are the rules' bit for bit).
+    Where reference counts do not count every reference (tape.COUNTS_REFERENCES), never."""
+    return ts[0].var.made and var in dying and COUNTS_REFERENCES and \
+        sys.getrefcount(ts[0]) == _SOLE_REFERENCES and sys.getrefcount(ts[0].var.value) == _SOLE_ARRAY_REFERENCES
 
 
 _SOLE_REFERENCES = 4
