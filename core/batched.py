@@ -210,12 +210,6 @@ class BatchedBuilder:
             value = prim.plain(*xs) if plain else prim.impl(*xs, **params)
         except np.linalg.LinAlgError as err:
             raise ValueError_(f"'{prim.name}': {str(err).lower()}") from None
-        if value.ndim == 1 and value.base is not None and any(s.made for s in slots):
-            # (x[i] of a fold's rows: a view, which would keep the rows from being written into
-            # (see _writable); its copy, one number a row.  Only a scalar's rows: on them every
-            # later operation is elementwise, whose bits do not depend on the layout, where a
-            # matrix product or a sum of a copied row or column could sum in another order)
-            value = value.copy()
         if value.size >= LARGE_BATCH:
             keep_freed_memory()  # as a recorded pass re-run batched does (see alloc.py)
             if value.size > self.base.max_elements:  # (a result larger than normalize checked)

@@ -69,7 +69,7 @@ class Primitive:
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "analytic", "kink",
                  "branch", "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp", "eager",
-                 "vjp_reads", "elementwise", "symmetric_operand", "write_into", "vjp_order")
+                 "vjp_reads", "elementwise", "symmetric_operand", "write_into")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
                  analytic=True, kink=None, branch=None, variadic=False, keeps_finite=False,
@@ -97,10 +97,6 @@ class Primitive:
         # impl's form that writes its result into its first operand's array (an index update: see
         # Builder.overwrite), or None
         self.write_into = None
-        # the order in which a backward pass runs the VJP rules, by operand position (None: in
-        # order): the rule that makes a new array of g last, so that g's tangent is read no more
-        # when a pass over the recorded equations writes it (see batched._jvp_index_update)
-        self.vjp_order = None
 
     def vjp_rule(self, i: int) -> Callable | None:
         return _rule(self.vjp, i, self.variadic)
@@ -1652,7 +1648,6 @@ index_update = _def("index_update", _scatter(accumulate=False),
                      lambda t, ans, x, v, idx, xshape, nd: index_update(zeros_like(x), t, idx=idx)),
                     _scatter_params("assign"), vjp_reads=())
 index_update.write_into = _written_into(accumulate=False)
-index_update.vjp_order = (1, 0)  # (v's rule reads g; x's, g with the selection zeroed, is the last)
 # x with v added at idx, repeated indices accumulating (numpy.add.at): `x[i] += e`
 index_add = _def("index_add", _scatter(accumulate=True),
                  (lambda g, ans, x, v, idx, xshape, nd: g,

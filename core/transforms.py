@@ -292,8 +292,7 @@ def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, ch
     if not safe_products and prim.plain_vjp is not None:
         rules = prim.plain_vjp
     shapes = builder.shapes
-    order = prim.vjp_order
-    for i, a in enumerate(ea) if order is None else [(i, ea[i]) for i in order]:
+    for i, a in enumerate(ea):
         if a not in live:
             continue
         rule = prim.vjp_rule(i) if rules is None else rules[i]

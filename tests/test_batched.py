@@ -413,9 +413,10 @@ def test_a_loops_reads_add_in_place_what_the_rules_add(src, monkeypatch):
 
 
 # A random program (the loops hunt's generator, seed 510914, reduced) whose Hessian's folded pass
-# differed from the rules' in the last bit when a fold copied any view of its rows: the copy of a
-# row or a transpose, contiguous where the view was not, changed a later matrix product's order
-# of summation.  Only a scalar's rows are copied now (see BatchedBuilder.bind).
+# differed from the rules' in the last bit when a fold's rows were copied out of a view (so that
+# the rows could be written into while the view lived): the copy of a transpose, contiguous
+# where the view was not, changed a later matrix product's order of summation.  A view is kept
+# now, and keeps its rows from being written into (see batched._writable).
 _LAYOUT_CASE = """def f0(a, vb) {
     acc = 0.2
     if (sum(tanh(M)) > 0.603) { acc = acc }
@@ -448,6 +449,25 @@ for i6 in range(41) {
 vo = (w + sum(M, axis=0))
 out = (s + sum((vo * vo)))
 out"""
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("src, v0, v8", [
+    # (an adversarial review's: a transposed view of a row-written matrix in a product; a nan
+    # of each sign meeting, where a copied element's contiguous loop kept the other sign)
+    ("M = A * 1\nM[0, 0] = A[0, 1] * v[0]\nM[1, 0] = A[1, 1] * v[1]\nsum((transpose(M) @ v)^2)", None, None),
+    ("z = v * 1\nfor i in range(9) {\n  z[i] = z[i] * v[i]\n}\nsum(z * z[::-1])", np.nan, -np.nan),
+])
+def test_a_fold_keeps_views_of_its_rows_as_views(src, v0, v8):
+    rng = np.random.default_rng(1)
+    at = {"A": rng.normal(size=(20, 20)), "v": rng.normal(size=20)} if "A" in src else {"v": rng.normal(size=9)}
+    if v0 is not None:
+        at["v"][0], at["v"][8] = v0, -np.abs(v8)  # (-nan: the sign bit set)
+    with np.errstate(all="ignore"):
+        folded, ruled = _tangent_rows(src, at, True), _tangent_rows(src, at, False)
+    for f, r in zip(folded, ruled):
+        if f is not None:
+            same_bits(f, r)
 
 
 def test_a_random_loop_programs_folded_hessian_is_the_rules_bit_for_bit():
