@@ -199,7 +199,7 @@ def jvp(source, tangent: dict, at=None, of=None, wrt=None, *, max_elements=DEFAU
         max_steps=DEFAULT_MAX_STEPS) -> Result:
     """J v: forward mode along tangent {input name: array}; missing inputs have zero tangent.
     ``wrt`` (default: every input) restricts the inputs that may carry a tangent."""
-    tr = trace_source(source, at, max_elements, max_steps=max_steps)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps, release=True)
     out = select_output(tr, of)
     if not isinstance(tangent, dict):
         raise UsageError(f"{option('tangent')} is a dict of input name -> value, not {tangent!r:.60}",
@@ -224,13 +224,18 @@ def jvp(source, tangent: dict, at=None, of=None, wrt=None, *, max_elements=DEFAU
                 raise ShapeError(f"the tangent for '{n}' has shape {v.shape}, but '{n}' has shape {shape}")
             v = np.broadcast_to(v, shape)
         tangents[tr.tape.inputs[n]] = v
-    tan = forward(b, tr.tape.equations, tangents, eager=True, check=False)
-    t_out = tan.get(tr.tape.names[out])
-    if t_out is not None and not all_finite(np.asarray(t_out)):  # name the rule behind it
-        forward(b, tr.tape.equations, tangents, eager=True, check=True)
+    var = tr.tape.names[out]
+    # The batched pass of the Jacobian, on one row: its folds write a loop's updates into
+    # the tangent it made, where the rules would copy it at each update.
+    batch = BatchedBuilder(b, 1, what="the forward pass")
+    seeds = {v: batch.dense(t[None]) for v, t in tangents.items()}
+    t = forward(b, tr.tape.equations, seeds, eager=True, check=False, keep={var}, fold=JVP_FOLDS).get(var)
+    if t is not None:
+        t = batch.rows(t)[0]
+        if not all_finite(t):  # name the rule behind it
+            forward(b, tr.tape.equations, tangents, eager=True, check=True)
     y = tr.value(out)
-    t = tan.get(tr.tape.names[out])
-    value = np.zeros(y.shape) if t is None else own_arrays({out: np.asarray(t)}, tangents)[out]
+    value = np.zeros(y.shape) if t is None else own_arrays({out: t}, tangents)[out]
     return Result({out: value}, command="jvp", of=out, value=y, jvp=value, warnings=_warnings(tr))
 
 

@@ -498,10 +498,12 @@ def _jvp_index_update(ts, params, args, values, dying=()):
     Bit for bit: with t_v, the rules' sum adds +0.0 off the selection (see _jvp_add_at) and
     0.0 + t_v on it; without, t_x with zeros on the selection is a copy, nothing added."""
     t_x, t_v = ts
-    if t_x is None or t_x.__class__ is not Tracer or t_v is not None and t_v.__class__ is not Tracer:
+    idx = params["idx"]
+    if t_x is None:
+        return _jvp_update_of_zeros(t_v, params) if t_v.__class__ is Tracer and plain_index(idx) else None
+    if t_x.__class__ is not Tracer or t_v is not None and t_v.__class__ is not Tracer:
         return None
     x = t_x.var
-    idx = params["idx"]
     if x.__class__ is not _Slot or x.band is not None or not x.batched or x.value is None or \
             x.value.dtype is not F64 or not plain_index(idx):
         return None
@@ -514,11 +516,30 @@ def _jvp_index_update(ts, params, args, values, dying=()):
     v = b.rows(t_v)
     if v.dtype is not F64:
         return None
-    region = x.value[site].shape[1:]
-    v = v.reshape(v.shape[:1] + (1,) * (len(region) - params["nd"]) + v.shape[1:])  # (as _align)
     rows = _summed_rows(ts, args[0], dying)
-    rows[site] = 0.0 + v
+    rows[site] = 0.0 + _aligned(v, rows[site].ndim - 1, params["nd"])
     return _made(b, rows, x.shape, None)
+
+
+def _jvp_update_of_zeros(t_v: Tracer, params: dict):
+    """index_update(x, v) where only v has a tangent (the first write into zeros(n)): the rule's
+    index_update(zeros_like(x), t_v), zeros with t_v's rows on the selection, as a fold's own rows,
+    so that the loop's later writes go into them; a -0.0 of t_v may stay on the selection."""
+    b = t_v.builder
+    v = b.rows(t_v)
+    if v.dtype is not F64:
+        return None
+    shape = params["xshape"]
+    b.check_size(shape)  # (what the rule's call checks)
+    rows = np.zeros((b.n,) + shape)
+    site = (slice(None),) + params["idx"]
+    rows[site] = _aligned(v, rows[site].ndim - 1, params["nd"])
+    return _made(b, rows, shape, params["idx"])
+
+
+def _aligned(v, rank: int, nd: int):
+    """v's rows with v's logical rank nd lined up with a selection's rank (as primitives._align)."""
+    return v.reshape(v.shape[:1] + (1,) * (rank - nd) + v.shape[1:])
 
 
 EVERYWHERE = (Ellipsis,)  # (a slot's loose: an array that was copied, not summed)

@@ -21,11 +21,12 @@ Each :class:`Primitive` has
   an operand already had); ``elementwise`` (each element of the value depends on the same
   element of each operand, broadcast, alone: a nan or inf where every operand's element is
   finite is new, and is warned of even when another element of an operand is not finite);
-- ``vjp_reads``: the values its VJP rules read, operands by position (0, 1...) and its output
-  as :data:`OUT`; None (the default) when they may read any.  Parameters and shapes are not
-  values: ``sum``'s rule reads none.  grad and vjp free, while they record, every array that
-  no rule reads once nothing refers to it (``Builder.release_unread``): of W8's six 32 KB
-  arrays a step, the rules read one;
+- ``reads``: the values its derivative rules, VJP and JVP, read, operands by position (0,
+  1...) and its output as :data:`OUT`; None (the default) when they may read any.  Parameters
+  and shapes are not values: ``sum``'s rule reads none.  grad, vjp and jvp free, while they
+  record, every array that no rule reads once nothing refers to it
+  (``Builder.release_unread``): of W8's six 32 KB arrays a step, the rules read one, and a loop
+  writing ``z[i]`` writes into z's array instead of copying it;
 - ``plain_vjp`` (matmul only): VJP rules whose matrix products skip the look for
   0 * inf terms, for a first-order eager pass that is re-run with the safe rules
   when a result is not finite (``transforms.backward(..., safe_products=False)``).
@@ -69,14 +70,18 @@ class Primitive:
 
     __slots__ = ("name", "impl", "vjp", "jvp", "normalize", "differentiable", "analytic", "kink",
                  "branch", "variadic", "trivial_params", "plain", "keeps_finite", "plain_vjp", "eager",
-                 "vjp_reads", "elementwise", "symmetric_operand", "write_into")
+                 "reads", "elementwise", "symmetric_operand", "write_into")
 
     def __init__(self, name, impl, vjp=None, jvp=None, normalize=None, *, differentiable=True,
                  analytic=True, kink=None, branch=None, variadic=False, keeps_finite=False,
-                 plain_vjp=None, eager=None, vjp_reads=None, elementwise=False, symmetric_operand=False):
+                 plain_vjp=None, eager=None, reads=None, elementwise=False, symmetric_operand=False):
         self.name = name
         self.impl = impl
         self.vjp = vjp
+        # jvp[i]: operand i's rule; a variadic primitive's is one rule for all its operands,
+        # jvp(ts, ans, *xs, **params), given every operand's tangent (None for one without):
+        # rules one operand at a time would cost O(n) each (a concat's tangent is the concat of
+        # its operands' tangents, not a sum of n arrays each the size of the result)
         self.jvp = jvp
         self.normalize = normalize or _no_params
         self.trivial_params = normalize is None  # no parameters to check or rewrite
@@ -89,7 +94,7 @@ class Primitive:
         self.keeps_finite = keeps_finite
         self.plain_vjp = plain_vjp
         self.eager = eager
-        self.vjp_reads = None if vjp_reads is None else tuple(vjp_reads)
+        self.reads = None if reads is None else tuple(reads)
         self.elementwise = elementwise
         # reads one triangle of its square operand while its derivative treats the operand as
         # symmetric (SPEC §2.5): check compares such an input along symmetric directions
@@ -101,8 +106,6 @@ class Primitive:
     def vjp_rule(self, i: int) -> Callable | None:
         return _rule(self.vjp, i, self.variadic)
 
-    def jvp_rule(self, i: int) -> Callable | None:
-        return _rule(self.jvp, i, self.variadic)
 
     def __call__(self, *args, **params):
         """On tracers: record an equation.  On arrays: compute eagerly (first-order passes)."""
@@ -356,7 +359,7 @@ def _zero_rule(g, ans, *args, **_):
 
 def _zero_derivative(name, fn, kink):
     return _def(name, fn, (_zero_rule,), (_zero_rule,), analytic=False, kink=kink, keeps_finite=True,
-                vjp_reads=(), elementwise=True)
+                reads=(), elementwise=True)
 
 
 def _sigmoid(x):
@@ -373,7 +376,7 @@ _LN2, _LN10 = math.log(2.0), math.log(10.0)
 # (operator.neg is np.negative on arrays, and on a NumPy scalar the same sign flip at a ninth of
 # the ufunc's cost: -x on np.float64)
 neg = _def("neg", operator.neg, (lambda g, ans, x: neg(g),), (lambda g, ans, x: neg(g),),
-           keeps_finite=True, vjp_reads=())
+           keeps_finite=True, reads=())
 # the value of x with zero derivative (a complex value passes whole: the complex step
 # differences the program's values, which stop_gradient does not change)
 stop_gradient = _def("stop_gradient", lambda x: x, differentiable=False)
@@ -381,36 +384,36 @@ zeros_like = _def("zeros_like", np.zeros_like, differentiable=False)  # (interna
 # (internal) x, as a value of its own: `a = x` names a copy, so that derivatives with respect
 # to a hold x fixed
 copy = _def("copy", lambda x: x, (lambda g, ans, x: g,), (lambda t, ans, x: t,), keeps_finite=True,
-            vjp_reads=())
+            reads=())
 
 abs_ = _unary("abs", np.abs, lambda ans, x: sign(x), analytic=False, kink=_at_zero, keeps_finite=True,
-              vjp_reads=(0,))
-sqrt = _unary("sqrt", np.sqrt, lambda ans, x: 0.5 / ans, vjp_reads=(OUT,))
-cbrt = _unary("cbrt", np.cbrt, lambda ans, x: 1 / (3 * ans * ans), analytic=False, vjp_reads=(OUT,))
-exp = _unary("exp", np.exp, lambda ans, x: ans, vjp_reads=(OUT,))
-expm1 = _unary("expm1", np.expm1, lambda ans, x: ans + 1, vjp_reads=(OUT,))
-exp2 = _unary("exp2", np.exp2, lambda ans, x: ans * _LN2, vjp_reads=(OUT,))
-log = _unary("log", np.log, lambda ans, x: 1 / x, vjp_reads=(0,))
-log1p = _unary("log1p", np.log1p, lambda ans, x: 1 / (1 + x), vjp_reads=(0,))
-log2 = _unary("log2", np.log2, lambda ans, x: 1 / (x * _LN2), vjp_reads=(0,))
-log10 = _unary("log10", np.log10, lambda ans, x: 1 / (x * _LN10), vjp_reads=(0,))
-sin = _unary("sin", np.sin, lambda ans, x: cos(x), keeps_finite=True, vjp_reads=(0,))
-cos = _unary("cos", np.cos, lambda ans, x: -sin(x), keeps_finite=True, vjp_reads=(0,))
-tan = _unary("tan", np.tan, lambda ans, x: 1 + ans * ans, vjp_reads=(OUT,))
-asin = _unary("asin", np.arcsin, lambda ans, x: 1 / sqrt(1 - x * x), vjp_reads=(0,))
-acos = _unary("acos", np.arccos, lambda ans, x: -1 / sqrt(1 - x * x), vjp_reads=(0,))
-atan = _unary("atan", np.arctan, lambda ans, x: 1 / (1 + x * x), keeps_finite=True, vjp_reads=(0,))
-sinh = _unary("sinh", np.sinh, lambda ans, x: cosh(x), vjp_reads=(0,))
-cosh = _unary("cosh", np.cosh, lambda ans, x: sinh(x), vjp_reads=(0,))
-tanh = _unary("tanh", np.tanh, _one_minus_square, keeps_finite=True, vjp_reads=(OUT,))
-asinh = _unary("asinh", np.arcsinh, lambda ans, x: 1 / sqrt(x * x + 1), vjp_reads=(0,))
-acosh = _unary("acosh", np.arccosh, lambda ans, x: 1 / (sqrt(x - 1) * sqrt(x + 1)), vjp_reads=(0,))
-atanh = _unary("atanh", np.arctanh, lambda ans, x: 1 / (1 - x * x), vjp_reads=(0,))
+              reads=(0,))
+sqrt = _unary("sqrt", np.sqrt, lambda ans, x: 0.5 / ans, reads=(OUT,))
+cbrt = _unary("cbrt", np.cbrt, lambda ans, x: 1 / (3 * ans * ans), analytic=False, reads=(OUT,))
+exp = _unary("exp", np.exp, lambda ans, x: ans, reads=(OUT,))
+expm1 = _unary("expm1", np.expm1, lambda ans, x: ans + 1, reads=(OUT,))
+exp2 = _unary("exp2", np.exp2, lambda ans, x: ans * _LN2, reads=(OUT,))
+log = _unary("log", np.log, lambda ans, x: 1 / x, reads=(0,))
+log1p = _unary("log1p", np.log1p, lambda ans, x: 1 / (1 + x), reads=(0,))
+log2 = _unary("log2", np.log2, lambda ans, x: 1 / (x * _LN2), reads=(0,))
+log10 = _unary("log10", np.log10, lambda ans, x: 1 / (x * _LN10), reads=(0,))
+sin = _unary("sin", np.sin, lambda ans, x: cos(x), keeps_finite=True, reads=(0,))
+cos = _unary("cos", np.cos, lambda ans, x: -sin(x), keeps_finite=True, reads=(0,))
+tan = _unary("tan", np.tan, lambda ans, x: 1 + ans * ans, reads=(OUT,))
+asin = _unary("asin", np.arcsin, lambda ans, x: 1 / sqrt(1 - x * x), reads=(0,))
+acos = _unary("acos", np.arccos, lambda ans, x: -1 / sqrt(1 - x * x), reads=(0,))
+atan = _unary("atan", np.arctan, lambda ans, x: 1 / (1 + x * x), keeps_finite=True, reads=(0,))
+sinh = _unary("sinh", np.sinh, lambda ans, x: cosh(x), reads=(0,))
+cosh = _unary("cosh", np.cosh, lambda ans, x: sinh(x), reads=(0,))
+tanh = _unary("tanh", np.tanh, _one_minus_square, keeps_finite=True, reads=(OUT,))
+asinh = _unary("asinh", np.arcsinh, lambda ans, x: 1 / sqrt(x * x + 1), reads=(0,))
+acosh = _unary("acosh", np.arccosh, lambda ans, x: 1 / (sqrt(x - 1) * sqrt(x + 1)), reads=(0,))
+atanh = _unary("atanh", np.arctanh, lambda ans, x: 1 / (1 - x * x), reads=(0,))
 sigmoid = _unary("sigmoid", _sigmoid, lambda ans, x: ans * (1 - ans), analytic=False, keeps_finite=True,
-                 vjp_reads=(OUT,))
+                 reads=(OUT,))
 relu = _unary("relu", lambda x: np.maximum(x, 0.0), lambda ans, x: gt(x, 0.0), analytic=False,
-              kink=_at_zero, keeps_finite=True, vjp_reads=(0,))
-softplus = _unary("softplus", _softplus, lambda ans, x: sigmoid(x), analytic=False, vjp_reads=(0,))
+              kink=_at_zero, keeps_finite=True, reads=(0,))
+softplus = _unary("softplus", _softplus, lambda ans, x: sigmoid(x), analytic=False, reads=(0,))
 
 sign = _zero_derivative("sign", np.sign, kink=_at_zero)
 floor = _zero_derivative("floor", np.floor, kink=lambda ans, x: x - np.round(x))
@@ -462,10 +465,10 @@ def _sinc_slope(ans, x):
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 erf = _unary("erf", _pointwise(math.erf), lambda ans, x: _gauss(x), analytic=False, keeps_finite=True,
-             vjp_reads=(0,))
+             reads=(0,))
 erfc = _unary("erfc", _pointwise(math.erfc), lambda ans, x: -_gauss(x), analytic=False, keeps_finite=True,
-              vjp_reads=(0,))
-sinc = _unary("sinc", np.sinc, _sinc_slope, analytic=False, vjp_reads=(OUT, 0))  # (pi x overflows at 1e308)
+              reads=(0,))
+sinc = _unary("sinc", np.sinc, _sinc_slope, analytic=False, reads=(OUT, 0))  # (pi x overflows at 1e308)
 
 
 # ==========================================================================
@@ -560,12 +563,12 @@ def _finite_nonzero(x) -> bool:
 
 
 add = _binary("add", np.add, (lambda g, ans, x, y, **_: g, lambda g, ans, x, y, **_: g), operator.add,
-              vjp_reads=())
+              reads=())
 mul = _binary("mul", np.multiply, (lambda g, ans, x, y, **_: _times(g, y),
-                                   lambda g, ans, x, y, **_: _times(g, x)), operator.mul, vjp_reads=(0, 1))
+                                   lambda g, ans, x, y, **_: _times(g, x)), operator.mul, reads=(0, 1))
 div = _binary("div", np.divide, (lambda g, ans, x, y, **_: safe_div(g, y),
                                  lambda g, ans, x, y, **_: -safe_mul(g, ans / y)), operator.truediv,
-              vjp_reads=(OUT, 1))
+              reads=(OUT, 1))
 def _multiple_gap(ans, a, b, **_):
     # how far a is from a multiple of b, where a // b and a % b jump
     return a - b * np.round(a / b)
@@ -621,7 +624,7 @@ def _pow_const(x, p):
 
 # x^p for a constant exponent p (x^2 in a program)
 pow_const = _def("pow_const", _pow_const, (_pow_const_rule,), (_pow_const_rule,),
-                 lambda shapes, builder, p: {"p": float(p)}, vjp_reads=(0,))
+                 lambda shapes, builder, p: {"p": float(p)}, reads=(0,))
 
 
 def _extremum(name, fn, wins):
@@ -779,7 +782,7 @@ def _sum_jvp(t, ans, x, axes, keepdims, xshape):
     return reduce_sum(t, axis=axes, keepdims=keepdims)
 
 
-reduce_sum = _reduction("sum", np.add.reduce, _sum_vjp, _sum_jvp, vjp_reads=())  # (np.sum calls it, after 1 us of wrapper)
+reduce_sum = _reduction("sum", np.add.reduce, _sum_vjp, _sum_jvp, reads=())  # (np.sum calls it, after 1 us of wrapper)
 
 
 def _extreme_reduction(name, fn):
@@ -1053,7 +1056,7 @@ def _cumprod_vjp(g, ans, x, axis):
 cumsum = _def("cumsum", _cumsum,
               (lambda g, ans, x, axis, reverse=False: cumsum(g, axis=axis, reverse=not reverse),),
               (lambda t, ans, x, axis, reverse=False: cumsum(t, axis=axis, reverse=reverse),),
-              _scan_params, vjp_reads=())
+              _scan_params, reads=())
 cumprod = _def("cumprod", lambda x, axis: np.cumprod(x, axis), (_cumprod_vjp,), (_cumprod_jvp,),
                lambda shapes, builder, axis=-1: _axis_params(shapes, builder, axis))
 
@@ -1167,7 +1170,7 @@ def _reshape_eager(x, shape):
 reshape = _def("reshape", lambda x, shape, xshape: x.reshape(_batch(x, len(xshape)) + shape),
                (lambda g, ans, x, shape, xshape: reshape(g, shape=xshape),),
                (lambda t, ans, x, shape, xshape: reshape(t, shape=shape),),
-               _reshape_params, eager=_reshape_eager, vjp_reads=(), keeps_finite=True)
+               _reshape_params, eager=_reshape_eager, reads=(), keeps_finite=True)
 
 
 def _broadcast_to_params(shapes, builder, shape):
@@ -1269,11 +1272,11 @@ def _sum_to_eager(x, shape):
 broadcast_to = _def("broadcast_to", _broadcast_to,
                     (lambda g, ans, x, shape, xshape: sum_to(g, shape=xshape),),
                     (lambda t, ans, x, shape, xshape: broadcast_to(t, shape=shape),),
-                    _broadcast_to_params, eager=_broadcast_to_eager, vjp_reads=(), keeps_finite=True)
+                    _broadcast_to_params, eager=_broadcast_to_eager, reads=(), keeps_finite=True)
 sum_to = _def("sum_to", _sum_to,
               (lambda g, ans, x, drop, keep, shape, xshape: broadcast_to(g, shape=xshape),),
               (lambda t, ans, x, drop, keep, shape, xshape: sum_to(t, shape=shape),),
-              _sum_to_params, eager=_sum_to_eager, vjp_reads=())
+              _sum_to_params, eager=_sum_to_eager, reads=())
 
 
 # ==========================================================================
@@ -1509,12 +1512,12 @@ def _index_put_params(shapes, builder, idx, shape, nd=None):
 index = _def("index", _gather,
              (lambda g, ans, x, idx, xshape: index_put(g, idx=idx, shape=xshape),),
              (lambda t, ans, x, idx, xshape: index(t, idx=idx),),
-             _index_params, vjp_reads=(), keeps_finite=True)
+             _index_params, reads=(), keeps_finite=True)
 # (internal) zeros of shape with x added at idx (nd: x's logical rank)
 index_put = _def("index_put", _index_put,
                  (lambda g, ans, x, idx, shape, nd: index(g, idx=idx),),
                  (lambda t, ans, x, idx, shape, nd: index_put(t, idx=idx, shape=shape),),
-                 _index_put_params, vjp_reads=())
+                 _index_put_params, reads=())
 
 
 def _add_at(acc, v, idx, shape, nd):
@@ -1552,7 +1555,7 @@ add_at = _def("add_at", _add_at,
               (lambda g, ans, acc, v, idx, shape, nd: g, lambda g, ans, acc, v, idx, shape, nd: index(g, idx=idx)),
               (lambda t, ans, acc, v, idx, shape, nd: t,
                lambda t, ans, acc, v, idx, shape, nd: index_put(t, idx=idx, shape=shape)),
-              _add_at_params, vjp_reads=())
+              _add_at_params, reads=())
 
 
 def selection_shape(idx, xshape: tuple) -> tuple:
@@ -1645,16 +1648,16 @@ def _update_vjp_v(g, ans, x, v, idx, xshape, nd):
 index_update = _def("index_update", _scatter(accumulate=False),
                     (lambda g, ans, x, v, idx, xshape, nd: index_update(g, 0.0, idx=idx), _update_vjp_v),
                     (lambda t, ans, x, v, idx, xshape, nd: index_update(t, 0.0, idx=idx),
-                     lambda t, ans, x, v, idx, xshape, nd: index_update(zeros_like(x), t, idx=idx)),
-                    _scatter_params("assign"), vjp_reads=())
+                     lambda t, ans, x, v, idx, xshape, nd: index_update(np.zeros(xshape), t, idx=idx)),
+                    _scatter_params("assign"), reads=())
 index_update.write_into = _written_into(accumulate=False)
 # x with v added at idx, repeated indices accumulating (numpy.add.at): `x[i] += e`
 index_add = _def("index_add", _scatter(accumulate=True),
                  (lambda g, ans, x, v, idx, xshape, nd: g,
                   lambda g, ans, x, v, idx, xshape, nd: index(g, idx=idx)),
                  (lambda t, ans, x, v, idx, xshape, nd: t,
-                  lambda t, ans, x, v, idx, xshape, nd: index_add(zeros_like(x), t, idx=idx)),
-                 _scatter_params("add"), vjp_reads=())
+                  lambda t, ans, x, v, idx, xshape, nd: index_add(np.zeros(xshape), t, idx=idx)),
+                 _scatter_params("add"), reads=())
 index_add.write_into = _written_into(accumulate=True)
 
 
@@ -1702,12 +1705,19 @@ def _concat_vjp(i, g, ans, *xs, axis, sizes, nd):
     return index(g, idx=_concat_slot(i, axis, sizes, nd))
 
 
-def _concat_jvp(i, t, ans, *xs, axis, sizes, nd):
-    idx = _index_params([ans.shape], None, _concat_slot(i, axis, sizes, nd))["idx"]
-    return index_put(t, idx=idx, shape=ans.shape)
+def _concat_jvp(ts, ans, *xs, axis, sizes, nd):
+    """The tangents concatenated (concat is linear), zeros for an operand without one."""
+    shape = list(next(t for t in ts if t is not None).shape)  # (an operand's: no value is read)
+    parts = []
+    for t, size in zip(ts, sizes):
+        if t is None:
+            shape[axis] = size
+            t = np.zeros(tuple(shape))
+        parts.append(t)
+    return concat(*parts, axis=axis)
 
 
-concat = _def("concat", _concat, _concat_vjp, _concat_jvp, _concat_params, variadic=True, vjp_reads=())
+concat = _def("concat", _concat, _concat_vjp, _concat_jvp, _concat_params, variadic=True, reads=())
 
 
 def _transpose_params(shapes, builder, axes=None):
@@ -1730,7 +1740,7 @@ def _transpose(x, axes):
 transpose = _def("transpose", _transpose,
                  (lambda g, ans, x, axes: transpose(g, axes=tuple(np.argsort(axes))),),
                  (lambda t, ans, x, axes: transpose(t, axes=axes),),
-                 _transpose_params, vjp_reads=(), keeps_finite=True)
+                 _transpose_params, reads=(), keeps_finite=True)
 
 
 def mT(x):
@@ -1888,7 +1898,7 @@ matmul = _def("matmul", _matmul, _matmul_vjps(safe_products=True),
               (lambda t, ans, a, b, **_: matmul(t, b, safe=True),
                lambda t, ans, a, b, **_: matmul(a, t, safe=True)),
               _matmul_params, plain_vjp=_matmul_vjps(safe_products=False), eager=_matmul_eager,
-              vjp_reads=(0, 1))
+              reads=(0, 1))
 
 
 def _square_params(shapes, builder):
@@ -2406,8 +2416,14 @@ def _einsum_vjp(i, g, ans, *xs, subscripts):
     return einsum(*ops, subscripts=",".join(subs) + "->" + result)
 
 
-def _einsum_jvp(i, t, ans, *xs, subscripts):
-    return einsum(*[t if k == i else x for k, x in enumerate(xs)], subscripts=subscripts)
+def _einsum_jvp(ts, ans, *xs, subscripts):
+    """The sum over the operands with a tangent of the einsum with that operand's tangent."""
+    total = None
+    for i, t in enumerate(ts):
+        if t is not None:
+            c = einsum(*[t if k == i else x for k, x in enumerate(xs)], subscripts=subscripts)
+            total = c if total is None else total + c
+    return total
 
 
 # einsum(operands..., subscripts='ij,j->i'): NumPy's einsum (the built-in writes '...' out as letters)
@@ -2442,11 +2458,11 @@ def _diag_embed(x, k, shape):
 diag = _def("diag", lambda x, k, xshape: np.diagonal(x, offset=k, axis1=-2, axis2=-1).copy(),
             (lambda g, ans, x, k, xshape: diag_embed(g, k=k, shape=xshape),),
             (lambda t, ans, x, k, xshape: diag(t, k=k),),
-            _diag_params, vjp_reads=())
+            _diag_params, reads=())
 diag_embed = _def("diag_embed", _diag_embed,
                   (lambda g, ans, x, k, shape: diag(g, k=k),),
                   (lambda t, ans, x, k, shape: diag_embed(t, k=k, shape=shape),),
-                  _diag_embed_params, vjp_reads=())
+                  _diag_embed_params, reads=())
 
 
 # ==========================================================================

@@ -1485,9 +1485,9 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
     (name, shape) -> array supplies a value if given, else it is an error.  With
     ``record=False`` no tape is kept (see :class:`~.tape.Builder`): the values of the
     program's names (their last values) and its warnings are all the result holds.
-    With ``release=True``, arrays that no VJP rule reads are freed as the run drops
+    With ``release=True``, arrays that no derivative rule reads are freed as the run drops
     them (see ``Builder.release_unread``): for a tape read by a first-order eager
-    backward pass alone.
+    pass alone, backward or forward.
     ``replace=(var, value)``: the top-level name bound to variable number var takes value
     instead: check's finite differences of an intermediate re-run the program as written with
     that value (a run at the same point numbers its variables alike up to there).

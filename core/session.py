@@ -56,7 +56,7 @@ def parse(source: str | Program, label: str = "<expr>") -> Program:
 def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_STEPS, record=True,
                  release=False) -> Traced:
     """Parse and trace source at at; with record=False, keeping no tape (values only: eval); with
-    release=True, freeing the arrays no VJP rule reads (for one eager backward pass: grad, vjp)."""
+    release=True, freeing the arrays no derivative rule reads (for one eager pass: grad, vjp, jvp)."""
     program = parse(source)
     check_limits(max_elements, max_steps)
     return trace(program, as_arrays(at, max_elements), max_elements=max_elements, sample=sample,

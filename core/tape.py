@@ -309,7 +309,7 @@ class _Dropped:
         return self.count
 
 
-#: In a primitive's ``vjp_reads``: its output (operands are named by their position).
+#: In a primitive's ``reads``: its output (operands are named by their position).
 OUT = -1
 #: The fewest elements of an array that a recording builder frees while it records (see
 #: Builder.release_unread): below, the watch costs more than the memory is worth (a grad of a
@@ -330,9 +330,9 @@ class _Lifetimes:
     - A builder that keeps no tape (eval, ``tapeless=True``) frees every value when its tracer goes,
       and forgets its variable: a long loop runs in bounded memory.  When the run ends,
       :meth:`Builder.stop_freeing` keeps the values of the program's names alone.
-    - A recording builder whose tape only a first-order eager backward pass reads (grad, vjp:
+    - A recording builder whose tape only a first-order eager pass reads (grad, vjp, jvp:
       ``tapeless=False``, :meth:`Builder.release_unread`) frees, while it records, an array that no
-      recorded equation's rules read (``Primitive.vjp_reads``, see :meth:`note`) when its tracer
+      recorded equation's rules read (``Primitive.reads``, see :meth:`note`) when its tracer
       goes: nothing can read it again.  Its value becomes None; its shape stays.  A 200-step RNN
       then holds what its backward pass reads, 40 KB a step, instead of every intermediate.
 
@@ -393,7 +393,7 @@ class _Lifetimes:
         if not prim.differentiable:
             return  # (no rule of it runs, so it reads nothing; its output, a mask, is left unwatched: kept)
         watched = self.watched
-        reads = prim.vjp_reads
+        reads = prim.reads
         if reads is None:  # (its rules may read any operand, and its output)
             for v in ids:
                 watched.pop(v, None)
@@ -469,12 +469,12 @@ class Builder:
         self._finite = None  # the variable of the last update written in place, if finite (see update)
 
     def release_unread(self) -> None:
-        """Free, from now on while recording, the arrays of WATCHED_ELEMENTS or more that no VJP
-        rule reads, once nothing refers to them (see :class:`_Lifetimes`): for a trace whose only
-        readers afterwards are a first-order eager backward pass (grad, vjp) and the program's
-        names (the values their tracers hold at :meth:`stop_freeing`).  Forward mode, a traced
-        pass over the tape and anything else that reads its values need a builder that never
-        released."""
+        """Free, from now on while recording, the arrays of WATCHED_ELEMENTS or more that no
+        derivative rule reads, once nothing refers to them (see :class:`_Lifetimes`): for a trace
+        whose only readers afterwards are a first-order eager pass, backward (grad, vjp) or forward
+        (jvp), and the program's names (the values their tracers hold at :meth:`stop_freeing`).  A
+        traced pass over the tape, a second-order pass and anything else that reads its values
+        need a builder that never released."""
         if self.record:
             self.lifetimes = _Lifetimes(self.values, self.shapes, tapeless=False)
 

@@ -274,7 +274,7 @@ def _vjp_step(builder: Builder, eq, g, ct: dict, live: set, eager: bool, log, ch
             return
     values = builder.values
     # The rules' positional arguments (g, ans, *args) as one tuple, passed on as it is.
-    if prim.variadic and prim.vjp_reads == ():  # (rules of any number of operands that read
+    if prim.variadic and prim.reads == ():  # (rules of any number of operands that read
         # none: without them, each of n calls costs O(1), not O(n): a concat of 16,000 scalars)
         head = (g, values[out] if eager else Tracer(builder, out))
     elif eager:  # _operands, inlined, and unrolled for one or two arguments
@@ -503,12 +503,20 @@ def _jvp_rules(builder: Builder, eq, ts, eager: bool):
             rest = (values[out], *map(values.__getitem__, ea))
     else:
         rest = _operands(builder, eq, eager)
+    if prim.variadic:  # (one rule for every operand: see Primitive.jvp)
+        try:
+            return prim.jvp(ts, *rest, **params)
+        except GradcalcError as err:
+            err.pos = err.pos or eq.pos
+            raise
+    rules = prim.jvp
+    if rules is None:
+        return None
     total = None
-    rules = None if prim.variadic else prim.jvp  # rules[i] is prim.jvp_rule(i), without a call
     for k, t in enumerate(ts):  # (k: the operand)
         if t is None:
             continue
-        rule = prim.jvp_rule(k) if rules is None else rules[k]
+        rule = rules[k]
         if rule is None:
             continue
         try:

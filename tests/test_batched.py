@@ -630,3 +630,68 @@ def test_nonfinite_hessian_names_the_second_derivative_as_before(src, at):
     got = gradcalc.hessian(src, at=at).warnings
     assert any("second derivative" in w for w in got)
     assert got == _hessian_warnings_as_before(src, at)
+
+
+# -- jvp: the batched pass on one row -------------------------------------------------------
+# gradcalc.jvp runs the forward pass on a batch of one tangent, so that a loop's index updates
+# are written into the tangent the pass made (O(selection) a step, not a copy of the array),
+# and records its trace freeing what no rule reads (so that the program's own z[i] = e writes
+# into z's array).  Its tangent is the rules' tangent on the plain arrays, bit for bit.
+_JVP_PROGRAMS = [
+    "z = zeros(8)\nfor i in range(8) {\n  z[i] = x[i]^2 + x[i] * c[i]\n}\nsum(z * z)",
+    "z = x * 0\nfor i in range(8) {\n  z[i] = x[7 - i] * -0.0 * c[i]\n}\nz",
+    "z = zeros(8)\nfor i in range(8) {\n  z[i] = x[i] * -0.0\n}\nz * c",
+    "z = zeros(8)\nfor i in range(4) {\n  z[2*i:2*i + 2] = x[i] * c[i]\n}\nsum(z * z * x)",
+    "M = zeros((2, 8))\nfor i in range(2) {\n  M[i, :] = C[i, :] * x * c\n  s = M[i, :] @ M[1 - i, :]\n}\ns + sum(M)",
+    "s = 0\nfor i in range(8) {\n  s = s + x[i] * x[i] * c[i]\n}\ns",
+    "z = x * 1\nfor i in range(8) {\n  z[i] += z[(i + 3) % 8] * c[i]\n}\nsum(z @ transpose(C)) + mean(z)",
+    "[x[0] * c[1], -0.0 * x[1], 2, sum(x * c), x[3]] @ [1, 2, 3, 4, 5]",
+    "concat([x * c, C[0, :], x[2:4]]) * 3",
+    "einsum('ij,j,j->i', C, x, x * c)",
+]
+
+
+def _plain_jvp(src, at, tangent):
+    """The forward pass of the registry's rules on plain arrays over a tape that keeps every value."""
+    from gradcalc.session import trace_source
+    from gradcalc.transforms import forward
+    tr = trace_source(src, at, 10**8)
+    names = tr.tape.names
+    tan = forward(tr.builder, tr.tape.equations, {tr.tape.inputs[k]: v for k, v in tangent.items()},
+                  eager=True, check=False)
+    return np.asarray(tan[names[tr.tape.output]])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("src", _JVP_PROGRAMS)
+def test_jvp_is_the_rules_tangent_on_plain_arrays_bit_for_bit(src, monkeypatch):
+    from gradcalc import batched
+    from gradcalc.tape import COUNTS_REFERENCES
+    written = []
+    real = batched._writable
+    monkeypatch.setattr(batched, "_writable", lambda *a: written.append(real(*a)) or written[-1])
+    c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
+    x = np.array([0.5, -0.0, 2.0, -1.0, 0.0, 4.0, -3.0, 1e-310])
+    at = {"x": x, "c": c, "C": np.arange(16.0).reshape(2, 8) - 3}
+    at = {k: v for k, v in at.items() if re.search(rf"\b{k}\b", src)}
+    tangent = {"x": np.array([1.0, -0.0, 0.5, 2.0, -1.0, 0.0, 3.0, 1e-300])}
+    with np.errstate(all="ignore"):
+        got = gradcalc.jvp(src, at=at, tangent=tangent)
+        want = _plain_jvp(src, at, tangent)
+    got = np.asarray(got[got.of])
+    # (bit for bit but a nan's sign: which of two nans a product keeps depends on the loop
+    # NumPy takes for it, batched or not, as between jvp and jacobian's forward pass before)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    same_bits(np.where(np.isnan(got), 0.0, got), np.where(np.isnan(want), 0.0, want))
+    if "z[i] =" in src:  # (the loop's updates were written into the tangent the pass made)
+        assert any(written) == COUNTS_REFERENCES
+
+
+def test_jvp_of_a_loop_that_writes_elements_is_its_closed_form():
+    n = 300
+    x = np.linspace(-1, 2, n)
+    src = f"z = zeros({n})\nfor i in range({n}) {{\n  z[i] = x[i]^2 * c + x[i]\n}}\nsum(z * z)"
+    v = np.cos(np.arange(n))
+    r = gradcalc.jvp(src, at={"x": x, "c": 1.5}, tangent={"x": v, "c": 0.25})
+    z = 1.5 * x * x + x
+    close(r[r.of], np.sum(2 * z * ((3 * x + 1) * v + x * x * 0.25)))

@@ -279,7 +279,7 @@ def test_a_loop_reading_each_element_adds_each_read_where_it_reads(monkeypatch):
     assert calls.count(True) == 2 * (n - 2)
 
 
-# -- vjp_reads: the values a primitive's VJP rules read ----------------------------------------
+# -- reads: the values a primitive's VJP and JVP rules read ------------------------------------
 # Each declaration is held to its rules: every rule, called on arrays with the values it does
 # not declare replaced by None, gives the bits it gives with all of them.  (prim, operands'
 # shapes, parameters as a program passes them, (low, high) of the operands' values.)
@@ -312,7 +312,7 @@ _DECLARED = [
 
 
 def test_every_declared_primitive_is_checked_here():
-    declared = {p.name for p in P._REGISTRY.values() if p.vjp_reads is not None}
+    declared = {p.name for p in P._REGISTRY.values() if p.reads is not None}
     assert declared == {case[0].name for case in _DECLARED}
 
 
@@ -324,15 +324,24 @@ def test_a_rule_reads_only_the_values_its_primitive_declares(prim, shapes, param
     g = _RNG.standard_normal(ans.shape)
     full = (ans, *args)
     # (position i - 1 in full: the output is P.OUT, -1, and operand k is k)
-    masked = tuple(v if i - 1 in prim.vjp_reads else None for i, v in enumerate(full))
+    masked = tuple(v if i - 1 in prim.reads else None for i, v in enumerate(full))
     for rule in map(prim.vjp_rule, range(len(args))):
         want = rule(g, *full, **params)
         got = rule(g, *masked, **params)
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+    ts = [_RNG.standard_normal(a.shape) for a in args]
+    if prim.variadic:  # (one rule for every operand's tangent; some without one)
+        calls = [(prim.jvp, (ts,)), (prim.jvp, ([None] + ts[1:],)), (prim.jvp, (ts[:-1] + [None],))]
+    else:
+        calls = [(rule, (t,)) for rule, t in zip(prim.jvp, ts)]
+    for rule, t in calls:
+        want = rule(*t, *full, **params)
+        got = rule(*t, *masked, **params)
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
 
 
-# grad and vjp free, while they record, the arrays no rule reads once nothing refers to them
-# (Builder.release_unread): the same gradients, values and warnings, bit for bit, as a run that
+# grad, vjp and jvp free, while they record, the arrays no rule reads once nothing refers to them
+# (Builder.release_unread): the same derivatives, values and warnings, bit for bit, as a run that
 # frees nothing, and a rule reading a freed value would fail.
 _RELEASED = {
     "an RNN": ("h = h0; loss = 0\nfor t in range(4) {\n  h = tanh(W @ h + U @ X[t] + b)\n  loss += sum(h^2)\n}\nloss",
@@ -370,10 +379,13 @@ def test_a_released_tape_gives_the_gradients_and_warnings_of_the_full_one(monkey
     released = gradcalc.grad(source, at=at)
     seed = np.float64(1.5)
     vjp_released = gradcalc.vjp(source, seed, at=at)
+    tangent = {k: _RNG.standard_normal(np.shape(v)) for k, v in at.items()}
+    jvp_released = gradcalc.jvp(source, at=at, tangent=tangent)
     monkeypatch.setattr(Builder, "release_unread", lambda self: None)
     full = gradcalc.grad(source, at=at)
     vjp_full = gradcalc.vjp(source, seed, at=at)
-    for a, b in ((released, full), (vjp_released, vjp_full)):
+    jvp_full = gradcalc.jvp(source, at=at, tangent=tangent)
+    for a, b in ((released, full), (vjp_released, vjp_full), (jvp_released, jvp_full)):
         assert a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
         assert np.asarray(a.value).tobytes() == np.asarray(b.value).tobytes()
         assert a.warnings == b.warnings
