@@ -52,7 +52,7 @@ class _Slot:
     a fixed value; ``band``, {offset k: d_k} for a band of diagonals (row b holds d_k[j] at
     column j = b - k); ``offset``, k for a block of the identity basis."""
 
-    __slots__ = ("value", "shape", "band", "batched", "offset", "made", "loose")
+    __slots__ = ("value", "shape", "band", "batched", "offset", "made", "loose", "zeroed")
 
     def __init__(self, value, shape: tuple, band=None, batched: bool = True, offset=None):
         self.value, self.shape, self.band, self.batched, self.offset = value, shape, band, batched, offset
@@ -60,6 +60,9 @@ class _Slot:
         # holds it; loose: where it may still hold a -0.0 that a sum's +0.0 would change (an
         # index; EVERYWHERE; None: nowhere), see _jvp_add_at
         self.made, self.loose = False, None
+        # (rows, selections, loose): value not made yet, a copy of rows with zeros on each
+        # selection (see _zeroed_later), and the loose it will have
+        self.zeroed = None
 
 
 class _Shapes:
@@ -102,7 +105,10 @@ class _Values:
                              what=f"{self.what} ({self.n} rows of {size}-element values)")
 
     def write_out(self, slot: _Slot):
-        """A band as a dense batch (a block of the identity: the basis's own columns)."""
+        """A band as a dense batch (a block of the identity: the basis's own columns), or the
+        rows of a slot whose zeros were left for later (see _zeroed_later)."""
+        if slot.zeroed is not None:
+            return _zeroed_now(slot)
         shape = slot.shape
         m = math.prod(shape)
         self.check_size(shape)
@@ -473,9 +479,9 @@ def _jvp_add_at(ts, params, args, values, dying=()):
         put = _fold_index_put(b, (t_v.var,), params) if _is_band(t_v) else None
         made = None if put is None else _fold_add(b, (acc, put), NO_PARAMS)
         return None if made is None else _tracer(b, made)
-    if not acc.batched or acc.value is None:
+    if not acc.batched:
         return None
-    rows, v = acc.value, b.rows(t_v)
+    rows, v = b.values[acc], b.rows(t_v)  # (rows: a slot's whose zeros were left for later, made now)
     if rows.dtype is not F64 or v.dtype is not F64:
         return None
     site = (slice(None),) + params["idx"]
@@ -504,15 +510,20 @@ def _jvp_index_update(ts, params, args, values, dying=()):
     if t_x.__class__ is not Tracer or t_v is not None and t_v.__class__ is not Tracer:
         return None
     x = t_x.var
-    if x.__class__ is not _Slot or x.band is not None or not x.batched or x.value is None or \
-            x.value.dtype is not F64 or not plain_index(idx):
+    if x.__class__ is not _Slot or x.band is not None or not x.batched or not plain_index(idx):
         return None
     b = t_x.builder
+    if t_v is None and x.zeroed is not None:  # (zeros left for later, one selection more)
+        return _zeroed_later(b, x, idx)
+    if b.values[x].dtype is not F64:  # (rows of zeros left for later are made now)
+        return None
     site = (slice(None),) + idx
     if t_v is None:
-        rows = x.value if _writable(ts, args[0], dying) else x.value.copy()
+        if not _writable(ts, args[0], dying):
+            return _zeroed_later(b, x, idx)
+        rows = x.value
         rows[site] = 0.0
-        return _made(b, rows, x.shape, x.loose if x.made else EVERYWHERE)
+        return _made(b, rows, x.shape, x.loose)
     v = b.rows(t_v)
     if v.dtype is not F64:
         return None
@@ -543,6 +554,125 @@ def _aligned(v, rank: int, nd: int):
 
 
 EVERYWHERE = (Ellipsis,)  # (a slot's loose: an array that was copied, not summed)
+
+
+class _Zeros:
+    """Rows left to copy with zeros on some selections (see _zeroed_later): the rows, the
+    selections zeroed so far (elements, integers alone, by their index; others, with slices, in
+    a list), each with the depth of the zeroing that added it, and the deepest; ``element``, the
+    length of the selections while each is an element of that many integers (a read of another
+    element is a view of the rows as they are), else None."""
+
+    __slots__ = ("rows", "at", "others", "top", "element")
+
+    def __init__(self, rows, at: dict, others: list, top: int, element):
+        self.rows, self.at, self.others, self.top, self.element = rows, at, others, top, element
+
+    def add(self, idx: tuple, depth: int) -> int:
+        """Zeros on idx for the slots deeper than depth, the deepest; the depth of the slot."""
+        if all(type(i) is int for i in idx):
+            if idx in self.at:
+                return depth
+            if not self.at and not self.others:
+                self.element = len(idx)
+            elif self.element != len(idx):
+                self.element = None
+            self.at[idx] = depth + 1
+        else:
+            self.others.append((idx, depth + 1))
+            self.element = None
+        self.top = depth + 1
+        return depth + 1
+
+    def upto(self, depth: int) -> "_Zeros":
+        """A record of the selections of depth d or less alone."""
+        return _Zeros(self.rows, {k: d for k, d in self.at.items() if d <= depth},
+                      [(k, d) for k, d in self.others if d <= depth], depth, self.element if not self.others else None)
+
+    def selections(self, depth: int):
+        """The selections of a slot of depth d."""
+        yield from (k for k, d in self.at.items() if d <= depth)
+        yield from (k for k, d in self.others if d <= depth)
+
+
+def _zeroed_later(b: BatchedBuilder, x: _Slot, idx: tuple) -> Tracer:
+    """x's rows with zeros on idx, a copy, left for later: a slot of depth d holds x's rows and
+    every selection of depth d or less (x's own, if its zeros were left for later too), made on
+    its first read (_Values.write_out, _zeroed_now), while a read of an element no zero covers
+    is a view of the rows as they are (_jvp_index).  The backward pass of a loop of index updates
+    zeroes one element of the cotangent a step while the step's g[i], a view of its rows, is
+    alive, so that the rows cannot be written into: a copy a step cost O(batch x size).  A chain
+    of zeroings shares one record of its selections (a zeroing of the deepest slot adds to it;
+    another one copies it), and costs one copy when something reads the rows in full.  The same
+    bits as a copy a step: a copy of the rows, then zeros; an element's view of the same layout."""
+    if x.zeroed is None:
+        zeros, depth, loose = _Zeros(x.value, {}, [], 0, None), 0, x.loose if x.made else EVERYWHERE
+    else:
+        zeros, depth, loose = x.zeroed
+        if zeros.top != depth:  # (a second zeroing of x: a record of its own)
+            zeros = zeros.upto(depth)
+    slot = _Slot(None, x.shape)
+    slot.zeroed = zeros, zeros.add(idx, depth), loose
+    return _tracer(b, slot)
+
+
+def _zeroed_now(slot: _Slot):
+    """The rows _zeroed_later left for later, made: a copy, with zeros on each selection; or the
+    rows themselves, zeroed in place, where nothing else can see them: no other slot shares the
+    record of the zeros or holds the rows, and no view of them is alive (a loop that reads an
+    element it wrote, y[i + 1] = f(y[i]), adds each read's cotangent into the zeroed rows)."""
+    zeros, depth, loose = slot.zeroed
+    slot.zeroed = None
+    rows = zeros.rows
+    if not (COUNTS_REFERENCES and rows.base is None and rows.flags.c_contiguous and
+            sys.getrefcount(zeros) == _SOLE_RECORD_REFERENCES and sys.getrefcount(rows) == _SOLE_ROWS_REFERENCES):
+        rows = rows.copy()
+    for idx in zeros.selections(depth):
+        rows[(slice(None),) + idx] = 0.0
+    slot.made, slot.loose = True, loose
+    return rows
+
+
+# A record of zeros no other slot shares: the name zeros and getrefcount's argument (the slot's
+# tuple is gone); rows held by the record alone, which no view refers to (a view's base is rows,
+# which owns its memory): the record's, the name rows and the argument
+_SOLE_RECORD_REFERENCES = 2
+_SOLE_ROWS_REFERENCES = 3
+
+
+def _jvp_index(ts, params, args, values, dying=()):
+    """x[idx]: index's fold on a band; of one element of batched rows, a copy of the element's
+    rows (zeros where a zero left for later covers it), where the rules' view of the rows would
+    keep them from being written into until the view goes: a loop's backward pass reads its
+    cotangent's element i, then zeroes it (y[i + 1] = f(y[i])), or adds into it.
+
+    The same values as the view; where two nans meet in a later sum of the element's rows,
+    which of them NumPy keeps depends on the layout of the operands (its vector loops take
+    contiguous rows, a strided view goes element by element), so the sign of a nan may differ
+    from the rules' pass (no output of gradcalc shows a nan's sign)."""
+    t = ts[0]
+    if t.__class__ is not Tracer or t.var.__class__ is not _Slot:
+        return None
+    x = t.var
+    if x.band is not None:
+        made = _fold_index(t.builder, (x,), params)
+        return None if made is None else _tracer(t.builder, made)
+    idx = params["idx"]
+    if not x.batched or len(idx) != len(x.shape) or not all(type(i) is int for i in idx):
+        return None  # (not one element: a view, whose layout decides the bits of a later product)
+    b = t.builder
+    if x.zeroed is not None:
+        zeros, depth, _ = x.zeroed
+        if zeros.element != len(idx):
+            return None
+        if zeros.at.get(idx, depth + 1) <= depth:
+            return _tracer(b, _batched(np.zeros(b.n), ()))
+        rows = zeros.rows
+    else:
+        rows = x.value
+    if rows.dtype is not F64:
+        return None
+    return _tracer(b, _batched(rows[(slice(None),) + idx].copy(), ()))
 
 
 def _summed_rows(ts: tuple, var, dying):
@@ -582,7 +712,7 @@ _SOLE_ARRAY_REFERENCES = 2
 
 
 #: transforms.forward's ``fold`` for a pass on a BatchedBuilder's tracers: {primitive: fold}.
-JVP_FOLDS = {P.neg: _jvp_of(_fold_neg), P.index: _jvp_of(_fold_index),
+JVP_FOLDS = {P.neg: _jvp_of(_fold_neg), P.index: _jvp_index,
              P.index_put: _jvp_of(_fold_index_put), P.copy: _jvp_copy, P.add: _jvp_add,
              P.mul: _jvp_product, P.safe_mul: _jvp_product, P.pow_const: _jvp_pow_const,
              P.add_at: _jvp_add_at, P.index_update: _jvp_index_update}

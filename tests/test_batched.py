@@ -227,6 +227,15 @@ def same_bits(got, want):
     assert np.array_equal(np.ascontiguousarray(got).view(np.uint64), np.ascontiguousarray(want).view(np.uint64))
 
 
+def same_bits_but_a_nans_sign(got, want):
+    """Bit for bit, but for the sign of a nan: which of two nans a sum keeps depends on the
+    layout of its operands (NumPy's vector loops take contiguous rows, a strided view goes
+    element by element), and a fold copies an element's rows where the rules keep a view."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    same_bits(np.where(np.isnan(got), np.nan, got), np.where(np.isnan(want), np.nan, want))
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (inf and nan on purpose; gradcalc runs under np.errstate)
 def test_square_derivative_is_twice_x_bit_for_bit():
     # x^2's rule computes 2x as x + x: NumPy's 2.0 * x is the oracle, overflow (1e308), -0,
@@ -385,6 +394,21 @@ def test_folded_tangents_are_the_rules_tangents(src):
     "M = C * 0\nfor i in range(2) {\n  M[i, :] = C[i, :] * x * c\n}\nsum(M * M)",
     # (a row multiplied as a matrix: the bits of a product depend on its operands' layout)
     "M = C * 0\nfor i in range(2) {\n  M[i, :] = C[i, :] * x\n  s = M[i, :] @ M[1 - i, :]\n}\ns + sum(M)",
+    # (zeros left for later, backward: each element written twice, so that the first write's
+    # cotangent is read where a zero covers it; a slice among the elements; one cotangent zeroed
+    # by two updates, z's and w's, through the sum's rule that hands both the same tangent)
+    "z = x * 0\nfor k in range(2) {\n  for i in range(8) {\n    z[i] = x[i] * x[i] * c[i] * (k + 1)\n  }\n}\nsum(z * z)",
+    "z = x * 0\nfor i in range(8) {\n  z[i] = x[i] * c[i]\n}\nz[2:5] = x[0:3] * x[5]\nz[6] = z[6] * x[6]\nsum(z * z * c)",
+    "z = x * 1\nw = x * 2\nfor i in range(4) {\n  z[i] = x[i] * c[i]\n  w[i + 4] = x[i]^2\n}\nsum((z + w)^2)",
+    "u = x * 1\nv = x * 2\nu[0] = x[1] * c[1]\nv[1] = x[2]^2\nz = u + v\nfor i in range(3) {\n  z[i + 3] = x[i]^2\n}\n"
+    "sum(z * z * c)",
+    # (the sum's rule hands one cotangent, its zeros left for later, to u and to v: u's update
+    # zeroes element 3 of it, and v's product reads it in full after; neither writes the other's)
+    "v = x * c\nu = x * 1\nu[3] = x[0] * x[6]\ns = u + v\ns[2] = x[3] * c[3]\nsum(s * s * c)",
+    # (a recurrence: each step reads the element the step before wrote)
+    "y = x * 0\nfor i in range(7) {\n  y[i + 1] = y[i] + c[i] * sin(y[i]) * x[i]\n}\nsum(y * y * c)",
+    # (the copy made at last keeps the -0.0s of the rows it copied, which a read's sum then makes +0.0)
+    "z = x * c\na = z[5] * x[6]\nfor i in range(4) {\n  z[i] = x[i] * x[i]\n}\nsum(z * z * c * -0.0) + a * a",
 ])
 def test_a_loops_reads_add_in_place_what_the_rules_add(src, monkeypatch):
     # The traced backward pass adds each read's cotangent with add_at, and the Hessian's batched
@@ -452,13 +476,16 @@ out"""
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("src, v0, v8", [
-    # (an adversarial review's: a transposed view of a row-written matrix in a product; a nan
-    # of each sign meeting, where a copied element's contiguous loop kept the other sign)
-    ("M = A * 1\nM[0, 0] = A[0, 1] * v[0]\nM[1, 0] = A[1, 1] * v[1]\nsum((transpose(M) @ v)^2)", None, None),
-    ("z = v * 1\nfor i in range(9) {\n  z[i] = z[i] * v[i]\n}\nsum(z * z[::-1])", np.nan, -np.nan),
+@pytest.mark.parametrize("src, v0, v8, compare", [
+    # (an adversarial review's: a transposed view of a row-written matrix in a product, whose
+    # copy would change the product's order of summation: a view stays a view; a nan of each
+    # sign meeting in a sum of an element's rows, which a fold copies: only the nan's sign moves)
+    ("M = A * 1\nM[0, 0] = A[0, 1] * v[0]\nM[1, 0] = A[1, 1] * v[1]\nsum((transpose(M) @ v)^2)", None, None,
+     same_bits),
+    ("z = v * 1\nfor i in range(9) {\n  z[i] = z[i] * v[i]\n}\nsum(z * z[::-1])", np.nan, -np.nan,
+     same_bits_but_a_nans_sign),
 ])
-def test_a_fold_keeps_views_of_its_rows_as_views(src, v0, v8):
+def test_a_fold_keeps_views_of_matrix_rows_and_copies_an_elements_rows(src, v0, v8, compare):
     rng = np.random.default_rng(1)
     at = {"A": rng.normal(size=(20, 20)), "v": rng.normal(size=20)} if "A" in src else {"v": rng.normal(size=9)}
     if v0 is not None:
@@ -467,7 +494,7 @@ def test_a_fold_keeps_views_of_its_rows_as_views(src, v0, v8):
         folded, ruled = _tangent_rows(src, at, True), _tangent_rows(src, at, False)
     for f, r in zip(folded, ruled):
         if f is not None:
-            same_bits(f, r)
+            compare(f, r)
 
 
 def test_a_random_loop_programs_folded_hessian_is_the_rules_bit_for_bit():
@@ -512,6 +539,48 @@ def test_the_hessian_of_a_loop_that_writes_elements_is_its_closed_form():
     i = np.arange(n)
     np.testing.assert_allclose(float(gradcalc.hessian(src, at={"x": 0.3})["x"]["x"]),
                                -np.sum(i * i * np.sin(0.3 * i)), rtol=1e-12)
+
+
+def test_a_loops_zeroed_cotangents_are_copied_once(monkeypatch):
+    # The backward pass zeroes the cotangent's element i at each step while g[i], a view of its
+    # rows, is alive: the Hessian's tangent pass leaves the zeros for later, reads the other
+    # elements as views, and copies the rows once, where they are read in full (none here)
+    from gradcalc import batched
+    made = []
+    real = batched._zeroed_now
+    monkeypatch.setattr(batched, "_zeroed_now", lambda slot: made.append(1) or real(slot))
+    n = 40
+    x = np.linspace(-1, 2, n)
+    h = gradcalc.hessian(f"z = zeros({n})\nfor i in range({n}) {{\n  z[i] = x[i]^2\n}}\nsum(z * z)", at={"x": x})
+    close(h["x"]["x"], np.diag(12 * x * x))
+    assert len(made) <= 1
+
+
+def test_the_hessian_of_a_recurrence_stored_in_an_array_is_its_closed_form(monkeypatch):
+    # y[i + 1] = y[i] + x[i]^2: y_k = 0.5 + sum_{j<k} x_j^2, f = sum_k y_k^2, so
+    # d2f/dx_j dx_l = 8 x_j x_l #{k > max(j, l)} + [j == l] 4 sum_{k > j} y_k.  Backward, each step
+    # reads the cotangent's element i + 1, zeroes it and adds y[i]'s into element i: the rows are
+    # written in place (the element's rows are a copy), not copied a step
+    from gradcalc import batched
+    from gradcalc.tape import COUNTS_REFERENCES
+    in_place = []
+    real = batched._zeroed_now
+
+    def zeroed_now(slot):  # (the rows' id, not the rows: a reference would keep them from being written)
+        rows = id(slot.zeroed[0].rows)
+        made = real(slot)
+        in_place.append(id(made) == rows)  # (a copy is made while the rows are alive: another id)
+        return made
+    monkeypatch.setattr(batched, "_zeroed_now", zeroed_now)
+    n = 30
+    x = np.linspace(-1, 1.5, n)
+    src = f"y = zeros({n + 1})\ny[0] = 0.5\nfor i in range({n}) {{\n  y[i + 1] = y[i] + x[i]^2\n}}\nsum(y^2)"
+    h = gradcalc.hessian(src, at={"x": x})["x"]["x"]
+    y = 0.5 + np.concatenate([[0.0], np.cumsum(x * x)])
+    later = n - np.maximum.outer(np.arange(n), np.arange(n))  # #{k in 1..n: k > max(j, l)}
+    tail = np.array([y[j + 1:].sum() for j in range(n)])
+    close(h, 8 * np.outer(x, x) * later + np.diag(4 * tail))
+    assert in_place and all(in_place) == COUNTS_REFERENCES
 
 
 def test_the_hessian_of_a_loop_that_reads_elements_is_its_closed_form():
@@ -678,11 +747,7 @@ def test_jvp_is_the_rules_tangent_on_plain_arrays_bit_for_bit(src, monkeypatch):
     with np.errstate(all="ignore"):
         got = gradcalc.jvp(src, at=at, tangent=tangent)
         want = _plain_jvp(src, at, tangent)
-    got = np.asarray(got[got.of])
-    # (bit for bit but a nan's sign: which of two nans a product keeps depends on the loop
-    # NumPy takes for it, batched or not, as between jvp and jacobian's forward pass before)
-    assert np.array_equal(np.isnan(got), np.isnan(want))
-    same_bits(np.where(np.isnan(got), 0.0, got), np.where(np.isnan(want), 0.0, want))
+    same_bits_but_a_nans_sign(got[got.of], want)  # (batched or not, NumPy's loops differ too)
     if "z[i] =" in src:  # (the loop's updates were written into the tangent the pass made)
         assert any(written) == COUNTS_REFERENCES
 
