@@ -1674,7 +1674,7 @@ def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
         return [CheckResult(name, p, o, w, 0.0, 0.0, [], directions_label(method, k), 0.0, True, [],
                             {"dot_product_abs_err": 0.0}, "directions") for o in outs]
     kind, step = stencil.along_direction(x, method)
-    _check_batch(tr, len(stencil.offsets(kind)) * k, x.size)
+    _check_batch(tr, (len(stencil.offsets(kind)) + stencil.needs_centre(kind)) * k, x.size)
     v = rng.standard_normal((k,) + x.shape)
     symmetric = {o: _symmetric_operand(tr, w, o) for o in outs}
     if any(eq is not None for eq in symmetric.values()):
@@ -1682,8 +1682,7 @@ def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
     v /= np.sqrt(np.sum(v * v, axis=tuple(range(1, v.ndim)), keepdims=True))
     jv, jv_noise = _measured(lambda d: _tangents(tr, w, outs, d), v)
     dd = _directional_differences(tr, w, outs, v, kind, step, plan.max_steps)
-    # (the step reported for the complex step is the central difference's, as it always was)
-    hs = float(np.max(default_step(x, method if method != "complex" else "central")))
+    hs = step  # (the step taken, as the full check reports it: the complex step's too)
     again = _relative_directions(tr, w, outs, v, method, plan.max_steps)
     results = [_direction_result(tr, name, p, o, w, v, (j, jn), Directional(*found), kind, step, hs, plan, rng,
                                  lambda i=i: again()[i])
@@ -1778,12 +1777,12 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
         return (*compare(j, found.values, *plan.tol, slack=slack), found.values, slack)
 
     ok, mabs, mrel, worst, d, slack = along(dd, step)
-    if kind == "central" and _needs_noise(j, d, slack, directional_slack(kind, step, dd.sizes, spread, x.size),
+    if kind != "complex" and _needs_noise(j, d, slack, directional_slack(kind, step, dd.sizes, spread, x.size),
                                           plan.tol):
         # (an element passes by the measured noise alone: measure it again without the truncation
         # it holds; an element that passes so keeps its allowance when others fail, see
         # _directions_halved, so that is asked of every element, whether the direction passes or not)
-        noise = _rounding_noise(tr, w, o, v, step, dd, plan.max_steps)
+        noise = _rounding_noise(tr, w, o, v, step, dd, kind, plan.max_steps)
         dd = dd._replace(noise=np.zeros(k) if noise is None else noise)
         ok, mabs, mrel, worst, d, slack = along(dd, step)
     # (a step along a unit direction moves no element by more than step)
@@ -1924,9 +1923,10 @@ class Directional(NamedTuple):
     near: list  # (k,) + o.shape: D(NEAR h) (None: not taken)
 
 
-#: The second step of a central directional difference, in units of the first: near enough
-#: that the two truncation errors almost agree (they differ by 2/16 of one), far enough that
-#: f is rounded at other points, so that the two quotients differ by their rounding.
+#: The second step of a directional difference, in units of the first: near enough that the
+#: two truncation errors almost agree (they differ by NEAR^p - 1 of one, p the method's order:
+#: 0.06 forward, 0.13 central, 0.27 Richardson), far enough that f is rounded at other points,
+#: so that the two quotients differ by their rounding.
 NEAR = 17 / 16
 
 
@@ -1934,28 +1934,46 @@ def _directional_differences(tr: Traced, w: str, outs, v: np.ndarray, kind: str,
                              max_steps: int = DEFAULT_MAX_STEPS) -> Directional:
     """The derivative of each output along each of the k unit directions v (shape (k,) +
     w.shape), by a difference of the kind and step stencil.along_direction chose, all in one
-    batch.  A central difference is also taken at the step NEAR h, and the two differ by
+    batch.  A real method's difference is also taken at the step NEAR h, and the two differ by
     their rounding errors: the rounding of f where a formula, not the program, cannot say
     how large it is (a cumulative sum rounds each partial sum: its error grows along it)."""
-    x, k = tr.value(w), len(v)
-    scales = stencil.offsets(kind) + ((NEAR, -NEAR) if kind == "central" else ())
-    ys, flipped = evaluate_batch(tr, w, np.concatenate([x + (c * step) * v for c in scales]), outs,
-                                 max_steps=max_steps)
-    taken = [np.full(k, c * step) for c in scales]
-    parts = [[y[i * k:(i + 1) * k] for i in range(len(scales))] for y in ys]
-    sizes = [np.max([np.abs(q) for q in part], axis=0) for part in parts]  # (complex: its modulus)
-    values = [stencil.combine(kind, part[:2], taken[:2]) for part in parts]
-    noise, nears = [], []
-    for d, part, f in zip(values, parts, flipped):
-        if kind != "central" or f or d[0].size == 0:  # (a change of path is noted, not allowed for)
+    k = len(v)
+    multiples = (1.0,) if kind == "complex" else (1.0, NEAR)
+    found, flipped = _differences_at(tr, w, outs, v, kind, [c * step for c in multiples], max_steps)
+    values, sizes, noise, nears = [], [], [], []
+    for (estimates, size), f in zip(found, flipped):
+        d = estimates[0]
+        values.append(d)
+        sizes.append(size)
+        if kind == "complex" or f or d[0].size == 0:  # (a change of path is noted, not allowed for)
             noise.append(np.zeros(k))
             nears.append(None)
             continue
-        near = stencil.combine(kind, part[2:], taken[2:])
-        nears.append(near)
+        nears.append(estimates[1])
         with np.errstate(invalid="ignore"):
-            noise.append(np.max(np.abs(d - near).reshape(k, -1), axis=1))
+            noise.append(np.max(np.abs(d - estimates[1]).reshape(k, -1), axis=1))
     return Directional(values, flipped, sizes, noise, nears)
+
+
+def _differences_at(tr: Traced, w: str, outs, v: np.ndarray, kind: str, steps: list, max_steps: int):
+    """([([the kind's difference along each direction v at each of steps], the largest |f| at
+    the points evaluated) per output], the guards a step changed per output): every point of
+    every step in one batch (and f(x) once, which forward differences need)."""
+    x, k = tr.value(w), len(v)
+    own = stencil.offsets(kind)
+    centre = stencil.needs_centre(kind)
+    scales = [c * h for h in steps for c in own] + ([0.0] if centre else [])
+    ys, flipped = evaluate_batch(tr, w, np.concatenate([x + c * v for c in scales]), outs, max_steps=max_steps)
+    taken = [np.full(k, c) for c in scales]
+    found = []
+    for y in ys:
+        part = [y[i * k:(i + 1) * k] for i in range(len(scales))]
+        middle = part[-1] if centre else None
+        m = len(own)
+        estimates = [stencil.combine(kind, part[i * m:(i + 1) * m], taken[i * m:(i + 1) * m], middle)
+                     for i in range(len(steps))]
+        found.append((estimates, np.max([np.abs(q) for q in part], axis=0)))  # (complex: its modulus)
+    return found, flipped
 
 
 def _needs_noise(j, d, slack, bare, tol) -> bool:
@@ -1968,30 +1986,31 @@ def _needs_noise(j, d, slack, bare, tol) -> bool:
         return bool(np.any((gap <= allowed + slack) & ~(gap <= allowed + bare)))
 
 
-#: The third step of a central directional difference, in units of the first, taken where the
-#: measured noise is needed (see _rounding_noise): FAR^2 + NEAR^2 = 2, so that the h^2 terms of
-#: the truncation errors at FAR h, h and NEAR h cancel in D(NEAR h) - 2 D(h) + D(FAR h).
-FAR = math.sqrt(2.0 - NEAR ** 2)
+def far(kind: str) -> float:
+    """The third step of a real method's directional difference, in units of the first, taken
+    where the measured noise is needed (see _rounding_noise): FAR^p + NEAR^p = 2 (p the
+    method's order), so that the h^p terms of the truncation errors at FAR h, h and NEAR h
+    cancel in D(NEAR h) - 2 D(h) + D(FAR h) (0.93 for central differences)."""
+    p = stencil.ORDER[kind]
+    return (2.0 - NEAR ** p) ** (1.0 / p)
 
 
-def _rounding_noise(tr: Traced, w: str, o: str, v: np.ndarray, step: float, found: "Directional",
+def _rounding_noise(tr: Traced, w: str, o: str, v: np.ndarray, step: float, found: "Directional", kind: str,
                     max_steps: int = DEFAULT_MAX_STEPS):
-    """Per direction, the rounding of found's central differences of o at step (found: that
-    output's, with D(NEAR h)), with their truncation taken out: found.noise, |D(h) - D(NEAR h)|,
-    also holds ((NEAR^2 - 1) = 0.13 of) the truncation error c h^2, and 4 times it passed an
-    element whose truncation error was 7.5e-4 against a tolerance of 6.5e-6 (sinc(pinv(A))).
-    D(NEAR h) - 2 D(h) + D(FAR h) cancels c h^2 (see FAR) and keeps the three roundings, drawn
+    """Per direction, the rounding of found's differences of o at step (found: that output's,
+    with D(NEAR h)), with their truncation taken out: found.noise, |D(h) - D(NEAR h)|, also
+    holds ((NEAR^2 - 1) = 0.13 of, central) the truncation error c h^2, and 4 times it passed
+    an element whose truncation error was 7.5e-4 against a tolerance of 6.5e-6 (sinc(pinv(A))).
+    D(NEAR h) - 2 D(h) + D(FAR h) cancels c h^p (see far) and keeps the three roundings, drawn
     anew at each step: divided by sqrt(3), it measures what |D(h) - D(NEAR h)| does where
     rounding alone makes it (sqrt(6) against sqrt(2) standard deviations).  None where a step
     at FAR h takes another path (then no noise is allowed)."""
-    x, k = tr.value(w), len(v)
-    ys, flipped = evaluate_batch(tr, w, np.concatenate([x + (c * step) * v for c in (FAR, -FAR)]), [o],
-                                 max_steps=max_steps)
+    k = len(v)
+    ((estimates, _),), flipped = _differences_at(tr, w, [o], v, kind, [far(kind) * step], max_steps)
     if flipped[0]:
         return None
-    far = stencil.combine("central", [ys[0][:k], ys[0][k:]], [np.full(k, FAR * step), np.full(k, -FAR * step)])
     with np.errstate(invalid="ignore"):
-        second = np.abs(found.near - 2.0 * found.values + far) / math.sqrt(3.0)
+        second = np.abs(found.near - 2.0 * found.values + estimates[0]) / math.sqrt(3.0)
     return np.max(second.reshape(k, -1), axis=1)
 
 

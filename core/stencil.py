@@ -118,14 +118,18 @@ def along_direction(x: np.ndarray, method: str, relative: bool = False) -> tuple
     """(the method, the step) of a directional difference for method at x.
 
     Directions are unit vectors, so one scalar step serves every element: the
-    complex step as it is (COMPLEX_STEP), any other method a central difference
-    with method's largest step at x; with ``relative``, its smallest step relative
-    to |x| (:func:`relative_step`), which moves no element by more than its own.
+    complex step as it is (COMPLEX_STEP); any other method is itself along the
+    direction (Richardson's extrapolation, the one-sided difference), at its
+    largest step at x; with ``relative``, its smallest step relative to |x|
+    (:func:`relative_step`), which moves no element by more than its own.  Each
+    method keeps its own step, as its tolerance assumes: a central difference
+    at Richardson's step (eps^(1/5)) leaves a truncation error of ~1e-6, which
+    Richardson's rtol of 1e-8 fails.
     """
     if method == "complex":
         return "complex", COMPLEX_STEP
     steps = relative_step(x, method) if relative else default_step(x, method)
-    return "central", float(np.min(steps) if relative else np.max(steps))
+    return method, float(np.min(steps) if relative else np.max(steps))
 
 
 def combine(method: str, ys: list, taken: list, centre=None, with_error: bool = False):

@@ -1051,16 +1051,25 @@ def test_directions_do_not_allow_a_truncation_error_as_measured_noise(monkeypatc
         assert not r.ok and r.max_rel_err == pytest.approx(1e-3 / 1.001, rel=1e-3), r.notes
 
 
-def test_directional_rounding_noise_holds_no_truncation():
-    # x^3 along v = 1 at x = 1, h = 2^-7: D(h) = 3 x^2 + h^2 exactly, so |D(h) - D(17h/16)| is
-    # (289/256 - 1) h^2 of truncation (7.9e-6, rounding 3e-14); D(17h/16) - 2 D(h) + D(FAR h)
-    # cancels it (FAR^2 = 2 - (17/16)^2)
+@pytest.mark.parametrize("method, src, h, truncation", [
+    # x^3 along v = 1 at x = 1, h = 2^-7: the central D(h) = 3 x^2 + h^2 exactly, so |D(h) -
+    # D(17h/16)| is (289/256 - 1) h^2 of truncation (7.9e-6, rounding 3e-14)
+    ("central", "input x\ny = x^3", 2.0 ** -7, lambda h: (289 / 256 - 1) * h * h),
+    # x^2: the forward D(h) = 2 x + h exactly, so (17/16 - 1) h
+    ("forward", "input x\ny = x^2", 2.0 ** -7, lambda h: h / 16),
+    # x^5: D(h) = 5 + 10 h^2 + h^4, so Richardson's (4 D(h/2) - D(h)) / 3 = 5 - h^4 / 4, and
+    # |R(h) - R(17h/16)| = ((17/16)^4 - 1) h^4 / 4
+    ("richardson", "input x\ny = x^5", 2.0 ** -2, lambda h: ((17 / 16) ** 4 - 1) * h ** 4 / 4),
+])
+def test_directional_rounding_noise_holds_no_truncation(method, src, h, truncation):
+    # D(17h/16) - 2 D(h) + D(FAR h) cancels the h^p term (FAR^p = 2 - (17/16)^p, p the method's
+    # order), which is all the truncation these polynomials have
     from gradcalc import numerics
-    tr = trace(gradcalc.parse("input x\ny = x^3"), {"x": 1.0})
-    v, h = np.ones(1), 2.0 ** -7
-    found = numerics.Directional._make(next(zip(*numerics._directional_differences(tr, "x", ["y"], v, "central", h))))
-    assert found.noise[0] == pytest.approx(33 / 256 * h * h, rel=1e-3)
-    assert numerics._rounding_noise(tr, "x", "y", v, h, found)[0] < 1e-8 * h * h
+    tr = trace(gradcalc.parse(src), {"x": 1.0})
+    v = np.ones(1)
+    found = numerics.Directional._make(next(zip(*numerics._directional_differences(tr, "x", ["y"], v, method, h))))
+    assert found.noise[0] == pytest.approx(truncation(h), rel=1e-3)
+    assert numerics._rounding_noise(tr, "x", "y", v, h, found, method)[0] < 1e-8 * truncation(h)
 
 
 def _sin_as_its_default_difference(x, ans):

@@ -1,0 +1,80 @@
+"""`check --directions` with each --method: the method along the directions is that method, at its
+own step, judged by its own tolerance, and reported as such."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import gradcalc
+from gradcalc.checks import breach_text
+from gradcalc.primitives import REGISTRY, safe_mul
+
+EPS = np.finfo(float).eps
+
+
+def _power_of_two_near(h: float) -> float:
+    return 2.0 ** round(math.log2(h))
+
+
+# The step each method takes at |x| <= 1 (SPEC §5: "chosen per element from the method and the
+# value's scale, and reported"): eps^(1/3), eps^(1/2), eps^(1/5) rounded to a power of two, and
+# the complex step 1e-20 (README, "check").
+STEPS = {
+    "central": _power_of_two_near(EPS ** (1 / 3)),
+    "forward": _power_of_two_near(EPS ** (1 / 2)),
+    "richardson": _power_of_two_near(EPS ** (1 / 5)),
+    "complex": 1e-20,
+}
+
+
+@pytest.mark.parametrize("method", list(STEPS))
+def test_directions_report_the_step_their_method_takes(method):
+    # the complex step along a direction reported the central difference's step (7.6e-6) while
+    # it took 1e-20, which the full check reports
+    (r,) = gradcalc.check("exp(x)", at={"x": 1.0}, method=method, directions=1).results
+    assert r.ok and r.method == f"{method} (1 direction)"
+    assert r.step == STEPS[method]
+    (full,) = gradcalc.check("exp(x)", at={"x": 1.0}, method=method).results
+    assert full.step == r.step
+
+
+SAMPLES = ["samples/force_grad.grad", "samples/least_squares.grad", "samples/pendulum_euler.grad"]
+
+
+@pytest.mark.parametrize("src, at", [
+    ("sum(sin(5*x))", {"x": np.array([0.3, 0.7])}),
+] + [(path, None) for path in SAMPLES])
+def test_richardson_along_directions_passes_right_gradients(src, at):
+    # Richardson along a direction was a central difference at Richardson's step (2^-10), whose
+    # truncation error (~h^2 f''' / 6 = 2e-5 for sin(5x)) Richardson's rtol of 1e-8 failed
+    if src.endswith(".grad"):
+        with open(src) as f:
+            src = f.read()
+    r = gradcalc.check(src, at=at, method="richardson", directions=2)
+    assert r.ok, [(x.wrt, breach_text(x), x.notes) for x in r.results if not x.ok]
+    # Richardson's own accuracy: well inside its rtol of 1e-8 (central differences at that step
+    # erred by 1e-6 to 7e-6 here)
+    assert max(x.max_rel_err for x in r.results) < 1e-9
+
+
+def _sin_slope_times(monkeypatch, factor: float) -> None:
+    rule = (lambda g, ans, x, **_: safe_mul(g, factor * REGISTRY["cos"](x)),)
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", rule)
+    monkeypatch.setattr(REGISTRY["sin"], "jvp", rule)
+
+
+@pytest.mark.parametrize("method, wrong_by, fails", [
+    # sin's slope 1e-7 wrong: beyond Richardson's rtol (1e-8), within the central one (1e-6)
+    ("richardson", 1e-7, True),
+    ("central", 1e-7, False),
+    # 1e-3 wrong: beyond the forward rtol (1e-4)
+    ("forward", 1e-3, True),
+])
+def test_directions_judge_by_their_methods_accuracy(monkeypatch, method, wrong_by, fails):
+    _sin_slope_times(monkeypatch, 1 + wrong_by)
+    (r,) = gradcalc.check("sum(sin(5*x))", at={"x": np.array([0.3, 0.7])}, method=method, directions=2).results
+    assert r.ok is not fails
+    if fails:  # |J v| relative error: the rule's own, 1e-7 or 1e-3
+        assert r.max_rel_err == pytest.approx(wrong_by, rel=0.05)
