@@ -186,11 +186,23 @@ def breach_text(result) -> str | None:
     a, r = x["ad"], x[ref]
     why = {"rtol": f"rtol {x['rtol']:g} x |{ref}|", "atol": f"atol {x['atol']:g}",
            "rounding": "rounding allowance", "finite": "a derivative must be finite"}[x["bound"]]
-    where = "at [" + ", ".join(map(str, result.worst_index)) + "]: " if result.worst_index else ""
+    where = _where(result)
     if not (math.isfinite(a) and math.isfinite(r)):  # (no difference to weigh: say which is not finite)
         return f"{where}ad {a:.10g}, {ref} {r:.10g}: not finite"
     return (f"{where}ad {a:.10g}, {ref} {r:.10g}: |ad - {ref}| = {abs(a - r):.3g} > "
             f"{x['allowed']:.3g} allowed ({x['bound']} bound: {why})")
+
+
+def _where(result) -> str:
+    """Where a failing result's worst element is, in breach_text's words: 'at [1, 2]: ' for a
+    Jacobian's element; along directions, whose index is (direction, output element), the
+    direction by its number ('along direction 1: ', 'along direction 0, at [2]: '), so that it
+    is not read as an element of the input."""
+    index = list(result.worst_index)
+    if result.comparison == "directions" and index:
+        at = f", at [{', '.join(map(str, index[1:]))}]" if index[1:] else ""
+        return f"along direction {index[0]}{at}: "
+    return "at [" + ", ".join(map(str, index)) + "]: " if index else ""
 
 
 def _errors_finite(ad, ref, diff, rtol, atol):

@@ -78,3 +78,15 @@ def test_directions_judge_by_their_methods_accuracy(monkeypatch, method, wrong_b
     assert r.ok is not fails
     if fails:  # |J v| relative error: the rule's own, 1e-7 or 1e-3
         assert r.max_rel_err == pytest.approx(wrong_by, rel=0.05)
+
+
+def test_a_directions_failure_names_the_direction_not_an_element(monkeypatch):
+    # worst_index along directions is (direction, output element): "at [1]" read as x[1]
+    _sin_slope_times(monkeypatch, 1.01)
+    (r,) = gradcalc.check("sum(sin(x))", at={"x": np.array([0.3, 0.7])}, directions=2).results
+    assert not r.ok and len(r.worst_index) == 1
+    assert breach_text(r).startswith(f"along direction {r.worst_index[0]}: ad ")
+    (r,) = gradcalc.check("sin(x)", at={"x": np.array([0.3, 0.7])}, directions=2).results
+    assert not r.ok and len(r.worst_index) == 2
+    k, i = r.worst_index
+    assert breach_text(r).startswith(f"along direction {k}, at [{i}]: ad ")
