@@ -8,8 +8,10 @@ wrong derivative (no V reaches down: the error never falls below a small fractio
 the derivative's scale) from a badly chosen step (the V is there, and the step used
 sits on one of its sides).
 
-The steps are those of the check (per element, relative to ``max(1, |x|)``: see
-:mod:`.stencil`) from 1e-1 down to 1e-13 in half decades.  Every point of every step
+The steps follow the check's (per element, relative to ``max(1, |x|)``: see
+:mod:`.stencil`) from 1e-1 down to 1e-13 of that scale in half decades, and are reported
+as taken, absolute, as the check reports its own step: at x = 1000 they run from 100 down
+to 1e-10, and the check's step is 0.0078, in the sweep as in the check's row.  Every point of every step
 is one row of a single batch through :func:`.numerics.evaluate_batch`, so the
 differences are those of the program as written (a step that changes its path re-runs
 it there, and says so).  Nothing here prints: the CLI draws the curve.
@@ -60,10 +62,10 @@ class Sweep(NamedTuple):
     """The error of the finite differences of d of / d wrt[element] at each step."""
 
     element: list  # the input element moved (wrt's index; [] for a scalar)
-    steps: np.ndarray  # relative to max(1, |x|), as check's steps
+    steps: np.ndarray  # the steps taken: STEPS times max(1, |x|) (step_scale), as check's own
     errors: np.ndarray  # max over the output's elements of |fd - ad| at each step
     scale: float  # the derivative's scale: max |ad|, |fd| at the check's own step
-    default_step: float  # the check's own step for that element
+    default_step: float  # the check's own step for that element (absolute, as the result's step)
     best_step: float
     best_error: float
     slope: float | None  # fitted on the truncation side (None: too few points there)
@@ -72,6 +74,7 @@ class Sweep(NamedTuple):
     side: str | None  # where the check's own step sits: "truncation", "rounding", None
     notes: list
     usable: np.ndarray  # per step: False where left out (see _usable), True elsewhere
+    step_scale: float = 1.0  # max(1, |x|) of the element moved: steps / step_scale are STEPS
 
     def as_dict(self) -> dict:
         d = self._asdict()
@@ -97,27 +100,27 @@ def sweep(tr: Traced, of: str, wrt: str, method: str = "central", *, element=Non
     column = np.asarray(ad, dtype=float).reshape(y.size, x.size)[:, j]
     scale_x = max(1.0, abs(float(x.ravel()[j].real))) if x.size else 1.0
     default = float(stencil.default_step(x.ravel()[j:j + 1], method)[0]) if x.size else 0.0
-    steps = np.append(STEPS, default / scale_x)  # the check's own step rides in the same batch
-    estimates, flipped, changed = _differences(tr, of, wrt, j, method, steps * scale_x, max_steps)
+    steps = STEPS * scale_x  # (absolute, as the check's steps: reported so)
+    # the check's own step rides in the same batch
+    estimates, flipped, changed = _differences(tr, of, wrt, j, method, np.append(steps, default), max_steps)
     with np.errstate(invalid="ignore"):
         errors = np.max(np.abs(estimates - column), axis=1, initial=0.0)
     at_default = errors[-1]
     errors, estimates = errors[:-1], estimates[:-1]
     scale = max(float(np.max(np.abs(column), initial=0.0)),
-                float(np.max(np.abs(estimates[_nearest(STEPS, default / scale_x)]), initial=0.0)))
-    notes = (kinks_near(tr, tr.tape.names[wrt], np.array([STEPS[0] * scale_x]), tr.tape.names[of])
+                float(np.max(np.abs(estimates[_nearest(steps, default)]), initial=0.0)))
+    notes = (kinks_near(tr, tr.tape.names[wrt], np.array([steps[0]]), tr.tape.names[of])
              + path_notes(tr, flipped, "sweep"))
     # the rounding error of each step's difference quotient, about eps |f| / h
-    noise = stencil.ROUNDING.get(method, 0.0) * stencil.EPS * float(np.max(np.abs(y), initial=0.0)) / (
-        STEPS * scale_x)
-    usable, left_out = _usable(STEPS, errors, changed[:-1])
-    found = _judged(STEPS, errors, usable, scale, default / scale_x, at_default, tol, passed)
-    if found.verdict == WRONG and _at_a_branch(tr, wrt, of, STEPS[-1] * scale_x, changed[:-1] & usable, usable):
+    noise = stencil.ROUNDING.get(method, 0.0) * stencil.EPS * float(np.max(np.abs(y), initial=0.0)) / steps
+    usable, left_out = _usable(steps, errors, changed[:-1])
+    found = _judged(steps, errors, usable, scale, default, at_default, tol, passed)
+    if found.verdict == WRONG and _at_a_branch(tr, wrt, of, steps[-1], changed[:-1] & usable, usable):
         found = found._replace(verdict=AT_KINK)
     return found._replace(element=[int(i) for i in np.unravel_index(j, x.shape)] if x.ndim else [],
-                          slope=_truncation_slope(STEPS, errors, usable, scale,
+                          slope=_truncation_slope(steps, errors, usable, scale,
                                                   np.maximum(noise, stencil.EPS * scale)),
-                          expected_slope=ORDER[method], notes=notes + left_out)
+                          expected_slope=ORDER[method], notes=notes + left_out, step_scale=scale_x)
 
 
 def _at_a_branch(tr: Traced, wrt: str, of: str, smallest: float, changed, usable) -> bool:

@@ -223,3 +223,22 @@ def test_the_slope_is_fitted_where_the_difference_is_near_the_derivative(text, x
     tr = _traced(text, x=x)
     s = sweep(tr, tr.tape.output, "x", method, tol=(1e-6, 1e-8))
     assert abs(s.slope - order) <= 0.15
+
+
+def test_check_sweep_reports_absolute_steps_as_the_check_does():
+    # at x = 1000 the check's step is 2^-7 (eps^(1/3) x 1000 = 6.1e-3, to a power of two): the
+    # check's row said "the default step 0.00781" while the sweep said "check's step 7.8e-06"
+    # and JSON's results[0].default_step (0.0078125) and results[0].sweep.default_step
+    # (7.8125e-06) differed; the sweep's steps were 1e-1..1e-13 of max(1, |x|) = 1000
+    doc = ok_json("check", "sin(x)", "--at", "x=1000", "--sweep")
+    (r,) = doc["results"]
+    sw = r["sweep"]
+    assert sw["default_step"] == r["default_step"] == 2.0 ** -7
+    assert sw["step_scale"] == 1000.0
+    assert np.allclose(sw["steps"], 1000.0 * 10.0 ** (-np.arange(2, 27) / 2), rtol=1e-12, atol=0)
+    assert sw["best_step"] in sw["steps"]
+    # at |x| <= 1 absolute and relative steps are the same
+    doc = ok_json("check", "sin(x)", "--at", "x=0.5", "--sweep")
+    assert doc["results"][0]["sweep"]["default_step"] == doc["results"][0]["step"] == 2.0 ** -17
+    plain = run("check", "sin(x)", "--at", "x=1000", "--sweep", "-f", "plain").stdout
+    assert "check_step=0.0078 " in plain
