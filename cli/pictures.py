@@ -74,21 +74,27 @@ def function_picture(samples: dict, marks: list, labels: list[str], x_label: str
                      width: int | None = None, with_colour: bool | None = None) -> str:
     """The curves of plot (value, derivative, second derivative: samples' arrays in that
     order after the abscissae), the marks as dotted columns numbered at the top, and a
-    legend: one line per curve and per mark."""
+    legend: one line per curve and per mark.  A curve is broken where a sample is not finite."""
     with_colour = colour() if with_colour is None else with_colour
     total = width or columns()
     t = np.asarray(samples["abscissae"], dtype=float)
     curves = [np.asarray(v, dtype=float) for k, v in samples.items() if k != "abscissae"]
-    fig = _figure(x_label, labels[0], _drawing_width(total, x_label), PLOT_HEIGHT, with_colour)
+    drawn = _drawing_width(total, x_label, _tick(float(t[-1]), float(t[-1] - t[0])))
+    fig = _figure(x_label, labels[0], drawn, PLOT_HEIGHT, with_colour)
     ylo, yhi = _limits(curves)
     fig.set_x_limits(float(t[0]), float(t[-1]))
     fig.set_y_limits(ylo, yhi)
-    fig.y_ticks_fkt = lambda lo, hi: f"{lo:.3g}"
-    fig.x_ticks_fkt = lambda lo, hi: f"{lo:.3g}"
+    fig.y_ticks_fkt = lambda lo, hi: _tick(lo, hi - lo, 10)
+    fig.x_ticks_fkt = lambda lo, hi: _tick(lo, hi - lo)
+    columns_ = _dot_columns(t, drawn)
     legend = []
     for y, (marker, lc, symbol), label in zip(curves, _CURVES, labels):
-        ok = np.isfinite(y)
-        fig.plot(t[ok], y[ok], lc=lc, marker=marker, interp="linear" if marker is None else None)
+        if marker is None:
+            for k in _runs(y, _line_samples(columns_, y)):
+                fig.plot(t[k], y[k], lc=lc, interp="linear")
+        else:
+            k = _marker_samples(columns_, _dot_rows(y, ylo, yhi))
+            fig.plot(t[k], y[k], lc=lc, marker=marker, interp=None)
         legend.append(_legend(symbol, label, lc, with_colour))
     rows = ylo + (np.arange(PLOT_HEIGHT) + 0.5) * (yhi / PLOT_HEIGHT - ylo / PLOT_HEIGHT)  # (no overflow)
     for k, m in enumerate(marks[:MARKS_DRAWN], 1):
@@ -99,10 +105,96 @@ def function_picture(samples: dict, marks: list, labels: list[str], x_label: str
     return _fitted(fig.show(), total) + "\n".join(legend) + "\n"
 
 
-def _drawing_width(total: int, x_label: str) -> int:
+def _tick(value: float, step: float, chars: int = 9) -> str:
+    """A tick label of at most chars characters (plotille cuts a longer one to that many,
+    -6.67e-101 to -6.67e-10: another number): 3 significant digits, fewer where they do not
+    fit.  A tick within a billionth of a step of 0 is 0 (the axis's arithmetic leaves
+    -1.27e-117 where 0 is meant)."""
+    if abs(value) <= abs(step) * 1e-9:
+        value = 0.0
+    for digits in (3, 2, 1):
+        text = f"{value:.{digits}g}"
+        if len(text) <= chars:
+            break
+    return text
+
+
+def _drawing_width(total: int, x_label: str, last_tick: str = "") -> int:
     """The drawing's columns in a picture total wide: a multiple of 10 (a tick label every
-    10 columns) that leaves room for the y axis's labels and the x axis's arrow and name."""
-    return 10 * ((total - _Y_AXIS - len(x_label) - 6) // 10)
+    10 columns) that leaves room for the y axis's labels, the x axis's arrow and name, and
+    the last tick label, which starts at the drawing's right edge."""
+    right = max(len(x_label) + 6, len(last_tick))  # ("-> (x)" after the edge's "|")
+    return 10 * ((total - _Y_AXIS - right) // 10)
+
+
+# -- thinning: a picture W columns wide shows 2 W braille dots a row, whatever the samples' number.
+# Handing plotille a million samples took 98 s; what it draws depends only on the samples
+# below, so the picture is the same (a gap within one dot column excepted).
+
+def _dot_columns(t: np.ndarray, width: int) -> np.ndarray:
+    """The braille dot column each abscissa falls in, as plotille's canvas places it
+    (round half to even of the distance from the left edge in dots)."""
+    span = float(t[-1] - t[0])
+    return np.rint((t - t[0]) / (span / (2 * width))).astype(np.int64)
+
+
+def _dot_rows(y: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """The braille dot row of each finite value (-1 where the value is not finite)."""
+    step = hi / (4 * PLOT_HEIGHT) - lo / (4 * PLOT_HEIGHT)  # (no overflow)
+    with np.errstate(invalid="ignore"):
+        rows = np.rint(y / step - lo / step)
+    return np.where(np.isfinite(rows), rows, -1).astype(np.int64)
+
+
+def _firsts(keys: np.ndarray, picked: np.ndarray, last: bool = False) -> np.ndarray:
+    """Of the sample numbers picked (ascending), the first (or last) for each value of keys
+    (non-decreasing along the samples) among them."""
+    if not picked.size:
+        return picked
+    k = keys[picked]
+    if last:
+        return picked[np.append(k[1:] != k[:-1], True)]
+    return picked[np.insert(k[1:] != k[:-1], 0, True)]
+
+
+def _line_samples(columns: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The samples a line through all of them needs, in order: in each dot column, the
+    first and the last (they join the neighbouring columns), the smallest and the largest
+    value (a spike stays), and the first and last sample that is not finite (a gap stays)."""
+    finite = np.isfinite(y)
+    changed = columns[1:] != columns[:-1]
+    starts = np.insert(np.flatnonzero(changed) + 1, 0, 0)
+    ends = np.append(starts[1:] - 1, len(y) - 1)
+    kept = [starts, ends]
+    if finite.any():
+        column = np.insert(np.cumsum(changed), 0, 0)  # each sample's column, counted from 0
+        low, high = np.where(finite, y, np.inf), np.where(finite, y, -np.inf)
+        lowest = np.minimum.reduceat(low, starts)[column]
+        highest = np.maximum.reduceat(high, starts)[column]
+        kept += [_firsts(columns, np.flatnonzero(finite & (low == lowest))),
+                 _firsts(columns, np.flatnonzero(finite & (high == highest)))]
+    gaps = np.flatnonzero(~finite)
+    kept += [_firsts(columns, gaps), _firsts(columns, gaps, last=True)]
+    return np.unique(np.concatenate(kept))
+
+
+def _runs(y: np.ndarray, kept: np.ndarray) -> list:
+    """The kept samples split into runs of finite values (a sample that is not finite ends
+    one): each run is drawn as its own line, so the line breaks there."""
+    finite = np.isfinite(y[kept])
+    runs = np.split(kept, np.flatnonzero(~finite))
+    return [r[np.isfinite(y[r])] for r in runs if np.isfinite(y[r]).any()]
+
+
+def _marker_samples(columns: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The first finite sample in each braille dot a marker curve reaches: a marker
+    (plotille draws one a character cell) is the same whichever sample put it there."""
+    finite = np.flatnonzero(rows >= 0)
+    key = columns[finite] * (4 * PLOT_HEIGHT + 1) + rows[finite]
+    changed = np.insert(key[1:] != key[:-1], 0, True)  # (runs of one dot first: few are left)
+    finite, key = finite[changed], key[changed]
+    _, first = np.unique(key, return_index=True)
+    return np.sort(finite[first])
 
 
 #: One escape sequence (CSI: colour, reset), which takes no column on a terminal.
@@ -110,11 +202,15 @@ _ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 
 def _fitted(picture: str, total: int) -> str:
-    """The picture's lines without trailing blanks, each cut at total visible columns (the
-    last tick label may reach past the arrow).  Columns are counted on what a terminal
-    shows: escape sequences take none, and every one is kept whole (cutting the text, not
-    the codes, so a colour started is still reset)."""
-    return "".join(_cut(line.rstrip(), total) + "\n" for line in picture.split("\n"))
+    """The picture's lines without trailing blanks, each cut at total visible columns.
+    Columns are counted on what a terminal shows: escape sequences take none, and every one
+    is kept whole (cutting the text, not the codes, so a colour started is still reset).
+    The last line holds the x axis's tick labels: a label that does not fit is dropped
+    whole, never cut into another number (1.23e+06 into 1.23e+0)."""
+    *rows, ticks = [line.rstrip() for line in picture.split("\n")]
+    if len(ticks) > total:  # (tick labels carry no escape codes)
+        ticks = ticks[:ticks.rfind(" ", 0, total + 1)].rstrip()
+    return "".join(_cut(line, total) + "\n" for line in rows) + ticks + "\n"
 
 
 def _cut(line: str, total: int) -> str:

@@ -244,3 +244,74 @@ def test_a_line_records_its_own_point_in_json():
     doc = ok_json("plot", "sum(x^2)*y", "--over", "x=-1:1", "--direction", "[1,0]", "--at", "x=[1,2],y=3")
     assert doc["at"] == {"x": [1.0, 2.0], "y": 3.0}
     assert "x" not in ok_json("plot", "x^2*y", "--over", "x=-1:1", "--at", "y=3")["at"]
+
+
+def _tick_labels(out: str, label: str = "x") -> list[str]:
+    lines = out.rstrip("\n").split("\n")
+    axis = next(i for i, line in enumerate(lines) if line.endswith(f"-> ({label})"))
+    return lines[axis + 1].split()[1:]
+
+
+@pytest.mark.parametrize("columns", ["120", "80", "60"])
+@pytest.mark.parametrize("lo, hi", [(0, 1234567), (0, 0.0001234), (-1e-100, 1e-100), (-123456, -1),
+                                    (-6.5e-300, 1e300)])
+def test_x_tick_labels_are_whole_numbers_at_their_ticks(lo, hi, columns):
+    # hunt7 F3: the last label was cut at the picture's edge (1.23e+06 as 1.23e+0, 0.000123 as
+    # 0.00012) and a 10-character label (-6.67e-101) cut to 9 by the drawing library (-6.67e-10)
+    r = runner.invoke(app, ["plot", "x", "--over", f"x={lo!r}:{hi!r}", "--samples", "5"],
+                      env={"COLUMNS": columns})
+    assert r.exit_code == 0, r.stderr
+    assert max(len(line) for line in r.stdout.split("\n")) <= int(columns)
+    labels = _tick_labels(r.stdout)
+    want = lo + np.arange(len(labels)) * ((hi - lo) / (len(labels) - 1))  # a tick every 10 columns
+    for text, tick in zip(labels, want):  # each label is its tick to the digits it shows
+        assert len(text) <= 9 and abs(float(text) - tick) <= _half_unit(text) + abs(hi - lo) * 1e-9, (text, tick)
+    assert float(labels[-1]) == pytest.approx(hi, rel=5e-3)
+
+
+def _half_unit(text: str) -> float:
+    """Half a unit in the last digit a number written as text shows (0.000123: 5e-7)."""
+    mantissa, _, exponent = text.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 0.5 * 10.0 ** (int(exponent or 0) - decimals)
+
+
+def _drawn_columns(picture: str) -> list[str]:
+    """The drawing's rows, without the y axis's labels."""
+    return [line.split(" | ", 1)[1] for line in picture.split("\n") if re.match(r" *-?[\d.]+(e[+-]\d+)? \| ", line)]
+
+
+def test_a_curve_is_broken_where_a_sample_is_not_finite():
+    # hunt7 F4: 1/x at -1, -0.5, 0, 0.5, 1: the sample at 0 is inf; the line joined -2 to 2 across it
+    out = ok("plot", "1/x", "--over", "x=-1:1", "--samples", "5", "--of", "_").stdout
+    rows = _drawn_columns(out)
+    width = max(len(row) for row in rows)
+    middle = [row[width // 4 + 1:3 * width // 4 - 1] for row in rows]  # strictly between x = -0.5 and 0.5
+    assert all(set(m) <= {"⠀", " "} for m in middle), "\n".join(middle)
+
+
+def _points_given(monkeypatch) -> list:
+    import plotille
+    given, plot_ = [], plotille.Figure.plot
+    monkeypatch.setattr(plotille.Figure, "plot", lambda self, x, y, **k: (given.append(len(x)), plot_(self, x, y, **k)))
+    return given
+
+
+def test_many_samples_are_thinned_to_what_the_picture_shows(monkeypatch):
+    # hunt7 F2: every sample went to the drawing library (10^6 samples: 98 s to draw 120 columns);
+    # a spike of one sample, gaps of nan and a jump are drawn as with every sample
+    from gradcalc.cli import pictures
+    n = 200_001
+    t = np.linspace(-1, 1, n)
+    y = np.sin(5 * t) + (t > 0.3)
+    y[12345] = 7.0  # a spike of one sample
+    y[150_000:152_000] = np.nan  # a gap of 2,000 samples
+    y[40_000] = np.nan  # and of one
+    samples = {"abscissae": t, "values": y, "derivatives": 5 * np.cos(5 * t)}
+    given = _points_given(monkeypatch)
+    thinned = pictures.function_picture(samples, [], ["f", "df"], "x", width=100, with_colour=False)
+    assert 0 < sum(given) <= 2 * 6 * 2 * 100  # (value: 6 at most a braille dot column, 2 a text column)
+    monkeypatch.setattr(pictures, "_line_samples", lambda columns, y: np.arange(len(y)))
+    monkeypatch.setattr(pictures, "_marker_samples", lambda columns, rows: np.flatnonzero(rows >= 0))
+    assert pictures.function_picture(samples, [], ["f", "df"], "x", width=100, with_colour=False) == thinned
+    assert sum(given) > 2 * n - 2_001 - 1  # (the comparison drew every finite sample)
