@@ -788,7 +788,7 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
           directions: int = 0, taylor: bool = False, expect: dict | None = None,
           symbolic: bool = False, max_elements: int = DEFAULT_MAX_ELEMENTS,
           max_steps: int = DEFAULT_MAX_STEPS, label: str | None = None, sweep: bool = False,
-          expect_name: str | None = None):
+          expect_name: str | None = None, point_errors: list | None = None):
     """Compare reverse mode with finite differences and with forward mode.
 
     Returns a Result (``command`` "check") whose ``results`` is a list of
@@ -806,6 +806,10 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
     expectation that compares nothing is an error; ``expect_name`` (its file) names it.
     ``sweep`` adds to each full-Jacobian result the finite-difference error over
     steps (:func:`gradcalc.sweep.attach`, in ``extra["sweep"]``).
+    A user error at a random point (``points``) names the point and the values drawn
+    there; given a list ``point_errors``, it is appended there as (point, error) instead
+    of raised, and the other points are still checked (a usage error is raised still: it
+    is no point's).
     """
     @quiet
     def run():
@@ -826,12 +830,19 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
         results = []
         limits = {"max_elements": max_elements, "max_steps": max_steps}
         values = as_arrays(at)
-        for p, tr in _points(program, values, points, rng, limits):
-            outs, wrts = _selected(tr, of, wrt)
+        for p, point, tr in _points(program, values, points, rng, limits):
             try:
+                tr = tr or trace(program, point, **limits)
+                outs, wrts = _selected(tr, of, wrt)
                 results += _lines(tr, _check_point(tr, name, p, outs, wrts, plan, rng))
             except GradcalcError as err:  # (a batch over max_elements, say): name the program
-                raise err.located(program.source)
+                err.located(program.source)
+                if p == 0:
+                    raise
+                _name_the_point(err, p, point, values, points, seed)
+                if point_errors is None or isinstance(err, UsageError):
+                    raise
+                point_errors.append((p, err))
         if expect is not None:
             recorded = expect_point(expect, expect_name)
             tr = trace(program, {**values, **recorded}, **limits)
@@ -902,11 +913,12 @@ def _tolerances(method, points, directions, seed, rtol, atol) -> tuple[float, fl
 
 
 def _points(program, values: dict, points: int, rng, limits: dict):
-    """(number, traced) for the point at= gives (0; left out when it lacks a value and
-    ``points`` draws the rest) and ``points`` random points (1, 2, ...), each traced on its
-    own (each records its own path), with the limits max_elements and max_steps.  The random
-    values are drawn first, as many as the points take together (at most max_elements), and
-    each point is traced only when the caller asks for it: one point's tape at a time (a
+    """(number, values, traced) for the point at= gives (0, traced; left out when it lacks a
+    value and ``points`` draws the rest) and ``points`` random points (1, 2, ..., traced None:
+    the caller traces each, so that an error there is that point's).  Each point is traced on
+    its own (each records its own path), with the limits max_elements and max_steps.  The
+    random values are drawn first, as many as the points take together (at most max_elements),
+    and each point is traced only when the caller asks for it: one point's tape at a time (a
     tape of a long loop can hold tens of MB)."""
     if points:
         inputs = [i.name for i in find_inputs(program)]
@@ -916,18 +928,50 @@ def _points(program, values: dict, points: int, rng, limits: dict):
                              hint=f"leave some inputs out of {option('at')}", option="points")
     first = []
     try:
-        first.append((0, trace(program, values, **limits)))
+        first.append((0, values, trace(program, values, **limits)))
     except GradcalcError as err:
         if points == 0 or "has no value" not in err.message:
             raise  # without points, every input needs a value
     drawn = _random_points(program, values, points, rng, limits) if points else []
-    return itertools.chain(first, ((p, trace(program, point, **limits)) for p, point in enumerate(drawn, 1)))
+    return itertools.chain(first, ((p, point, None) for p, point in enumerate(drawn, 1)))
+
+
+def _name_the_point(err: GradcalcError, p: int, point: dict, given: dict, points: int, seed: int) -> None:
+    """Add to err's message the random point it arose at and the values drawn there, so that
+    it can be reproduced: '...; at random point 3 (--points 6 --seed 1), where x = -2.3'."""
+    drawn = ", ".join(f"{k} = {_drawn_text(v)}" for k, v in point.items() if k not in given)
+    err.message = (f"{err._message}; at random point {p} ({option('points')} {points} {option('seed')} {seed})"
+                   + (f", where {drawn}" if drawn else ""))
+
+
+#: A drawn array of more elements than this is shown by its first few and its size.
+DRAWN_SHOWN = 4
+
+
+def _drawn_text(v) -> str:
+    """A drawn value as --at takes it back (full precision: repr of each float), or, when it
+    is long, its first DRAWN_SHOWN elements and its shape."""
+    a = np.asarray(v, float)
+    if a.size > DRAWN_SHOWN:
+        return f"[{', '.join(repr(float(e)) for e in a.ravel()[:DRAWN_SHOWN])}, …] (shape {a.shape})"
+    return str(a.tolist())  # (Python's float repr: the shortest text that reads back the same float)
 
 
 def _random_points(program, values, points: int, rng, limits: dict) -> list[dict]:
     """points random points: every input not fixed by at= drawn from a standard normal, in
     the shape a trace with sampled values finds."""
-    shapes = trace(program, values, sample=lambda n, shape: rng.standard_normal(shape), **limits)
+    sampled = {}
+
+    def sample(name, shape):
+        sampled[name] = rng.standard_normal(shape)
+        return sampled[name]
+    try:
+        shapes = trace(program, values, sample=sample, **limits)
+    except GradcalcError as err:  # (the trace that finds the inputs' shapes runs at random values too)
+        drawn = ", ".join(f"{k} = {_drawn_text(v)}" for k, v in sampled.items())
+        err.message = (f"{err._message}; while finding the shapes of the inputs {option('points')} draws, "
+                       f"by a run at random values" + (f" ({drawn})" if drawn else ""))
+        raise
     free = [(info.name, shapes.value(info.name).shape) for info in shapes.inputs if info.name not in values]
     drawn = points * sum(math.prod(shape) for _, shape in free)
     if drawn > limits["max_elements"]:

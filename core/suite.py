@@ -71,7 +71,8 @@ class CheckError:
     def as_dict(self) -> dict:
         """The result in JSON: its source, and the error as every user error's JSON has it
         (README, JSON: kind, message, line, column, source: the file the error is in, hint)."""
-        return {"source": self.source, "ok": False,
+        point = {} if self.point is None else {"point": self.point}  # (an error at one random point)
+        return {"source": self.source, **point, "ok": False,
                 "error": {"kind": self.kind, "message": self.message, "line": self.line,
                           "column": self.column, "source": self.file, "hint": self.error.hint}}
 
@@ -104,7 +105,8 @@ def suite_result(checks: list) -> Result:
     ``ok``, ``exit_code`` (0, 1 or 2), ``sources`` (the SourceChecks) and the tolerances
     (``rtol``/``atol``: those every source applied, None where they differ)."""
     results = [r for c in checks for r in c.results]
-    tols = {(c.options.get("rtol"), c.options.get("atol")) for c in checks if c.error is None}
+    # (a source with an error at one random point applied its tolerances to the others)
+    tols = {(c.options.get("rtol"), c.options.get("atol")) for c in checks if "rtol" in c.options}
     rtol, atol = tols.pop() if len(tols) == 1 else (None, None)
     errors = [c.error for c in checks if c.error is not None]
     code = EXIT_INTERNAL if any(e.kind == "internal" for e in errors) else EXIT_ERROR if errors \
@@ -323,8 +325,10 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
         options["at"] = {**expect_point(stored, path), **options.get("at", {})}
     # (an expectation whose every entry is stale has failed already: nothing is left to compare)
     compared = None if stale and not records_derivatives(stored) else stored
-    checked = check(program, expect=compared, expect_name=path, **options)
+    at_points: list = []  # (a random point that cannot be checked: an error result, the others checked)
+    checked = check(program, expect=compared, expect_name=path, point_errors=at_points, **options)
     checked.results.extend(stale)
+    checked.results.extend(CheckError(src.label, err, point=p) for p, err in at_points)
     return _checked(src.label, checked, options, path if stored is not None else None, written)
 
 
@@ -608,10 +612,10 @@ def save_expect(path: str, text: str) -> None:
 def result_id(r) -> str:
     """A result's test id: ``mlp.grad::dloss/dW1@point0`` (``@expect`` for a comparison with
     the expectation file, ``@point0[directions]`` along random directions, ``::error`` for a
-    source that could not be checked)."""
+    source that could not be checked, ``::error@point3`` for a random point that could not)."""
     name = os.path.basename(r.source) if os.path.isfile(r.source) else r.source
-    if isinstance(r, CheckError):
-        return f"{name}::error"
+    if isinstance(r, CheckError):  # (an error at one random point: that point's, one id each)
+        return f"{name}::error" + ("" if r.point is None else f"@point{r.point}")
     what = f"d{r.of}/d{r.wrt}" if r.wrt else f"{r.of}(value)"
     comparison = getattr(r, "comparison", "jacobian")
     where = "expect" if comparison == "expect" else f"point{r.point}"
