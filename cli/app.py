@@ -686,6 +686,7 @@ def check_cmd(
     from gradcalc.values import promise_stdin
     if junit_xml is not None:
         views.check_writable("--junit-xml", junit_xml)
+        views.check_not_checked("--junit-xml", junit_xml, sources, expect)
     note_option_like(sources or ())
     if sources and "-" in sources:  # (read after the --at values, which must not take it first)
         promise_stdin("SOURCE -")

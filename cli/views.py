@@ -377,6 +377,24 @@ def check_writable(flag: str, path: str) -> None:
         raise unwritable(flag, path, "Permission denied")
 
 
+def check_not_checked(flag: str, path: str, sources, expect: str | None = None) -> None:
+    """Refuse a report file that is one of the files checked: a source, a .grad file inside a
+    source folder, or the --expect file (the report would overwrite the program it checks)."""
+    import os
+    target = os.path.realpath(path)
+    if not os.path.isfile(target):
+        return
+    for s in list(sources or ()) + ([expect] if expect else []):
+        if not isinstance(s, str) or s == "-" or "\n" in s or not os.path.exists(s):
+            continue
+        folder = os.path.realpath(s)
+        inside = os.path.isdir(folder) and target.endswith(".grad") and target.startswith(folder + os.sep)
+        if inside or os.path.samefile(s, target):
+            what = f"a .grad file in the source folder '{s}'" if inside else \
+                f"the expectation file '{s}'" if s == expect else f"the source '{s}'"
+            raise unwritable(flag, path, f"it is {what}, which the report would overwrite")
+
+
 def _junit_class(source: str) -> str:
     """A testcase's classname, as pytest makes one from a test file's path: gradcalc.check,
     then the folders and the name without .grad, joined by dots (examples/ci/cube.grad ->

@@ -840,3 +840,20 @@ def test_a_global_points_checks_a_file_whose_check_line_fixes_every_input_at_its
 def test_a_tolerance_of_minus_0_is_echoed_as_0(opt):
     r = run("check", "sin(x)", "--at", "x=1", opt, "-0", "-f", "json")
     assert "-0.0" not in r.stdout and json.loads(r.stdout)[opt[2:]] == 0.0
+
+
+@pytest.mark.parametrize("args, report, what", [
+    (["good.grad"], "good.grad", "the source 'good.grad'"),
+    (["good.grad"], "./good.grad", "the source 'good.grad'"),
+    (["."], "kink.grad", "a .grad file in the source folder '.'"),
+])
+def test_a_report_that_would_overwrite_a_checked_source_is_refused(three, monkeypatch, args, report, what):
+    # check g2.grad --junit-xml g2.grad replaced the program with its own report
+    before = {p: (three / p).read_text() for p in ("good.grad", "kink.grad")}
+    ran = []
+    monkeypatch.setattr("gradcalc.suite.check_sources", lambda *a, **k: ran.append(1))
+    r = user_error("check", *args, "--junit-xml", report, "-f", "json")
+    error = json.loads(r.stdout)["error"]
+    assert (error["kind"], error["message"]) == (
+        "file", f"--junit-xml: cannot write '{report}': it is {what}, which the report would overwrite")
+    assert not ran and {p: (three / p).read_text() for p in before} == before
