@@ -43,6 +43,8 @@ class GradFile(pytest.File):
         self.unwritten: list = []
         checked = check_source(_shown_path(self.path), update_expect=self.config.getoption("gradcalc_update_expect"),
                                unwritten=self.unwritten)
+        if not checked.results and checked.notes:  # (no inputs: the CLI warns, the plugin skips, saying so)
+            yield GradSkipped.from_parent(self, name="nothing-to-check", reason=checked.notes[0])
         for result in checked.results:
             name = result_id(result).split("::", 1)[1]
             if isinstance(result, CheckError):
@@ -98,6 +100,22 @@ class GradResult(pytest.Item):
     def reportinfo(self):  # (pytest's lines count from 0; the result's, the output's line, from 1)
         line = self.result.line
         return self.path, None if line is None else line - 1, _headline(self)
+
+
+class GradSkipped(pytest.Item):
+    """A program with nothing to check (no inputs): skipped, with the reason gradcalc check
+    warns of, so that it does not vanish from the run."""
+
+    def __init__(self, *, reason, **kwargs):
+        super().__init__(**kwargs)
+        self.reason = reason
+
+    def runtest(self) -> None:
+        _write_expectations(self)
+        pytest.skip(self.reason)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: {self.reason}"
 
 
 class GradError(pytest.Item):

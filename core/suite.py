@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -207,13 +208,15 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
     from .values import drop_unused, parse_source, read_source
     label = source if isinstance(source, str) and "\n" not in source else "<expr>"
     where: dict = {}  # the position of each option of a # check: line
+    misspelt: list = []  # notes on leading comments that look like # check: lines
     try:
         src = read_source(source)
         label = src.label
+        misspelt = misspelt_check_lines(src)
         program = parse_source(src, source if isinstance(source, str) else None)
         from_file = file_options(src, where)
         options = merged(from_file, overrides or {})
-        ignored = drop_unused(options.get("at", {}), program)  # (as every command does: SPEC §3)
+        ignored = misspelt + drop_unused(options.get("at", {}), program)  # (as every command does: SPEC §3)
         ignored += _one_point_only(program, from_file, overrides or {}, options)
         if checker is not None:
             ignored += _not_for_the_checker(from_file, options)
@@ -225,6 +228,8 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
     except GradcalcError as err:  # (a missing file: under its own name, not as program text)
         if where:
             _at_check_line(err, src, where, overrides or {})
+        if misspelt:  # (its options would have given the missing value, say)
+            err.hint = misspelt[0] + (f"; {err._hint}" if err._hint else "")
         return _failed(source if isinstance(err, FileError) and isinstance(source, str) else label, err)
     except Exception as exc:  # noqa: BLE001 - a bug: this source's error, and the others still checked
         return _failed(label, _internal(exc))
@@ -410,6 +415,25 @@ def file_options(src: Source, where: dict | None = None) -> dict:
         if text.startswith(CHECK_LINE):
             _read_line(src, number, line, found, {} if where is None else where)
     return found
+
+
+#: A leading comment that looks like a ``# check:`` line but is not one ('#check:', '# Check:',
+#: '# check --at ...', '#  check:'): read as a comment, its options would be lost unsaid.
+_NEAR_CHECK_LINE = re.compile(r"#+\s*check\s*(:|--)", re.IGNORECASE)
+
+
+def misspelt_check_lines(src: Source) -> list[str]:
+    """A note for each line of the leading comment block that looks like a ``# check:`` line
+    and is not one (see _NEAR_CHECK_LINE), saying so."""
+    notes = []
+    for number, line in enumerate(src.text.splitlines(), 1):
+        text = line.strip()
+        if text and not text.startswith("#"):
+            break
+        if _NEAR_CHECK_LINE.match(text) and not text.startswith(CHECK_LINE):
+            notes.append(f"line {number}, '{text[:40]}', is read as a comment: a settings line begins "
+                         f"'{CHECK_LINE}' exactly")
+    return notes
 
 
 def _read_line(src: Source, number: int, line: str, found: dict, where: dict) -> None:

@@ -857,3 +857,26 @@ def test_a_report_that_would_overwrite_a_checked_source_is_refused(three, monkey
     assert (error["kind"], error["message"]) == (
         "file", f"--junit-xml: cannot write '{report}': it is {what}, which the report would overwrite")
     assert not ran and {p: (three / p).read_text() for p in before} == before
+
+
+@pytest.mark.parametrize("line", ["#check: --at x=1", "# Check: --at x=1", "#  check: --at x=1",
+                                  "# check --at x=1"])
+def test_a_misspelt_check_line_is_pointed_out(tmp_path, monkeypatch, line):
+    # '#check: --at x=1' was read as a comment, silently: the check failed for a missing value
+    # (or ran at the program's own default) with no word of the line
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m.grad", f"{line}\nx^2\n")
+    r = user_error("check", "m.grad", "-f", "plain")
+    note = f"line 1, '{line}', is read as a comment: a settings line begins '# check:' exactly"
+    assert f"hint: {note}; give it with --at x=..." in r.stderr
+    write(tmp_path / "d.grad", f"{line}\ninput x = 2\nx^2\n")
+    r = ok("check", "d.grad", "-f", "plain")
+    assert f"note: d.grad: {note}" in r.stderr
+
+
+def test_comments_that_are_not_check_lines_are_left_alone(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "c.grad", "# check the gradient of x^2\n# checks: none\n# check: --at x=1\nx^2\n"
+                               "#check: after the first statement, a comment like any other\n")
+    r = ok("check", "c.grad", "-f", "plain")
+    assert "read as a comment" not in r.stderr

@@ -259,3 +259,23 @@ def test_the_pre_commit_hook_checks_a_staged_file_whose_name_begins_with_a_dash(
     run = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "-fwrong.grad" in run.stdout
+
+
+def test_a_program_with_no_inputs_is_a_skipped_item_that_says_why(pytester):
+    # gradcalc check warns 'nothing to check: the program has no inputs'; the plugin yielded no
+    # item at all, so the file vanished from the run
+    _folder(pytester, **{"const.grad": "f = 2 + 3\n", "square.grad": SQUARE})
+    result = _run(pytester, "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*nothing to check: the program has no inputs*"])
+    ids = _run(pytester, "--collect-only", "-q")
+    ids.stdout.fnmatch_lines(["const.grad::nothing-to-check"])
+
+
+def test_errors_at_random_points_are_items_of_their_own(pytester):
+    # one item per point that cannot be checked (ids ::error@pointP), beside point 0's results
+    _folder(pytester, **{"mid.grad": "# check: --points 2 --seed 1\ninput v[2] = [1, 2]\ninput x = 0.01\n"
+                                     "y = v[floor(abs(x)*30)] * x^2\n"})
+    result = _run(pytester, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["mid.grad::dy/dv@point0", "mid.grad::dy/dx@point0", "mid.grad::error@point1",
+                                 "mid.grad::error@point2"])
