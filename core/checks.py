@@ -98,6 +98,10 @@ def check_result(results: list, tol: tuple, comparison: str | None = None) -> Re
     (and, given, what every result compared: see CheckResult.comparison)."""
     for r in results if comparison else ():
         r.comparison = comparison
+    for r in results:  # (every result says what it was held to: a suite's sources can differ)
+        if isinstance(r, CheckResult):
+            r.extra.setdefault("rtol", tol[0])
+            r.extra.setdefault("atol", tol[1])
     return Result({}, command="check", ok=all(r.ok for r in results), results=results,
                   rtol=tol[0], atol=tol[1])
 
@@ -133,13 +137,17 @@ def breach(ad, ref, worst: list, rtol: float, atol: float, slack=None, ref_name:
     reference there (``ref_name``: ``fd``, or ``stored``), ``allowed`` (atol + rtol |ref|,
     plus any rounding slack) and ``bound``, the term of the tolerance that was the largest:
     "rtol" when rtol |ref| >= atol (the relative error is too large), else "atol" (the
-    absolute error is), or "rounding" when the rounding slack outweighed both."""
+    absolute error is), or "rounding" when the rounding slack outweighed both; "finite" when ad
+    or the reference is not finite (allowed is then what the formula gives: nan for a nan
+    reference, inf for an infinite one; no tolerance decides there)."""
     ad, ref = np.broadcast_arrays(np.asarray(ad, float), np.asarray(ref, float))
     at = tuple(worst)
     a, r = float(ad[at]), float(ref[at])
     extra = 0.0 if slack is None else float(np.broadcast_to(slack, ad.shape)[at])
     terms = {"rtol": rtol * abs(r), "atol": atol, "rounding": extra}
     bound = max(terms, key=lambda k: terms[k] if math.isfinite(terms[k]) else -1.0)
+    if not (math.isfinite(a) and math.isfinite(r)):  # (no tolerance weighs an inf or a nan: sqrt at 0,
+        bound = "finite"                           # ad inf against fd nan, said 'atol' and allowed nan)
     return {"ad": a, ref_name: r, "allowed": atol + rtol * abs(r) + extra, "bound": bound,
             "rtol": rtol, "atol": atol}
 

@@ -297,6 +297,10 @@ def _at_check_line(err: GradcalcError, src: Source, where: dict, overrides: dict
 def _checked(label: str, checked: Result, options: dict, expect_file=None, updated=False) -> SourceCheck:
     """A source's check from check()'s Result, with the tolerances it applied."""
     options.update(rtol=checked.rtol, atol=checked.atol)
+    for r in checked.results:  # (results added after check(): an expectation's stale entries)
+        if isinstance(r, CheckResult):
+            r.extra.setdefault("rtol", checked.rtol)
+            r.extra.setdefault("atol", checked.atol)
     notes = [] if checked.results else ["nothing to check: the program has no inputs"]
     return SourceCheck(label, checked.results, options, expect_file, updated, notes)
 
