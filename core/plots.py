@@ -13,7 +13,13 @@ Samples where the program takes another path (SPEC §2.1) are found as check fin
 run at the first such sample, and that run's tape serves, in one batched pass, every
 sample on its path; one run per path.  Where the path changes between two samples, and
 where a kink of the output lies (the check's kink rule: the kinks that the output's value
-follows), the result carries a mark.  Nothing here prints: the CLI draws the picture.
+follows), the result carries a mark: one rule for every kink (_kinks_along), looked for on
+at least KINK_GRID points, so the marks do not depend on the number of samples.
+
+The passes check nothing for nan and inf: a sample whose value or derivative is not finite
+is run again as eval and jvp run it, and their warnings are the plot's.  A plot's arrays are
+counted before they are made (_per_sample), the batched passes' values included, against
+max_elements.  Nothing here prints: the CLI draws the picture.
 """
 from __future__ import annotations
 
@@ -23,12 +29,12 @@ from typing import NamedTuple
 import numpy as np
 
 from .checks import kink_text
-from .errors import LimitError, ShapeError, UsageError, did_you_mean, option
+from .errors import GradcalcError, LimitError, ShapeError, UsageError, did_you_mean, option
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .numerics import kinked_equations, on_tape, path_notes, run_at
 from .results import Result
 from .session import as_arrays, parse, quiet, select_names, select_output
-from .tape import DEFAULT_MAX_ELEMENTS, eval_equations
+from .tape import DEFAULT_MAX_ELEMENTS, _frees, eval_equations
 from .transforms import forward, largest_batched, seeded
 
 DEFAULT_SAMPLES = 200
@@ -38,6 +44,10 @@ DEFAULT_SAMPLES = 200
 #: the change of path is, not where the samples happen to fall.
 BISECTIONS = 32
 ROUNDS = 12
+#: Kinks are looked for on at least this many evenly spaced points (the samples, when there
+#: are as many): so the marks do not depend on how few samples there are (floor(x) over
+#: -1:1 is marked at -1, 0 and 1 at 4 samples as at 200).
+KINK_GRID = 4097
 
 
 class Line(NamedTuple):
@@ -91,8 +101,8 @@ def plot(source, over: str, lo: float, hi: float, *, samples: int = DEFAULT_SAMP
     if not math.isfinite(hi - lo):  # (the samples' spacing would overflow)
         raise UsageError(f"{option('over')} {lo:g}:{hi:g} is wider than a float can span", option="over",
                          hint="make the interval narrower than about 1.8e308")
-    line, tr = _line(program, over, np.linspace(lo, hi, samples), direction, as_arrays(at),
-                     dict(max_elements=max_elements, max_steps=max_steps))
+    at = as_arrays(at)
+    line, tr = _line(program, over, lo, direction, at, dict(max_elements=max_elements, max_steps=max_steps))
     out = select_output(tr, of)
     if tr.value(out).size != 1:
         raise ShapeError(f"plot draws a scalar output, but '{out}' has shape {tr.value(out).shape}",
@@ -105,12 +115,53 @@ def plot(source, over: str, lo: float, hi: float, *, samples: int = DEFAULT_SAMP
     if hessian and w not in tr.tape.inputs:
         raise UsageError("plot --hessian differentiates with respect to inputs only; "
                          f"'{w}' is an intermediate value", name=w, option="wrt")
-    curves, marks = _sampled(tr, line, out, w, hessian, max_steps)
+    first = _recorded(tr, line, out, w, hessian)
+    _check_memory(first, samples, max_elements)
+    line = line._replace(t=np.linspace(lo, hi, samples))
+    curves, marks = _sampled(tr, first, line, out, w, hessian, max_steps)
     data = {"abscissae": line.t, "values": curves[0], "derivatives": curves[1]}
     if hessian:
         data["second_derivatives"] = curves[2]
+    notes = _unused_at(over, at, line, lo, hi) + _warnings(tr, line, curves, out, w, max_steps)
     return Result(data, command="plot", of=out, over=over, wrt=w,
-                  direction=line.v, marks=marks, at=_point(tr, line), warnings=[m.message for m in tr.warnings])
+                  direction=line.v, marks=marks, at=_point(tr, line), warnings=notes)
+
+
+def _unused_at(over: str, at: dict, line: Line, lo: float, hi: float) -> list[str]:
+    """A note when --at gives over a value that the plot does not use (the value varies)."""
+    if line.v is not None or over not in at:
+        return []
+    return [f"--at {over} is not used: --over varies {over} from {lo:g} to {hi:g} (with --direction, "
+            "the plot runs along a line through the --at value)"]
+
+
+def _warnings(tr: Traced, line: Line, curves: list, out: str, w: str, max_steps: int) -> list[str]:
+    """The warnings of the run at the first sample, and of eval's and jvp's runs at the
+    first sample whose value, and the first whose derivative, is not finite: the batched
+    passes check nothing, so such a sample is run again as eval and jvp run a point, and
+    its warnings are theirs (1/x at 0: "'/' at line 1, column 2 produced inf")."""
+    found = [m.message for m in tr.warnings]
+    finite_point = np.isfinite(line.points().reshape(len(line.t), -1)).all(axis=1)
+    rows = {int(np.argmax(bad)) for c in curves if (bad := finite_point & ~np.isfinite(c)).any()}
+    for row in sorted(rows):
+        for message in _warnings_at(tr, line, row, out, w, max_steps):
+            if message not in found:
+                found.append(message)
+    return found
+
+
+def _warnings_at(tr: Traced, line: Line, row: int, out: str, w: str, max_steps: int) -> list[str]:
+    """The warnings of a run at sample row, and of forward mode over it (as jvp's)."""
+    point = {**{n: tr.value(n) for n in tr.tape.inputs}, line.over: line.points()[row]}
+    try:
+        there = trace(tr.program, point, max_elements=tr.builder.max_elements, max_steps=max_steps)
+    except GradcalcError:
+        return []  # (the program fails there: its batched pass gave nan, as check's runs do)
+    names = there.tape.names
+    if out in names and w in names:
+        seed = line.v if line.v is not None and w == line.over else np.ones(there.value(w).shape)
+        forward(there.builder, there.tape.equations, {names[w]: seed}, eager=True, check=True)
+    return [m.message for m in there.warnings]
 
 
 def _point(tr: Traced, line: Line) -> dict:
@@ -120,8 +171,9 @@ def _point(tr: Traced, line: Line) -> dict:
             if k != line.over or line.v is not None}
 
 
-def _line(program, over: str, t: np.ndarray, direction, at: dict, limits: dict) -> tuple[Line, Traced]:
-    """The line through the point, and the program traced at its first sample."""
+def _line(program, over: str, lo: float, direction, at: dict, limits: dict) -> tuple[Line, Traced]:
+    """The line through the point (its abscissae: lo alone, for now), and the program
+    traced at its first sample."""
     inputs = {i.name: i for i in find_inputs(program)}
     if over not in inputs:
         hint = did_you_mean(over, inputs) or (f"the inputs are: {', '.join(inputs)}" if inputs
@@ -129,10 +181,17 @@ def _line(program, over: str, t: np.ndarray, direction, at: dict, limits: dict) 
         raise UsageError(f"{option('over')} '{over}' is not an input of the program", name=over,
                          option="over", hint=hint)
     point = dict(at)
-    if over not in point and inputs[over].default is None and inputs[over].shape is None:
-        point[over] = np.asarray(t[0])  # a free scalar input: it needs no value of its own
-    x0 = trace(program, point, **limits).value(over)
     v = None if direction is None else np.asarray(direction, dtype=float)
+    free = over not in point and inputs[over].default is None
+    if v is not None and free:  # (an array input without a value fails the same way in trace)
+        raise UsageError(f"{option('direction')} runs along {over} + t V, through {over}'s value; "
+                         f"'{over}' has none", name=over, option="direction",
+                         hint=f"give it with {option('at')} {over}=X0")
+    if v is not None and not np.isfinite(v).all():
+        raise UsageError(f"{option('direction')} must be finite, not {_shown(v)}", option="direction")
+    if free and inputs[over].shape is None:
+        point[over] = np.asarray(lo)  # a free scalar input: it needs no value of its own
+    x0 = trace(program, point, **limits).value(over)
     if v is None and x0.size != 1:
         raise ShapeError(f"{option('over')} '{over}' has shape {x0.shape}: a plot runs along one "
                          "line", name=over, option="over",
@@ -141,37 +200,31 @@ def _line(program, over: str, t: np.ndarray, direction, at: dict, limits: dict) 
     if v is not None and v.shape != x0.shape:
         raise ShapeError(f"{option('direction')} has shape {v.shape}, but '{over}' has shape {x0.shape}",
                          name=over, option="direction")
-    line = Line(over, t, x0, v)
+    line = Line(over, np.array([float(lo)]), x0, v)
     return line, trace(program, {**point, over: line.points()[0]}, **limits)
 
 
-def _sampled(tr: Traced, line: Line, out: str, w: str, hessian: bool, max_steps: int):
-    """([values, derivatives(, second derivatives)], marks): every sample, one batched pass
-    per path; a mark where the path changes between two samples and where a kink lies."""
-    xs = line.points()
-    curves = np.full((2 + hessian, len(xs)), np.nan)
-    pending, traced, groups = np.arange(len(xs)), tr, []
-    while pending.size:
-        if traced is None:  # the program fails at this sample: no value there
-            pending = pending[1:]
-        else:
-            _, first, _ = on_tape(traced, line.over, xs[pending], [out])
-            rows = pending[first < 0]
-            if rows.size:
-                found, kinks = _along(traced, line, out, w, hessian, rows)
-                curves[:, rows] = found
-                groups.append((traced, rows, kinks))
-            pending = pending[first >= 0]
-        if pending.size:
-            traced = run_at(tr, {**{n: tr.value(n) for n in tr.tape.inputs}, line.over: xs[pending[0]]},
-                            max_steps)
-    return list(curves), _path_marks(groups, line, out, max_steps) + _kink_marks(groups, line)
+def _shown(v: np.ndarray) -> str:
+    """A direction in a message: its first entries."""
+    flat = v.reshape(-1)
+    return "[" + ", ".join(f"{x:g}" for x in flat[:4]) + (", ..." if flat.size > 4 else "") + "]"
 
 
-def _along(tr: Traced, line: Line, out: str, w: str, hessian: bool, rows: np.ndarray):
-    """The value, derivative (and second derivative) at the samples rows, all on tr's path:
-    forward mode (over forward mode) recorded on tr's builder, then one batched pass over
-    the primal and tangent equations; and the kinks' distances at those samples."""
+class Pass(NamedTuple):
+    """The batched pass of one path: its equations (primal and tangent, those that depend on
+    the line's input), the variables of the curves (None: a zero derivative), what it keeps,
+    the kinked equations, and the elements it holds for each sample."""
+
+    equations: list
+    wanted: list
+    keep: set
+    kinked: list
+    per_sample: int
+
+
+def _recorded(tr: Traced, line: Line, out: str, w: str, hessian: bool) -> Pass:
+    """The pass that gives the value, derivative (and second derivative) of the samples on
+    tr's path: forward mode (over forward mode) recorded on tr's builder."""
     b, names = tr.builder, tr.tape.names
     saved, b.check_finite = b.check_finite, False  # traced at one point: its values mean nothing
     start = len(b.equations)
@@ -189,15 +242,83 @@ def _along(tr: Traced, line: Line, out: str, w: str, hessian: bool, rows: np.nda
     keep = {v for v in wanted if v is not None} | {v for eq in kinked for v in (eq.out, *eq.args)}
     over = names[line.over]
     equations = seeded(list(tr.tape.equations) + b.equations[start:], [over])
-    largest = largest_batched(equations, [over], b.shapes)
+    per_sample = _per_sample(tr, equations, keep, over, names[out], len(wanted), kinked)
+    return Pass(equations, wanted, keep, kinked, per_sample)
+
+
+def _per_sample(tr: Traced, equations, keep: set, over: int, out: int, curves: int, kinked: list) -> int:
+    """The elements a plot holds at once for each sample: its abscissa, point (twice: the
+    line's points, and a pass's copy of those it runs), curves and kink distances, and the
+    most that one batched pass has alive at a time: the pass of values and derivatives, or
+    the pass that finds each sample's path (its guards, and the number of the first that
+    changes)."""
+    size = {v: math.prod(shape) for v, shape in tr.builder.shapes.items()}
+    held = 1 + 2 * size[over] + curves + sum(max(size[v] for v in (eq.out, *eq.args)) for eq in kinked)
+    primal = seeded(tr.tape.equations, [over])
+    guards = {g.var for g in tr.tape.guards} | {out}
+    return held + max(_peak(equations, keep, size), _peak(primal, guards, size) + 1)
+
+
+def _peak(equations, keep: set, size: dict) -> int:
+    """The most elements (a sample's share) alive at once in a batched pass over equations:
+    eval_equations drops each value after its last use (tape._frees), except what is kept."""
+    alive = peak = 0
+    for eq, dropped in zip(equations, _frees(equations, keep)):
+        alive += size[eq.out]
+        peak = max(peak, alive)
+        alive -= sum(size[v] for v in dropped)
+    return peak
+
+
+def _check_memory(first: Pass, samples: int, max_elements: int) -> None:
+    """Refuse, before the samples are made, a plot whose arrays together would hold more
+    than max_elements elements (10^8 samples of sin(x) held 13 GB and were killed)."""
+    if samples * first.per_sample > max_elements:
+        raise LimitError(f"{option('samples')}={samples} would hold {samples * first.per_sample:,} elements at "
+                         f"once ({first.per_sample} for each sample: its point, curves and the batched "
+                         f"pass's values), more than {option('max_elements')}={max_elements}",
+                         option="samples", hint=f"use at most {max(max_elements // first.per_sample, 1):,} "
+                                                f"{option('samples')} (a picture shows about 200), or raise "
+                                                f"{option('max_elements')}")
+
+
+def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: bool, max_steps: int):
+    """([values, derivatives(, second derivatives)], marks): every sample, one batched pass
+    per path; a mark where the path changes between two samples and where a kink lies."""
+    xs = line.points()
+    curves = np.full((2 + hessian, len(xs)), np.nan)
+    pending, traced, groups = np.arange(len(xs)), tr, []
+    while pending.size:
+        if traced is None:  # the program fails at this sample: no value there
+            pending = pending[1:]
+        else:
+            _, first_change, _ = on_tape(traced, line.over, xs[pending], [out])
+            rows = pending[first_change < 0]
+            if rows.size:
+                recorded = first if traced is tr else _recorded(traced, line, out, w, hessian)
+                found, kinks = _evaluated(traced, recorded, line, rows)
+                curves[:, rows] = found
+                groups.append((traced, rows, kinks))
+            pending = pending[first_change >= 0]
+        if pending.size:
+            traced = run_at(tr, {**{n: tr.value(n) for n in tr.tape.inputs}, line.over: xs[pending[0]]},
+                            max_steps)
+    return list(curves), _path_marks(groups, line, out, max_steps) + _kink_marks(groups, line)
+
+
+def _evaluated(tr: Traced, recorded: Pass, line: Line, rows: np.ndarray):
+    """The curves at the samples rows, all on tr's path, by one batched pass over the
+    primal and tangent equations; and the kinks' distances at those samples."""
+    b, over = tr.builder, tr.tape.names[line.over]
+    largest = largest_batched(recorded.equations, [over], b.shapes)
     b.check_size((len(rows), largest), what=f"a batch of {len(rows)} samples through {largest}-element values")
     env = dict(b.values)
     env[over] = line.points()[rows]
-    eval_equations(equations, env, keep=keep, batch_elements=len(rows) * largest)
+    eval_equations(recorded.equations, env, keep=recorded.keep, batch_elements=len(rows) * largest)
     shape = (len(rows),)
     found = [np.zeros(shape) if v is None else np.broadcast_to(env[v], shape + b.shapes[v]).reshape(shape)
-             for v in wanted]
-    return found, [(eq, _kink_distances(eq, env, b.shapes, len(rows))) for eq in kinked]
+             for v in recorded.wanted]
+    return found, [(eq, _kink_distances(eq, env, b.shapes, len(rows))) for eq in recorded.kinked]
 
 
 def _kink_distances(eq, env: dict, shapes: dict, n: int) -> np.ndarray:
@@ -210,49 +331,60 @@ def _kink_distances(eq, env: dict, shapes: dict, n: int) -> np.ndarray:
 
 
 def _kink_marks(groups: list, line: Line) -> list:
-    """A mark where a kink lies between consecutive samples of one path: where its signed
-    distance changes sign (or is zero), or where an unsigned one (a gap: max's tie) dips
-    to a V whose bottom is within a typical change between samples of zero."""
+    """The kinks of each path, looked for on KINK_GRID points at least (the samples, when
+    there are as many) between its consecutive samples; see _kinks_along for the rule."""
     t, marks = line.t, []
+    grid = t if len(t) >= KINK_GRID else np.linspace(t[0], t[-1], KINK_GRID)
     for traced, rows, kinks in groups:
-        for eq, d in kinks:
-            typical = np.median(np.abs(np.diff(d, axis=0)), axis=0) if len(d) > 1 else np.zeros(d.shape[1])
-            gap = (d >= 0).all(axis=0)  # the elements whose distance never goes negative
-            distance = _distance_along(traced, line, eq)
-            for i in range(len(rows) - 1):
-                if rows[i + 1] != rows[i] + 1:
-                    continue
-                e = _crossing(d[i], d[i + 1], typical, ~gap)
-                if e is not None:
-                    x = _refined(t[rows[i]], t[rows[i + 1]], lambda ts: _past(distance(ts)[:, e], d[i, e]))
-                elif 0 < i and rows[i - 1] == rows[i] - 1:
-                    e = _vertex(d[i - 1:i + 2], typical, gap)
-                    x = None if e is None else _bottom(t[rows[i - 1]], t[rows[i + 1]],
-                                                       lambda ts: distance(ts)[:, e])
-                if e is not None:
-                    _add_mark(marks, x, "kink", kink_text(traced.builder, eq), t[1] - t[0])
+        for a, b in _consecutive_runs(rows):
+            lo, hi = t[rows[a]], t[rows[b]]
+            ts = grid[(grid >= lo) & (grid <= hi)] if grid is not t else t[rows[a]:rows[b] + 1]
+            for eq, d in kinks:
+                distance = _distance_along(traced, line, eq)
+                found = d[a:b + 1] if grid is t else distance(ts)
+                for x in _kinks_along(ts, found, distance):
+                    _add_mark(marks, x, "kink", kink_text(traced.builder, eq), grid[1] - grid[0])
     return marks
 
 
-def _crossing(a, c, typical, signed) -> int | None:
-    """The element of a signed distance that crosses zero between two samples (a, then c),
-    if one does, changing there by at most twice its typical change between samples
-    (x - round(x), floor's distance, jumps at half-integers: no kink there)."""
-    cross = signed & ((a == 0) | (c == 0) | (np.sign(a) * np.sign(c) < 0)) & (abs(a - c) <= 2 * typical)
-    return int(np.argmax(cross)) if cross.any() else None
+def _consecutive_runs(rows: np.ndarray) -> list:
+    """(first, last) positions in rows of each run of consecutive sample numbers."""
+    breaks = np.flatnonzero(np.diff(rows) != 1)
+    starts = np.insert(breaks + 1, 0, 0)
+    ends = np.append(breaks, len(rows) - 1)
+    return list(zip(starts.tolist(), ends.tolist()))
 
 
-def _past(d: np.ndarray, start: float) -> np.ndarray:
-    """Whether a signed distance has reached zero, or the other side, from its value start."""
-    return (d == 0) | (np.sign(d) != np.sign(start)) if start != 0 else np.ones(d.shape, dtype=bool)
-
-
-def _vertex(d, typical, gap) -> int | None:
-    """The element of an unsigned distance (three samples d) that has the bottom of a V near
-    zero: falling then rising, the middle within a typical change of zero."""
-    before, here, after = d
-    v = gap & (before > here) & (after > here) & (here <= typical)
-    return int(np.argmax(v)) if v.any() else None
+def _kinks_along(ts: np.ndarray, d: np.ndarray, distance) -> list:
+    """Where a kink lies along ts, given its distance d (shape (len(ts), elements)), one rule
+    at every point, the interval's ends included: where an element is exactly 0 at a point
+    (and not at both its neighbours: a distance 0 everywhere marks nothing); where a signed
+    one changes sign between two points by at most twice its typical change between points
+    (a bigger change is a jump: x - round(x), floor's distance, jumps at half-integers),
+    located by _zero; and where one that is never negative (a gap: max's tie) dips to a V
+    whose bottom is within a typical change of 0, located by _bottom."""
+    if len(ts) < 2:
+        return [float(ts[0])] if len(ts) and (d[0] == 0).any() else []
+    step = np.abs(np.diff(d, axis=0))
+    typical = np.median(step, axis=0)
+    signed = ~(d >= 0).all(axis=0)
+    zero = d == 0
+    flat = np.zeros(d.shape, dtype=bool)  # a zero whose neighbours are zeros too
+    flat[1:-1] = zero[:-2] & zero[2:]
+    flat[0], flat[-1] = zero[1], zero[-2]
+    found = [float(ts[i]) for i in np.flatnonzero((zero & ~flat).any(axis=1))]
+    cross = signed & (d[:-1] * d[1:] < 0) & (step <= 2 * typical)
+    for i in np.flatnonzero(cross.any(axis=1)):
+        e = int(np.argmax(cross[i]))
+        x = _zero(ts[i], ts[i + 1], lambda u: distance(u)[:, e])
+        if x is not None:
+            found.append(x)
+    here = d[1:-1]
+    vertex = ~signed & ~zero[1:-1] & (d[:-2] > here) & (d[2:] > here) & (here <= typical)
+    for i in np.flatnonzero(vertex.any(axis=1)):
+        e = int(np.argmax(vertex[i]))
+        found.append(_bottom(ts[i], ts[i + 2], lambda u: distance(u)[:, e]))
+    return sorted(found)
 
 
 def _distance_along(tr: Traced, line: Line, eq):
@@ -267,6 +399,28 @@ def _distance_along(tr: Traced, line: Line, eq):
         eval_equations(equations, env, keep={eq.out, *eq.args})
         return _kink_distances(eq, env, b.shapes, len(ts))
     return distance
+
+
+def _zero(lo: float, hi: float, distance) -> float | None:
+    """Where a distance (ts -> values) that changes sign between lo and hi crosses 0: rounds
+    of BISECTIONS points, each keeping the first two between which it changes sign by at
+    most twice the round's typical change (a jump is not a crossing: None if only jumps
+    change its sign), until the bracket stops narrowing; then the simplest number in it."""
+    for _ in range(ROUNDS):
+        ts = np.linspace(lo, hi, BISECTIONS + 1)
+        d = distance(ts)
+        if (d == 0).any():
+            return float(ts[np.argmax(d == 0)]) + 0.0
+        step = np.abs(np.diff(d))
+        typical = np.median(step)
+        crossing = (np.sign(d[:-1]) != np.sign(d[1:])) & ((step <= 2 * typical) | (typical == 0))
+        if not crossing.any():
+            return None
+        k = int(np.argmax(crossing))
+        lo, hi, before = ts[k], ts[k + 1], (lo, hi)
+        if (lo, hi) == before:
+            break
+    return _simplest(lo, hi)
 
 
 def _refined(lo: float, hi: float, past) -> float:
@@ -297,40 +451,40 @@ def _bottom(lo: float, hi: float, gap) -> float:
     return _simplest(lo, hi)
 
 
-
-
 def _path_marks(groups: list, line: Line, out: str, max_steps: int) -> list:
     """A mark between two consecutive samples on different paths, naming the decision that
     changes (check's path notes), placed where the path changes (_refined: batched passes
     over points between them)."""
-    owner = {}
-    for k, (traced, rows, _) in enumerate(groups):
-        owner.update(dict.fromkeys(rows.tolist(), k))
     t, marks = line.t, []
-    for i in range(len(t) - 1):
-        if i in owner and i + 1 in owner and owner[i] != owner[i + 1]:
-            traced = groups[owner[i]][0]
-            _, first, guards = on_tape(traced, line.over, line._replace(t=t[i + 1:i + 2]).points(), [out])
-            notes = path_notes(traced, [guards[first[0]]], "sample") if first[0] >= 0 else []
-            text = notes[0].split("; ")[0].removeprefix("near a ") if notes else "change of path"
-            x = _refined(t[i], t[i + 1], lambda ts: on_tape(traced, line.over, line._replace(t=ts).points(),
-                                                            [out])[1] >= 0)
-            _add_mark(marks, x, "path", text, t[1] - t[0])
+    owner = np.full(len(t), -1)
+    for k, (_, rows, _) in enumerate(groups):
+        owner[rows] = k
+    changes = np.flatnonzero((owner[:-1] >= 0) & (owner[1:] >= 0) & (owner[:-1] != owner[1:]))
+    for i in changes.tolist():
+        traced = groups[owner[i]][0]
+        _, first, guards = on_tape(traced, line.over, line._replace(t=t[i + 1:i + 2]).points(), [out])
+        notes = path_notes(traced, [guards[first[0]]], "sample") if first[0] >= 0 else []
+        text = notes[0].split("; ")[0].removeprefix("near a ") if notes else "change of path"
+        x = _refined(t[i], t[i + 1], lambda ts: on_tape(traced, line.over, line._replace(t=ts).points(),
+                                                        [out])[1] >= 0)
+        _add_mark(marks, x, "path", text, t[1] - t[0])
     return marks
 
 
 def _simplest(a: float, b: float) -> float:
     """The number with the fewest decimals in [a, b] (where a path changes: 0 rather than
-    0.000157, when all that is known is that it changes between -5e-17 and 0.0003)."""
+    0.000157, when all that is known is that it changes between -5e-17 and 0.0003); 0, not
+    -0.0 (a mark's place is a number, not a side)."""
     mid = (a + b) / 2
     for decimals in range(17):
         r = round(mid, decimals)
         if a <= r <= b:
-            return r
-    return mid
+            return r + 0.0
+    return mid + 0.0
 
 
 def _add_mark(marks: list, x: float, kind: str, text: str, spacing: float) -> None:
-    """Add a mark, unless the same one lies within a sample of it."""
+    """Add a mark, unless the same one lies within spacing of it (one point of the grid the
+    kinks are looked for on, a sample for a change of path)."""
     if not any(m["kind"] == kind and m["note"] == text and abs(m["x"] - x) <= spacing for m in marks):
-        marks.append({"x": float(x), "kind": kind, "note": text})
+        marks.append({"x": float(x) + 0.0, "kind": kind, "note": text})

@@ -3,6 +3,7 @@ the command line draws.  Expected values come from closed forms, never from grad
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 
@@ -315,3 +316,81 @@ def test_many_samples_are_thinned_to_what_the_picture_shows(monkeypatch):
     monkeypatch.setattr(pictures, "_marker_samples", lambda columns, rows: np.flatnonzero(rows >= 0))
     assert pictures.function_picture(samples, [], ["f", "df"], "x", width=100, with_colour=False) == thinned
     assert sum(given) > 2 * n - 2_001 - 1  # (the comparison drew every finite sample)
+
+
+def test_a_plot_whose_arrays_together_pass_the_budget_is_refused_before_it_runs():
+    # hunt7 F1: --samples 10^8 passed the --max-elements test (10^8 is not more than 10^8) and was
+    # killed holding 13 GB; a plot holds, for each sample, at least its abscissa, its point and the
+    # pass's copy of it, a value and a derivative: 5 elements
+    r = user_error("plot", "sin(x)", "--over", "x=0:1", "--samples", "500000", "--max-elements", "1000000")
+    first = r.stderr.split("\n")[0]
+    assert first.startswith("error: <expr>: --samples=500000 would hold ") and "--max-elements=1000000" in first
+    held = int(re.search(r"would hold ([\d,]+) elements", first).group(1).replace(",", ""))
+    assert held >= 5 * 500_000
+    assert "hint: use at most " in r.stderr and "or raise --max-elements" in r.stderr
+    assert len(ok_json("plot", "sin(x)", "--over", "x=0:1", "--samples", "100000", "--max-elements",
+                       "1000000")["samples"]["values"]) == 100_000
+
+
+def test_the_refusal_comes_before_the_samples_are_made():
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        with pytest.raises(GradcalcError, match="would hold"):
+            plot("sin(x)", "x", 0, 1, samples=2_000_000, max_elements=4_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000  # (one array of the samples is 16 MB)
+
+
+@pytest.mark.parametrize("text, samples, where", [
+    ("abs(x - 1)", 200, [1]), ("abs(x + 1)", 200, [-1]),            # a kink at either end, alike
+    ("relu(x + 1)", 200, [-1]), ("max([x, 1])", 200, [1]), ("max([x, -1])", 200, [-1]),
+    ("floor(x)", 200, [-1, 0, 1]), ("floor(x)", 5, [-1, 0, 1]), ("floor(x)", 4, [-1, 0, 1]),
+    ("round(x)", 4, [-0.5, 0.5]), ("round(x)", 200, [-0.5, 0.5]),  # (half-integers: its jumps)
+    ("x % 0.5", 4, [-1, -0.5, 0, 0.5, 1]), ("x % 0.5", 200, [-1, -0.5, 0, 0.5, 1]),
+    ("abs(x - x)", 20, []), ("max([x, x])", 20, []),                # a distance 0 everywhere: no one place
+])
+def test_kinks_are_marked_by_one_rule_at_any_number_of_samples_and_at_both_ends(text, samples, where):
+    # hunt7 F6: abs(x - 1) was marked at 1 but abs(x + 1) not at -1; floor(x) at 5 samples not at 1;
+    # round(x) at 4 samples not at 0.5; x % 0.5 at 4 samples at -0.25, where it has no kink
+    marks = plot(text, "x", -1, 1, samples=samples).marks
+    assert sorted(m["x"] for m in marks) == where and {m["kind"] for m in marks} <= {"kink"}
+
+
+def test_a_mark_at_zero_is_written_0_not_minus_0():
+    doc = ok_json("plot", "floor(x)", "--over", "x=-1:1", "--samples", "5")
+    xs = [m["x"] for m in doc["marks"]]
+    assert xs == [-1, 0, 1] and math.copysign(1.0, xs[1]) == 1.0
+
+
+def test_a_sample_that_is_not_finite_warns_as_eval_and_jvp_warn_there():
+    # hunt7 F4: 1/x at x = 0 (the middle of 5 samples) was "inf" with no warning
+    doc = ok_json("plot", "1/x", "--over", "x=-1:1", "--samples", "5")
+    assert doc["samples"]["values"][2] == "inf"
+    want = ok_json("jvp", "1/x", "--at", "x=0", "--tangent", "x=1")["warnings"]
+    assert ok_json("eval", "1/x", "--at", "x=0")["warnings"][0] in want
+    assert doc["warnings"] == want
+    assert ok_json("plot", "1/x", "--over", "x=-1:1", "--samples", "4")["warnings"] == []  # (no sample at 0)
+
+
+def test_direction_needs_a_finite_vector_and_a_point():
+    # hunt7 F5: --direction [nan,0] drew nothing, exit 0; a scalar input without --at ran from 0
+    r = user_error("plot", "sum(v^2)", "--over", "v=0:1", "--at", "v=[1,2]", "--direction", "[nan,0]")
+    assert "error: <expr>: --direction must be finite, not [nan, 0]" in r.stderr
+    r = user_error("plot", "x^2", "--over", "x=0:1", "--direction", "2")
+    assert "--direction runs along x + t V, through x's value; 'x' has none" in r.stderr
+    assert "hint: give it with --at x=X0" in r.stderr
+    doc = ok_json("plot", "x^2", "--over", "x=-1:1", "--direction", "2", "--at", "x=1", "--samples", "5")
+    t = np.array(doc["samples"]["abscissae"])
+    assert doc["samples"]["values"] == pytest.approx(list((1 + 2 * t) ** 2))
+    assert doc["samples"]["derivatives"] == pytest.approx(list(4 * (1 + 2 * t)))
+
+
+def test_an_at_value_of_the_plotted_input_is_noted_as_unused():
+    # hunt7 F5: --at x=5 was ignored silently
+    doc = ok_json("plot", "x^2", "--over", "x=0:1", "--at", "x=5", "--samples", "3")
+    assert doc["warnings"] == ["--at x is not used: --over varies x from 0 to 1 (with --direction, the plot "
+                               "runs along a line through the --at value)"]
+    assert doc["samples"]["values"] == [0.0, 0.25, 1.0]
