@@ -263,7 +263,7 @@ def jacobian(source, at=None, of=None, wrt=None, mode: str = "auto", unconnected
         if lacks_a_point(source, at):
             return closed_form_alone("jacobian", source, at, of, wrt, max_elements=max_elements,
                                      max_steps=max_steps)
-    tr = trace_source(source, at, max_elements, max_steps=max_steps)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps, release=not symbolic)
     outs = [select_output(tr, None)] if of is None else select_names(tr, of, "of", ())
     wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     out_size = sum(tr.value(o).size for o in outs)
@@ -304,8 +304,8 @@ def hessian(source, at=None, of=None, wrt=None, *, symbolic: bool = False, max_e
         if lacks_a_point(source, at):
             return closed_form_alone("hessian", source, at, of, wrt, max_elements=max_elements,
                                      max_steps=max_steps)
-    tr = trace_source(source, at, max_elements, max_steps=max_steps)
-    result = _hessian_at(tr, of, wrt)
+    tr = trace_source(source, at, max_elements, max_steps=max_steps, release=not symbolic)
+    result = _hessian_at(tr, of, wrt, release=not symbolic)
     result.symbolic = None
     if symbolic:
         from .symbolic import symbolic_hessian
@@ -313,8 +313,9 @@ def hessian(source, at=None, of=None, wrt=None, *, symbolic: bool = False, max_e
     return result
 
 
-def _hessian_at(tr: Traced, of, wrt) -> Result:
-    """hessian's numbers: forward mode over the traced backward pass."""
+def _hessian_at(tr: Traced, of, wrt, release: bool = False) -> Result:
+    """hessian's numbers: forward mode over the traced backward pass (``release``: see
+    _gradient_equations)."""
     out = select_output(tr, of)
     wrt = select_names(tr, wrt, "wrt", tr.tape.inputs)
     inputs_only(tr, wrt, "hessian")
@@ -331,7 +332,7 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
     n = size
     b.check_size((n, n), what="the Hessian")
     # (check=False: the passes look for non-finite values once, at the end; see below)
-    grads, grad_eqns, free = _gradient_equations(tr, out, wrt)
+    grads, grad_eqns, free = _gradient_equations(tr, out, wrt, release=release)
     # The tangent pass runs once, eagerly, on every column of the identity at once.
     batch = BatchedBuilder(b, n, what="the forward pass over the backward pass for the Hessian")
     seeds = batch.seeds([tr.value(w).shape for w in wrt])
@@ -364,15 +365,24 @@ def _hessian_at(tr: Traced, of, wrt) -> Result:
     return Result(hess, command="hessian", of=out, value=y, warnings=_warnings(tr))
 
 
-def _gradient_equations(tr: Traced, out: str, wrt: list, log: list | None = None) -> tuple:
+def _gradient_equations(tr: Traced, out: str, wrt: list, log: list | None = None,
+                        release: bool = False) -> tuple:
     """The traced backward pass of a Hessian: (its cotangents {wrt var: tracer or None}, the
     equations they depend on, and what each of those is the last to read; see
     transforms.needed_and_frees).  Only what the gradient depends on (not the output's own sum,
-    say) gets a tangent rule.  ``log``: see backward."""
+    say) gets a tangent rule.  ``log``: see backward.  With ``release``, the arrays it records
+    that no rule reads go once nothing refers to them (Builder.release_unread: the tangent pass
+    reads what the rules read): a loop of index updates records a cotangent with one element
+    zeroed a step, n arrays of n elements, of which two are alive at a time."""
     names, b = tr.tape.names, tr.builder
     shape = tr.value(out).shape
     one = b.const(np.ones(shape) if shape else 1.0)  # (1.0: the NumPy scalar a seed of no axes becomes)
-    grads = backward(b, tr.tape.equations, {names[out]: one}, [names[w] for w in wrt], log=log, check=False)
+    if release:
+        b.release_unread()
+    try:
+        grads = backward(b, tr.tape.equations, {names[out]: one}, [names[w] for w in wrt], log=log, check=False)
+    finally:
+        b.stop_freeing()
     eqns, free = needed_and_frees(b.equations, {g.var for g in grads.values() if g is not None})
     return grads, eqns, free
 

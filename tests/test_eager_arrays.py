@@ -340,9 +340,9 @@ def test_a_rule_reads_only_the_values_its_primitive_declares(prim, shapes, param
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
 
 
-# grad, vjp and jvp free, while they record, the arrays no rule reads once nothing refers to them
-# (Builder.release_unread): the same derivatives, values and warnings, bit for bit, as a run that
-# frees nothing, and a rule reading a freed value would fail.
+# grad, vjp, jvp, jacobian and hessian free, while they record, the arrays no rule reads once
+# nothing refers to them (Builder.release_unread): the same derivatives, values and warnings, bit
+# for bit, as a run that frees nothing, and a rule reading a freed value would fail.
 _RELEASED = {
     "an RNN": ("h = h0; loss = 0\nfor t in range(4) {\n  h = tanh(W @ h + U @ X[t] + b)\n  loss += sum(h^2)\n}\nloss",
                {"W": _RNG.standard_normal((5, 5)), "U": _RNG.standard_normal((5, 3)), "b": _RNG.standard_normal((5, 1)),
@@ -364,6 +364,18 @@ _RELEASED = {
 }
 
 
+def _flat(result) -> dict:
+    """A result's arrays by name, a Hessian's or a Jacobian's blocks {row: {column: array}} by (row, column)
+    (the result keeps its attributes: value, warnings)."""
+    flat = type(result)({}, **{k: getattr(result, k, None) for k in ("value", "warnings")})
+    for k, v in result.items():
+        if isinstance(v, dict):
+            flat.update({(k, c): np.asarray(b) for c, b in v.items()})
+        else:
+            flat[k] = v
+    return flat
+
+
 @pytest.fixture
 def watch_every_array(monkeypatch):
     from gradcalc import tape
@@ -381,14 +393,40 @@ def test_a_released_tape_gives_the_gradients_and_warnings_of_the_full_one(monkey
     vjp_released = gradcalc.vjp(source, seed, at=at)
     tangent = {k: _RNG.standard_normal(np.shape(v)) for k, v in at.items()}
     jvp_released = gradcalc.jvp(source, at=at, tangent=tangent)
+    second = [gradcalc.hessian(source, at=at), gradcalc.jacobian(source, at=at, mode="rev"),
+              gradcalc.jacobian(source, at=at, mode="fwd")]
     monkeypatch.setattr(Builder, "release_unread", lambda self: None)
     full = gradcalc.grad(source, at=at)
     vjp_full = gradcalc.vjp(source, seed, at=at)
     jvp_full = gradcalc.jvp(source, at=at, tangent=tangent)
-    for a, b in ((released, full), (vjp_released, vjp_full), (jvp_released, jvp_full)):
+    second_full = [gradcalc.hessian(source, at=at), gradcalc.jacobian(source, at=at, mode="rev"),
+                   gradcalc.jacobian(source, at=at, mode="fwd")]
+    for a, b in ((released, full), (vjp_released, vjp_full), (jvp_released, jvp_full), *zip(second, second_full)):
+        a, b = _flat(a), _flat(b)
         assert a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
-        assert np.asarray(a.value).tobytes() == np.asarray(b.value).tobytes()
+        values = a.value if isinstance(a.value, dict) else {"": a.value}  # (a Jacobian's: by output)
+        want = b.value if isinstance(b.value, dict) else {"": b.value}
+        assert {k: np.asarray(v).tobytes() for k, v in values.items()} == \
+            {k: np.asarray(v).tobytes() for k, v in want.items()}
         assert a.warnings == b.warnings
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_a_hessians_trace_and_backward_pass_hold_what_a_rule_reads(release):
+    # z[i] = x*i: the trace writes each update into z's array, and the traced backward pass
+    # records each step's cotangent with one element zeroed, which no rule reads: with release,
+    # a handful of n-element arrays stay on the tape, where 2n did (n forward, n backward)
+    from gradcalc.api import _hessian_at
+    from gradcalc.session import quiet, trace_source
+    from gradcalc.tape import WATCHED_ELEMENTS
+    n = WATCHED_ELEMENTS  # (smaller arrays are never freed: see tape.WATCHED_ELEMENTS)
+    src = f"z = zeros({n})\nfor i in range({n}) {{\n  z[i] = x*i\n}}\nsum(sin(z))"
+    tr = quiet(trace_source)(src, {"x": 0.01}, 10**8, release=release)
+    h = _hessian_at(tr, None, None, release=release)
+    i = np.arange(n)
+    np.testing.assert_allclose(h["x"]["x"], -np.sum(i * i * np.sin(0.01 * i)), rtol=1e-12)
+    held = sum(np.size(v) == n for v in tr.builder.values.values() if v is not None)
+    assert held < 10 if release else held > 2 * n - 10
 
 
 def test_release_frees_what_no_rule_reads_and_keeps_the_names(watch_every_array):
