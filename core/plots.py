@@ -137,12 +137,13 @@ def _unused_at(over: str, at: dict, line: Line, lo: float, hi: float) -> list[st
 
 def _warnings(tr: Traced, line: Line, curves: list, out: str, w: str, max_steps: int) -> list[str]:
     """The warnings of the run at the first sample, and of eval's and jvp's runs at the
-    first sample whose value, and the first whose derivative, is not finite: the batched
+    first sample whose value, and the first whose derivative, is nan (inf, -inf): the batched
     passes check nothing, so such a sample is run again as eval and jvp run a point, and
     its warnings are theirs (1/x at 0: "'/' at line 1, column 2 produced inf")."""
     found = [m.message for m in tr.warnings]
     finite_point = np.isfinite(line.points().reshape(len(line.t), -1)).all(axis=1)
-    rows = {int(np.argmax(bad)) for c in curves if (bad := finite_point & ~np.isfinite(c)).any()}
+    kinds = [np.isnan, np.isposinf, np.isneginf]
+    rows = {int(np.argmax(bad)) for c in curves for kind in kinds if (bad := finite_point & kind(c)).any()}
     for row in sorted(rows):
         for message in _warnings_at(tr, line, row, out, w, max_steps):
             if message not in found:

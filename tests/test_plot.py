@@ -373,6 +373,11 @@ def test_a_sample_that_is_not_finite_warns_as_eval_and_jvp_warn_there():
     assert ok_json("eval", "1/x", "--at", "x=0")["warnings"][0] in want
     assert doc["warnings"] == want
     assert ok_json("plot", "1/x", "--over", "x=-1:1", "--samples", "4")["warnings"] == []  # (no sample at 0)
+    # each kind of non-finite: sqrt at -1 (nan, its derivative nan) and at 0 (its derivative inf)
+    got = ok_json("plot", "sqrt(x)", "--over", "x=-1:1", "--samples", "201")["warnings"]
+    for x in ("-1", "0"):
+        for w in ok_json("jvp", "sqrt(x)", "--at", f"x={x}", "--tangent", "x=1")["warnings"]:
+            assert w in got
 
 
 def test_direction_needs_a_finite_vector_and_a_point():
