@@ -570,7 +570,9 @@ class _Zeros:
 
     def add(self, idx: tuple, depth: int) -> int:
         """Zeros on idx for the slots deeper than depth, the deepest; the depth of the slot."""
-        if all(type(i) is int for i in idx):
+        key = _leading_ints(idx)
+        if key is not None:
+            idx = key
             if idx in self.at:
                 return depth
             if not self.at and not self.others:
@@ -589,10 +591,30 @@ class _Zeros:
         return _Zeros(self.rows, {k: d for k, d in self.at.items() if d <= depth},
                       [(k, d) for k, d in self.others if d <= depth], depth, self.element if not self.others else None)
 
-    def selections(self, depth: int):
-        """The selections of a slot of depth d."""
-        yield from (k for k, d in self.at.items() if d <= depth)
-        yield from (k for k, d in self.others if d <= depth)
+    def zero(self, rows, depth: int) -> None:
+        """Write the zeros of a slot of depth d into rows: the elements (or rows) in one
+        assignment, by an integer array per axis (they are distinct: no order to keep)."""
+        at = [k for k, d in self.at.items() if d <= depth]
+        if at:
+            rows[(slice(None),) + tuple(np.array(at, dtype=np.intp).T)] = 0.0
+        for k, d in self.others:
+            if d <= depth:
+                rows[(slice(None),) + k] = 0.0
+
+
+_ALL = slice(None)
+
+
+def _leading_ints(idx: tuple):
+    """idx's integers, where it is integers and then whole axes (x[i], x[i, :]: an element, a
+    row), else None: a selection of a record of zeros (see _Zeros)."""
+    n = len(idx)
+    while n and idx[n - 1] == _ALL:
+        n -= 1
+    for i in idx[:n]:
+        if type(i) is not int:
+            return None
+    return idx[:n]
 
 
 def _zeroed_later(b: BatchedBuilder, x: _Slot, idx: tuple) -> Tracer:
@@ -627,8 +649,7 @@ def _zeroed_now(slot: _Slot):
     if not (COUNTS_REFERENCES and rows.base is None and rows.flags.c_contiguous and
             sys.getrefcount(zeros) == _SOLE_RECORD_REFERENCES and sys.getrefcount(rows) == _SOLE_ROWS_REFERENCES):
         rows = rows.copy()
-    for idx in zeros.selections(depth):
-        rows[(slice(None),) + idx] = 0.0
+    zeros.zero(rows, depth)
     slot.made, slot.loose = True, loose
     return rows
 
@@ -644,12 +665,17 @@ def _jvp_index(ts, params, args, values, dying=()):
     """x[idx]: index's fold on a band; of one element of batched rows, a copy of the element's
     rows (zeros where a zero left for later covers it), where the rules' view of the rows would
     keep them from being written into until the view goes: a loop's backward pass reads its
-    cotangent's element i, then zeroes it (y[i + 1] = f(y[i])), or adds into it.
+    cotangent's element i, then zeroes it (y[i + 1] = f(y[i])), or adds into it.  Of a row (a
+    selection of integers that leaves axes) of rows whose zeros were left for later, that no zero
+    covers: a view of the rows as they are, as the rules' view of their copy (the rows are
+    C-contiguous, as a copy is: the same layout), so that a loop writing rows, Z[i] = v, makes
+    no copy a step.
 
-    The same values as the view; where two nans meet in a later sum of the element's rows,
+    An element's copy holds the view's values; where two nans meet in a later sum of its rows,
     which of them NumPy keeps depends on the layout of the operands (its vector loops take
     contiguous rows, a strided view goes element by element), so the sign of a nan may differ
-    from the rules' pass (no output of gradcalc shows a nan's sign)."""
+    from the rules' pass (no output of gradcalc shows a nan's sign).  A row stays a view: its
+    layout decides the order of a later product's sums."""
     t = ts[0]
     if t.__class__ is not Tracer or t.var.__class__ is not _Slot:
         return None
@@ -657,22 +683,25 @@ def _jvp_index(ts, params, args, values, dying=()):
     if x.band is not None:
         made = _fold_index(t.builder, (x,), params)
         return None if made is None else _tracer(t.builder, made)
-    idx = params["idx"]
-    if not x.batched or len(idx) != len(x.shape) or not all(type(i) is int for i in idx):
-        return None  # (not one element: a view, whose layout decides the bits of a later product)
-    b = t.builder
-    if x.zeroed is not None:
-        zeros, depth, _ = x.zeroed
-        if zeros.element != len(idx):
-            return None
-        if zeros.at.get(idx, depth + 1) <= depth:
-            return _tracer(b, _batched(np.zeros(b.n), ()))
-        rows = zeros.rows
-    else:
+    idx = _leading_ints(params["idx"])
+    if not x.batched or idx is None:
+        return None
+    element = len(idx) == len(x.shape)
+    if x.zeroed is None:
+        if not element:
+            return None  # (the rules' view)
         rows = x.value
+    else:
+        zeros, depth, _ = x.zeroed
+        rows = zeros.rows
+        if zeros.element != len(idx) or not (element or rows.flags.c_contiguous):
+            return None  # (the rows made, then the rules')
+        if zeros.at.get(idx, depth + 1) <= depth:
+            return _tracer(t.builder, _batched(np.zeros(t.builder.n), ())) if element else None
     if rows.dtype is not F64:
         return None
-    return _tracer(b, _batched(rows[(slice(None),) + idx].copy(), ()))
+    part = rows[(slice(None),) + idx]
+    return _tracer(t.builder, _batched(part.copy() if element else part, x.shape[len(idx):]))
 
 
 def _summed_rows(ts: tuple, var, dying):

@@ -405,6 +405,12 @@ def test_folded_tangents_are_the_rules_tangents(src):
     # (the sum's rule hands one cotangent, its zeros left for later, to u and to v: u's update
     # zeroes element 3 of it, and v's product reads it in full after; neither writes the other's)
     "v = x * c\nu = x * 1\nu[3] = x[0] * x[6]\ns = u + v\ns[2] = x[3] * c[3]\nsum(s * s * c)",
+    # (rows written, Z[i] = [...]: the cotangent's row read as a view of rows whose zeros wait;
+    # each row written twice; a recurrence over rows)
+    "Z = zeros((8, 2))\nfor i in range(8) {\n  Z[i] = [x[i] * c[i], x[i]^2]\n}\nsum(Z * Z)",
+    "Z = zeros((8, 2))\nfor k in range(2) {\n  for i in range(8) {\n    Z[i] = [x[i] * (k + 1), x[7 - i] * c[i]]\n  }\n}\n"
+    "sum(Z * Z)",
+    "Z = zeros((8, 2))\nZ[0] = [x[0], 1]\nfor i in range(7) {\n  Z[i + 1, :] = Z[i] * x[i] + [c[i], x[i]]\n}\nsum(Z * Z)",
     # (a recurrence: each step reads the element the step before wrote)
     "y = x * 0\nfor i in range(7) {\n  y[i + 1] = y[i] + c[i] * sin(y[i]) * x[i]\n}\nsum(y * y * c)",
     # (the copy made at last keeps the -0.0s of the rows it copied, which a read's sum then makes +0.0)
