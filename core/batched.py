@@ -513,17 +513,22 @@ def _jvp_index_update(ts, params, args, values, dying=()):
     if x.__class__ is not _Slot or x.band is not None or not x.batched or not plain_index(idx):
         return None
     b = t_x.builder
-    if t_v is None and x.zeroed is not None:  # (zeros left for later, one selection more)
-        return _zeroed_later(b, x, idx)
+    key = _leading_ints(idx) if t_v is None else None  # (an element or a row zeroed: see _Zeros)
+    if key is not None and x.zeroed is not None:  # (zeros left for later, one selection more)
+        return _zeroed_later(b, x, key)
     if b.values[x].dtype is not F64:  # (rows of zeros left for later are made now)
         return None
     site = (slice(None),) + idx
     if t_v is None:
-        if not _writable(ts, args[0], dying):
-            return _zeroed_later(b, x, idx)
-        rows = x.value
+        if _writable(ts, args[0], dying):
+            rows = x.value
+            rows[site] = 0.0
+            return _made(b, rows, x.shape, x.loose)
+        if key is not None:
+            return _zeroed_later(b, x, key)
+        rows = x.value.copy()  # (a slice: a read of the rows could not tell what it overlaps)
         rows[site] = 0.0
-        return _made(b, rows, x.shape, x.loose)
+        return _made(b, rows, x.shape, x.loose if x.made else EVERYWHERE)
     v = b.rows(t_v)
     if v.dtype is not F64:
         return None
@@ -557,49 +562,44 @@ EVERYWHERE = (Ellipsis,)  # (a slot's loose: an array that was copied, not summe
 
 
 class _Zeros:
-    """Rows left to copy with zeros on some selections (see _zeroed_later): the rows, the
-    selections zeroed so far (elements, integers alone, by their index; others, with slices, in
-    a list), each with the depth of the zeroing that added it, and the deepest; ``element``, the
-    length of the selections while each is an element of that many integers (a read of another
-    element is a view of the rows as they are), else None."""
+    """Rows left to copy with zeros on some selections (see _zeroed_later): the rows, and the
+    selections zeroed so far, elements or rows (integers, then whole axes: x[i], x[i, :]) by
+    their integers, each with the depth of the zeroing that added it, and the deepest;
+    ``element``, the number of integers while every selection has that many (a read of another
+    such selection is a view of the rows as they are), else None."""
 
-    __slots__ = ("rows", "at", "others", "top", "element")
+    __slots__ = ("rows", "at", "top", "element")
 
-    def __init__(self, rows, at: dict, others: list, top: int, element):
-        self.rows, self.at, self.others, self.top, self.element = rows, at, others, top, element
+    def __init__(self, rows, at: dict, top: int, element):
+        self.rows, self.at, self.top, self.element = rows, at, top, element
 
-    def add(self, idx: tuple, depth: int) -> int:
-        """Zeros on idx for the slots deeper than depth, the deepest; the depth of the slot."""
-        key = _leading_ints(idx)
-        if key is not None:
-            idx = key
-            if idx in self.at:
-                return depth
-            if not self.at and not self.others:
-                self.element = len(idx)
-            elif self.element != len(idx):
-                self.element = None
-            self.at[idx] = depth + 1
-        else:
-            self.others.append((idx, depth + 1))
+    def add(self, key: tuple, depth: int) -> int:
+        """Zeros on the selection of integers key for the slots deeper than depth, the deepest;
+        the depth of the slot."""
+        if key in self.at:
+            return depth
+        if not self.at:
+            self.element = len(key)
+        elif self.element != len(key):
             self.element = None
-        self.top = depth + 1
+        self.at[key] = self.top = depth + 1
         return depth + 1
 
     def upto(self, depth: int) -> "_Zeros":
         """A record of the selections of depth d or less alone."""
-        return _Zeros(self.rows, {k: d for k, d in self.at.items() if d <= depth},
-                      [(k, d) for k, d in self.others if d <= depth], depth, self.element if not self.others else None)
+        return _Zeros(self.rows, {k: d for k, d in self.at.items() if d <= depth}, depth, self.element)
 
     def zero(self, rows, depth: int) -> None:
-        """Write the zeros of a slot of depth d into rows: the elements (or rows) in one
-        assignment, by an integer array per axis (they are distinct: no order to keep)."""
+        """Write the zeros of a slot of depth d into rows, in one assignment, by an integer array
+        per axis (the selections are distinct: no order to keep)."""
         at = [k for k, d in self.at.items() if d <= depth]
-        if at:
-            rows[(slice(None),) + tuple(np.array(at, dtype=np.intp).T)] = 0.0
-        for k, d in self.others:
-            if d <= depth:
+        if not at:
+            return
+        if self.element is None:  # (selections of unequal lengths: one at a time)
+            for k in at:
                 rows[(slice(None),) + k] = 0.0
+        else:
+            rows[(slice(None),) + tuple(np.array(at, dtype=np.intp).T)] = 0.0
 
 
 _ALL = slice(None)
@@ -617,8 +617,8 @@ def _leading_ints(idx: tuple):
     return idx[:n]
 
 
-def _zeroed_later(b: BatchedBuilder, x: _Slot, idx: tuple) -> Tracer:
-    """x's rows with zeros on idx, a copy, left for later: a slot of depth d holds x's rows and
+def _zeroed_later(b: BatchedBuilder, x: _Slot, key: tuple) -> Tracer:
+    """x's rows with zeros on the element or row of integers key, a copy, left for later: a slot of depth d holds x's rows and
     every selection of depth d or less (x's own, if its zeros were left for later too), made on
     its first read (_Values.write_out, _zeroed_now), while a read of an element no zero covers
     is a view of the rows as they are (_jvp_index).  The backward pass of a loop of index updates
@@ -628,13 +628,13 @@ def _zeroed_later(b: BatchedBuilder, x: _Slot, idx: tuple) -> Tracer:
     another one copies it), and costs one copy when something reads the rows in full.  The same
     bits as a copy a step: a copy of the rows, then zeros; an element's view of the same layout."""
     if x.zeroed is None:
-        zeros, depth, loose = _Zeros(x.value, {}, [], 0, None), 0, x.loose if x.made else EVERYWHERE
+        zeros, depth, loose = _Zeros(x.value, {}, 0, None), 0, x.loose if x.made else EVERYWHERE
     else:
         zeros, depth, loose = x.zeroed
         if zeros.top != depth:  # (a second zeroing of x: a record of its own)
             zeros = zeros.upto(depth)
     slot = _Slot(None, x.shape)
-    slot.zeroed = zeros, zeros.add(idx, depth), loose
+    slot.zeroed = zeros, zeros.add(key, depth), loose
     return _tracer(b, slot)
 
 
