@@ -609,7 +609,7 @@ def _leading_ints(idx: tuple):
     """idx's integers, where it is integers and then whole axes (x[i], x[i, :]: an element, a
     row), else None: a selection of a record of zeros (see _Zeros)."""
     n = len(idx)
-    while n and idx[n - 1] == _ALL:
+    while n and type(idx[n - 1]) is slice and idx[n - 1] == _ALL:
         n -= 1
     for i in idx[:n]:
         if type(i) is not int:
