@@ -600,9 +600,18 @@ def _sweep_verdict(w: dict) -> str:
     return f"verdict: {verdict}: best step {w['best_step']:.2g}, error {w['best_error']:.2g}"
 
 
+def _line_names(r) -> tuple[str, str]:
+    """The names of a --direction plot's parameter and direction (t and v, unless the program
+    has a value of that name: then another, so that the title does not read as its value)."""
+    taken = {r.of, r.over, r.wrt, *(r.at or {})}
+    t = next(n for n in ("t", "s", "tau", "t_") if n not in taken)
+    v = next(n for n in ("v", "u", "d", "v_") if n not in taken)
+    return t, v
+
+
 def _plot_labels(r) -> list[str]:
     f = r.of
-    along = "t" if r.direction is not None and r.wrt == r.over else r.wrt
+    along = _line_names(r)[0] if r.direction is not None and r.wrt == r.over else r.wrt
     return [f, f"d{f}/d{along}", f"d²{f}/d{along}²"]
 
 
@@ -611,9 +620,10 @@ def _plot_table(s: Shown, precision: int) -> None:
     from . import pictures
     r = s.result
     t = r["abscissae"]
-    x_label = "t" if r.direction is not None else r.over
-    line = (f"{r.over} + t v, v = {render.value_text(r.direction, precision)}" if r.direction is not None
-            else r.over)
+    t_name, v_name = _line_names(r) if r.direction is not None else (None, None)
+    x_label = t_name if r.direction is not None else r.over
+    line = (f"{r.over} + {t_name} {v_name}, {v_name} = {render.value_text(r.direction, precision)}"
+            if r.direction is not None else r.over)
     out = render.console()
     out.print(f"{r.of} along {line}, {x_label} from {t[0]:g} to {t[-1]:g} ({len(t)} samples)",
               style="bold", markup=False)

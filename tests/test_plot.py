@@ -399,3 +399,16 @@ def test_an_at_value_of_the_plotted_input_is_noted_as_unused():
     assert doc["warnings"] == ["--at x is not used: --over varies x from 0 to 1 (with --direction, the plot "
                                "runs along a line through the --at value)"]
     assert doc["samples"]["values"] == [0.0, 0.25, 1.0]
+
+
+@pytest.mark.parametrize("src, over, of, names", [
+    ("sum(x^2)", "x", "_", ("t", "v")),
+    ("sum(v^2)", "v", "_", ("t", "u")),  # (the direction is not named as the input is)
+    ("t = sum(v^2)", "v", "t", ("s", "u")),  # (nor the line's parameter as the output)
+])
+def test_a_direction_plots_title_names_the_line_with_names_it_does_not_show(src, over, of, names):
+    r = runner.invoke(app, ["plot", src, "--over", f"{over}=0:1", "--at", f"{over}=[1,2]", "--of", of,
+                            "--direction", "[1,0]", "--samples", "5"], env={"COLUMNS": "60"})
+    assert r.exit_code == 0, r.output
+    t, v = names
+    assert r.stdout.splitlines()[0].startswith(f"{of} along {over} + {t} {v}, {v} = [1  0], {t} from 0 to 1")
