@@ -224,8 +224,8 @@ def _cut(line: str, total: int) -> str:
 
 
 def sweep_picture(sweep: dict, *, width: int | None = None, with_colour: bool | None = None) -> str:
-    """check --sweep's curve on log-log axes: the error at each step h (relative to
-    max(1, |x|)), with the best step and the check's own step marked (B, C)."""
+    """check --sweep's curve on log-log axes: the error at each step h (as taken), with the best
+    step and the check's own step marked (B, C)."""
     with_colour = colour() if with_colour is None else with_colour
     total = width or columns()
     # 12 decades: 60 columns put a tick label (every 10 columns) on every other decade
