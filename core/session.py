@@ -11,7 +11,7 @@ import gc
 
 import numpy as np
 
-from .batched import JVP_FOLDS, BatchedBuilder
+from .batched import JVP_FOLDS, VJP_FOLDS, BatchedBuilder
 from .errors import GradcalcError, LimitError, Source, UsageError, ValueError_, did_you_mean, option, to_pos
 from .lower import DEFAULT_MAX_STEPS, Traced, trace
 from .syntax import Program
@@ -231,7 +231,7 @@ def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
             batch = BatchedBuilder(b, m, what=f"the reverse pass for the Jacobian of '{o}'")
             (seed,) = batch.seeds([yshape])
             found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt], eager=True,
-                             check=False)
+                             check=False, fold=VJP_FOLDS)
             for w in wrt:
                 r = found[names[w]]
                 blocks[o][w] = None if r is None else batch.rows(r).reshape(yshape + tr.value(w).shape)

@@ -70,7 +70,7 @@ def ancestors(equations, targets) -> set:
 
 def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False,
              log: list | None = None, check: bool | None = None, finite: set | None = None,
-             safe_products: bool = True) -> dict:
+             safe_products: bool = True, fold=None) -> dict:
     """Reverse mode: cotangents {var: value} of outputs -> {wrt var: value or None}.
 
     A wrt variable defined by an equation receives the cotangent it has when
@@ -91,6 +91,9 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     matrix products skip the look for 0 * inf terms (a primitive's ``plain_vjp``): for a
     pass that is re-run with safe products when any result is not finite.  Values that no
     rule reads may have been freed while the program was traced (``Builder.release_unread``).
+    ``fold`` (an eager batched pass without warnings: ``batched.VJP_FOLDS``), {prim: fold(ct, g,
+    eq, live, shapes)}, adds an equation's operands' cotangents into ct as its rules would,
+    returning True, or False and the rules run.
     """
     wanted = set(wrt)
     ct = dict(cotangents)
@@ -103,7 +106,8 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
     saved = builder.check_finite
     check = saved if check is None else check
     builder.check_finite = False
-    found = _reverse(builder, equations, ct, wanted, eager, log, check, finite, safe_products)
+    fold = fold if eager and not check and log is None else None
+    found = _reverse(builder, equations, ct, wanted, eager, log, check, finite, safe_products, fold)
     builder.pos = None
     builder.check_finite = saved
     for v in wanted:
@@ -115,7 +119,7 @@ def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool 
 
 
 def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, log, check: bool,
-             finite, safe_products: bool) -> dict:
+             finite, safe_products: bool, fold=None) -> dict:
     """The loop of :func:`backward`: runs the VJP rules newest first, summing cotangents into
     ct (consumed as it goes); returns {wanted var: its cotangent} for each one an equation defines.
 
@@ -192,6 +196,12 @@ def _reverse(builder: Builder, equations, ct: dict, wanted: set, eager: bool, lo
             live = depends(equations, wanted)
         if traced:
             builder.pos = loc  # for the equations the rules record, and for warnings
+        if fold is not None:
+            made = fold.get(prim)
+            if made is not None and made(ct, g, eq, live, builder.shapes):
+                if finite:
+                    finite.difference_update(ea)  # (a sum of contributions is not certified)
+                continue
         _vjp_step(builder, eq, g, ct, live, eager, log, check, finite, safe_products, owned)
     return found
 

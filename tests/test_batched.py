@@ -766,3 +766,74 @@ def test_jvp_of_a_loop_that_writes_elements_is_its_closed_form():
     r = gradcalc.jvp(src, at={"x": x, "c": 1.5}, tangent={"x": v, "c": 0.25})
     z = 1.5 * x * x + x
     close(r[r.of], np.sum(2 * z * ((3 * x + 1) * v + x * x * 0.25)))
+
+
+
+# -- the batched backward pass: a Jacobian in reverse mode -------------------------------------
+# A read's cotangent is added into the rows a fold made, an update's zeros wait, an element's rows
+# are a copy (batched.VJP_FOLDS): the rows the rules make, bit for bit but a nan's sign, and
+# written in place where the loop reads.
+def _reverse_rows(src, at, fold: bool):
+    """The batched backward pass of a Jacobian in reverse mode (as session.jacobian_blocks runs
+    it), with VJP_FOLDS or by the rules alone: each input's rows."""
+    from gradcalc.batched import VJP_FOLDS, BatchedBuilder
+    from gradcalc.session import trace_source
+    from gradcalc.transforms import backward
+    with np.errstate(all="ignore"):
+        tr = trace_source(src, at, 10**8)
+        b, names = tr.builder, tr.tape.names
+        wrt = list(tr.tape.inputs)
+        shape = tr.value(tr.tape.output).shape
+        batch = BatchedBuilder(b, max(1, int(np.prod(shape))), what="a test's pass")
+        (seed,) = batch.seeds([shape])
+        found = backward(b, tr.tape.equations, {names[tr.tape.output]: seed}, [names[w] for w in wrt], eager=True,
+                         check=False, fold=VJP_FOLDS if fold else None)
+        return [None if found[names[w]] is None else np.array(batch.rows(found[names[w]])) for w in wrt]
+
+
+_REVERSE_PROGRAMS = [
+    "z = zeros(8)\nfor i in range(8) {\n  z[i] = x[i]^2 * c[i]\n}\nz",
+    "z = x * 0\nfor i in range(8) {\n  z[i] = x[7 - i] * -0.0 * c[i]\n}\nz * x",
+    "y = x * 0\nfor i in range(7) {\n  y[i + 1] = y[i] + c[i] * sin(y[i]) * x[i]\n}\ny",
+    "z = x * 0\nfor k in range(2) {\n  for i in range(8) {\n    z[i] = x[i] * c[i] * (k + 1)\n  }\n}\nz",
+    "z = x * 0\nfor i in range(4) {\n  z[2*i:2*i + 2] = x[i] * c[i]\n}\nz * x",
+    "s = 0\nfor i in range(8) {\n  s = s + x[i] * x[i] * c[i]\n}\n[s, s * x[2]]",
+    "Z = zeros((8, 2))\nfor i in range(8) {\n  Z[i] = [x[i] * c[i], x[i]^2]\n}\nZ",
+    "Z = zeros((8, 2))\nZ[0] = [x[0], 1]\nfor i in range(7) {\n  Z[i + 1, :] = Z[i] * x[i] + [c[i], x[i]]\n}\nZ",
+    "z = x * 1\nfor i in range(8) {\n  z[i] = z[i] * x[i]\n}\nz * z[::-1]",
+    "v = x * c\nu = x * 1\nu[3] = x[0] * x[6]\ns = u + v\ns[2] = x[3] * c[3]\ns * c",
+    # (an input written at every step: its cotangent sums a contribution a step)
+    "z = x * 0\nfor i in range(8) {\n  z[i] = q\n  z[(i + 3) % 8] = q * x[i]\n}\nz * c",
+]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("src", _REVERSE_PROGRAMS)
+def test_a_reverse_jacobians_folded_rows_are_the_rules(src, monkeypatch):
+    from gradcalc import batched
+    from gradcalc.tape import COUNTS_REFERENCES
+    written = []
+    real = batched._writable
+    monkeypatch.setattr(batched, "_writable", lambda *a: written.append(real(*a)) or written[-1])
+    c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
+    x = np.array([0.5, -0.0, 2.0, -1.0, 0.0, 4.0, -3.0, 1e-310])
+    at = {k: v for k, v in {"x": x, "c": c, "q": -1.25}.items() if re.search(rf"\b{k}\b", src)}
+    folded = _reverse_rows(src, at, True)
+    if "x[i] * x[i]" in src:  # (a loop that reads an element twice a step adds in place)
+        assert any(written) == COUNTS_REFERENCES
+    ruled = _reverse_rows(src, at, False)
+    assert len(folded) == len(ruled)
+    for f, r in zip(folded, ruled):
+        assert (f is None) == (r is None)
+        if f is not None:
+            same_bits_but_a_nans_sign(f, r)
+
+
+def test_a_reverse_jacobian_of_a_loop_that_writes_elements_is_its_closed_form():
+    n = 300
+    x = np.linspace(-1, 2, n)
+    src = f"z = zeros({n})\nfor i in range({n}) {{\n  z[i] = x[i]^2 * x[(i + 1) % {n}]\n}}\nz"
+    J = gradcalc.jacobian(src, at={"x": x}, mode="rev")["_"]["x"]
+    want = np.diag(2 * x * np.roll(x, -1))
+    want[np.arange(n), (np.arange(n) + 1) % n] += x * x
+    close(J, want)
