@@ -26,6 +26,7 @@ from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .session import as_arrays, check_limits, jacobian_blocks, parse, quiet, select_names, select_output
 from .stencil import METHODS, default_step
 from .tape import DEFAULT_MAX_ELEMENTS, Guard, by_row, eval_equations
+from .tape import _scalar_or_array as scalar_or_array
 from .transforms import fit_to_shape
 from .transforms import backward, forward, largest_batched, rows_to_jacobian, seeded
 
@@ -97,8 +98,6 @@ def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str],
     downstream whose primitive has a branch, the rows where it chose otherwise."""
     names, b = tr.tape.names, tr.builder
     var = names[wrt]
-    env = dict(b.values)  # values that do not depend on var stay as traced
-    env[var] = batch
     downstream = seeded(tr.tape.equations, [var])
     largest = largest_batched(downstream, [var], b.shapes)
     b.check_size((len(batch), largest), what=f"a batch of {len(batch)} perturbed points "
@@ -106,6 +105,9 @@ def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str],
     guards = _guards_reached(tr, var, downstream)
     out_vars = [names[o] for o in outs]
     branched = [] if switched is None else _equations_with(tr, var, None, "branch", facts)
+    # values that do not depend on var stay as traced (those the trace freed: computed again)
+    env = dict(restored(tr, _operands_upstream(downstream, [var]) | {eq.out for eq in branched}))
+    env[var] = batch
     eval_equations(downstream, env, keep=set(out_vars) | {g.var for g in guards} | {eq.out for eq in branched},
                    batch_elements=len(batch) * largest)
     for eq in branched:
@@ -116,6 +118,40 @@ def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str],
         value = np.broadcast_to(env[g.var], batch.shape[:1] + b.shapes[g.var])
         first[(first < 0) & _differs(value, g.expected)] = k
     return [np.broadcast_to(env[v], batch.shape[:1] + b.shapes[v]) for v in out_vars], first, guards
+
+
+def _operands_upstream(downstream: list, seeds) -> set:
+    """The operands of downstream (equations that depend on seeds, as seeded gives them) that
+    do not: the traced values a batched pass over downstream reads."""
+    made = set(seeds)
+    made.update(eq.out for eq in downstream)
+    return {a for eq in downstream for a in eq.args if a not in made}
+
+
+def restored(tr: Traced, wanted) -> dict:
+    """tr's values (tr.builder.values), each of the variables wanted among them: those a trace
+    with ``release`` freed (None: no derivative rule reads them, see Builder.release_unread) are
+    computed again from the tape, from the values it kept, and put back (a later reader finds
+    them).  check traces with release, and its readers of values beyond the rules' reads (the
+    batched passes of finite differences, the kink and branch tests, the rounding estimate) ask
+    for them here: its results are those of a full tape, in the memory the rules need plus what
+    each reader asks for.  The tape's primitives evaluated again on the same operands give the
+    same bits (an index update written in place writes the copy's values: see eval_equations)."""
+    values = tr.builder.values
+    missing = {v for v in wanted if values.get(v, 0) is None}
+    if not missing:
+        return values
+    need, cone = set(missing), []
+    for eq in reversed(tr.tape.equations):  # (every variable is one equation's output)
+        if eq.out in need:
+            cone.append(eq)
+            need.update(a for a in eq.args if values[a] is None)
+    cone.reverse()
+    env = {a: values[a] for eq in cone for a in eq.args if values[a] is not None}
+    eval_equations(cone, env, keep=missing)
+    for v in missing:
+        values[v] = scalar_or_array(env[v])  # (as the trace keeps it: see Builder._bind)
+    return values
 
 
 def _differs(value: np.ndarray, expected) -> np.ndarray:
@@ -141,9 +177,9 @@ def _rerun(tr: Traced, wrt: str, batch, outs, tape_values: list, rows, max_steps
     while pending.size:
         row, pending = pending[0], pending[1:]
         if intermediate:  # (the run as far as wrt's assignment is the traced one: see trace)
-            other = _run_at(tr, point, max_steps, replace=(tr.tape.names[wrt], batch[row]))
+            other = _run_at(tr, point, max_steps, replace=(tr.tape.names[wrt], batch[row]), release=RELEASE)
         else:
-            other = _run_at(tr, {**point, wrt: batch[row]}, max_steps)
+            other = _run_at(tr, {**point, wrt: batch[row]}, max_steps, release=RELEASE)
         if other is None or any(o not in other.tape.names or other.value(o).shape != v.shape[1:]
                                 for o, v in zip(outs, values)):
             for v in values:
@@ -169,13 +205,14 @@ RERUN_STEPS_FACTOR = 10
 RERUN_MIN_STEPS = 10**5
 
 
-def _run_at(tr: Traced, at: dict, max_steps: int, replace: tuple | None = None) -> Traced | None:
-    """The program run at the point at= (with tr's limits, and trace's replace), or None where
-    it fails there."""
+def _run_at(tr: Traced, at: dict, max_steps: int, replace: tuple | None = None,
+            release: bool = False) -> Traced | None:
+    """The program run at the point at= (with tr's limits, and trace's replace and release), or
+    None where it fails there."""
     steps = min(max_steps, max(RERUN_MIN_STEPS, RERUN_STEPS_FACTOR * len(tr.tape.equations)))
     try:
         return trace(tr.program, at, max_elements=tr.builder.max_elements, max_steps=steps,
-                     check_finite=False, replace=replace)
+                     check_finite=False, replace=replace, release=release)
     except GradcalcError:
         return None
 
@@ -372,7 +409,8 @@ def scalar_estimates(tr: Traced, of: list[str], wrts: list[str], method: str, fa
         plans.append((w, h, with_error, scales, taken, slice(start, start + len(batch)), batch[:, 0]))
         start += len(batch)
     rows = start
-    env, reach = dict(b.values), {}
+    env, reach = dict(restored(tr, _operands_upstream(seeded(tr.tape.equations, [names[w] for w in wrts]),
+                                                      [names[w] for w in wrts]))), {}
     for w, *_, block, points in plans:
         column = np.full(rows, float(tr.value(w)))
         column[block] = points
@@ -560,8 +598,9 @@ def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = No
     whose argument lies within two steps of the kink."""
     scale = float(np.max(h)) * 2 if np.size(h) else 0.0
     notes = []
-    values = tr.builder.values
-    for eq in kinked_equations(tr, wrt_var, out_var, facts):
+    kinked = kinked_equations(tr, wrt_var, out_var, facts)
+    values = restored(tr, {v for eq in kinked for v in (eq.out, *eq.args)})
+    for eq in kinked:
         with np.errstate(all="ignore"):
             d = np.abs(np.asarray(eq.prim.kink(values[eq.out], *[values[a] for a in eq.args], **eq.params)))
         if d.size and float(np.min(d)) <= scale:
@@ -688,16 +727,18 @@ def _rounding_terms(tr: Traced, of: str, counted: list) -> tuple | None:
     of shape (operations, elements) (see _root_sum_square); None where
     the passes would keep more than ROUNDING_WORK elements, or a value they read is not kept
     (check's traces keep every one)."""
-    values = tr.builder.values
+    values, shapes = tr.builder.values, tr.builder.shapes
     inner = {id(eq) for eq in counted if not (eq.prim.elementwise or eq.prim.name in ROUNDS_ITS_RESULT)}
-    if not all(v in values for eq in counted for v in (eq.out, *(eq.args if id(eq) in inner else ()))):
+    read = {v for eq in counted for v in (eq.out, *(eq.args if id(eq) in inner else ()))}
+    if not all(v in values for v in read):
         return None
-    kept = sum(np.size(values[eq.out]) for eq in counted) + \
-        sum(np.size(values[a]) for eq in counted if id(eq) in inner for a in eq.args)
+    kept = sum(math.prod(shapes[eq.out]) for eq in counted) + \
+        sum(math.prod(shapes[a]) for eq in counted if id(eq) in inner for a in eq.args)
     shape = np.shape(tr.value(of))
     m = math.prod(shape)
     if m * max(kept, 1) > ROUNDING_WORK:
         return None
+    restored(tr, read)  # (those a trace with release freed: computed again, within the same budget)
     largest, squares = np.zeros((len(counted), m)), np.zeros((len(counted), m))
     rows = max(1, min(m, ROUNDING_BATCH // max(kept, 1)))
     with np.errstate(all="ignore"):
@@ -783,6 +824,11 @@ class _Plan(NamedTuple):
     rounding: "_Rounding | None" = None
 
 
+#: Whether check traces with ``release`` (see :func:`restored`); its results are the same without
+#: (tests/test_check_release.py compares the two).
+RELEASE = True
+
+
 def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
           method: str = "central", rtol: float | None = None, atol: float | None = None,
           directions: int = 0, taylor: bool = False, expect: dict | None = None,
@@ -828,7 +874,9 @@ def check(source, at=None, of=None, wrt=None, *, points: int = 0, seed: int = 0,
         name = label or program.source.label
         rng = np.random.default_rng(seed)
         results = []
-        limits = {"max_elements": max_elements, "max_steps": max_steps}
+        # (traces free the arrays no derivative rule reads, as grad's do; check's other readers
+        # of values ask for them again: see restored.  sympy reads every value.)
+        limits = {"max_elements": max_elements, "max_steps": max_steps, "release": RELEASE and not symbolic}
         values = as_arrays(at)
         for p, point, tr in _points(program, values, points, rng, limits):
             try:
