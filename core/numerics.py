@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import stencil
-from .batched import BatchedBuilder
+from .batched import VJP_FOLDS, BatchedBuilder
 from .checks import (AD_TOLERANCE, SYMBOLIC_TOLERANCE, TOLERANCES, CheckResult, breach, check_result,
                      compare, directions_label, fail_non_finite, kink_text, tolerance,
                      unmeasured_errors)
@@ -758,7 +758,7 @@ def _rounding_rows(tr: Traced, out: int, shape: tuple, counted: list, inner: set
     seeds[np.arange(k), elements] = 1.0
     batch = BatchedBuilder(tr.builder, k, what="a backward pass of f's rounding estimate")
     adjoints = backward(tr.builder, tr.tape.equations, {out: batch.dense(seeds.reshape((k,) + shape))},
-                        [eq.out for eq in counted], eager=True, check=False)
+                        [eq.out for eq in counted], eager=True, check=False, fold=VJP_FOLDS)
     largest, squares = np.zeros((len(counted), k)), np.zeros((len(counted), k))
 
     def terms(value, cotangent) -> list:
@@ -1841,7 +1841,7 @@ def _cotangents(tr: Traced, o: str, w: str, u: np.ndarray):
     names = tr.tape.names
     batch = BatchedBuilder(tr.builder, len(u), what="a batched backward pass")
     found = backward(tr.builder, tr.tape.equations, {names[o]: batch.dense(u)}, [names[w]], eager=True,
-                     check=False)
+                     check=False, fold=VJP_FOLDS)
     r = found[names[w]]
     return None if r is None else batch.rows(r)
 
