@@ -227,6 +227,28 @@ def same_bits(got, want):
     assert np.array_equal(np.ascontiguousarray(got).view(np.uint64), np.ascontiguousarray(want).view(np.uint64))
 
 
+# Special values the folds must treat as the rules do: zeros of each sign, inf, nan, the largest
+# and a subnormal; and the inputs of a program among them, by the names it uses.
+SPECIAL_C = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
+SPECIAL_X = np.array([0.5, -0.0, 2.0, -1.0, 0.0, 4.0, -3.0, 1e-310])
+
+
+def inputs_of(src: str, **values) -> dict:
+    """The values among x, c (the special values), C (a 2×8 matrix) and values that src names."""
+    at = {"x": SPECIAL_X, "c": SPECIAL_C, "C": np.arange(16.0).reshape(2, 8) - 3, **values}
+    return {k: v for k, v in at.items() if re.search(rf"\b{k}\b", src)}
+
+
+@pytest.fixture
+def writes(monkeypatch) -> list:
+    """What batched._writable answers, call by call, while the test runs."""
+    from gradcalc import batched
+    answers = []
+    real = batched._writable
+    monkeypatch.setattr(batched, "_writable", lambda *a: answers.append(real(*a)) or answers[-1])
+    return answers
+
+
 def same_bits_but_a_nans_sign(got, want):
     """Bit for bit, but for the sign of a nan: which of two nans a sum keeps depends on the
     layout of its operands (NumPy's vector loops take contiguous rows, a strided view goes
@@ -360,10 +382,7 @@ def test_folded_tangents_are_the_rules_tangents(src):
     # JVP_FOLDS makes, for neg, copy, add, index, index_put, mul, safe_mul and pow_const on bands,
     # the tangents the registry's JVP rules make: compared bit for bit with the pass that runs the
     # rules on every equation (factors with zeros, inf and nan among them; x[::2] is no band fold)
-    c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
-    x = np.array([0.5, -0.0, 2.0, -1.0, 0.0, 4.0, -3.0, 1e-310])
-    at = {"x": x, "c": c, "s": 1.25, "C": np.arange(16.0).reshape(2, 8) - 3}  # (C + x: a tangent broadcast)
-    at = {k: v for k, v in at.items() if re.search(rf"\b{k}\b", src)}
+    at = inputs_of(src, s=1.25)  # (C + x: a tangent broadcast)
     folded, ruled = _tangent_rows(src, at, True), _tangent_rows(src, at, False)
     assert len(folded) == len(ruled)
     for f, r in zip(folded, ruled):
@@ -416,24 +435,17 @@ def test_folded_tangents_are_the_rules_tangents(src):
     # (the copy made at last keeps the -0.0s of the rows it copied, which a read's sum then makes +0.0)
     "z = x * c\na = z[5] * x[6]\nfor i in range(4) {\n  z[i] = x[i] * x[i]\n}\nsum(z * z * c * -0.0) + a * a",
 ])
-def test_a_loops_reads_add_in_place_what_the_rules_add(src, monkeypatch):
+def test_a_loops_reads_add_in_place_what_the_rules_add(src, writes):
     # The traced backward pass adds each read's cotangent with add_at, and the Hessian's batched
     # pass writes it into the rows it made (O(selection), not O(size), a read: a loop over n
     # elements cost O(n^3)); the tangents are the rules' (t_acc + index_put(t_v)) bit for bit:
     # -0.0 (made +0.0 off the selection by the rules' sum), nan and inf among the factors, two
     # nans meeting (the rules run), reads of a 2-D input, a result read again (s * x[3])
-    from gradcalc import batched
-    written = []
-    real = batched._writable
-    monkeypatch.setattr(batched, "_writable", lambda *a: written.append(real(*a)) or written[-1])
-    c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
-    x = np.array([0.5, -0.0, 2.0, -1.0, 0.0, 4.0, -3.0, 1e-310])
-    at = {"x": x, "c": c, "C": np.arange(16.0).reshape(2, 8) - 3}
-    at = {k: v for k, v in at.items() if re.search(rf"\b{k}\b", src)}
-    folded = _tangent_rows(src, at, True)
     from gradcalc.tape import COUNTS_REFERENCES
+    at = inputs_of(src)
+    folded = _tangent_rows(src, at, True)
     if "M[i, :]" not in src:  # (rows were written into, not copied, where that is safe)
-        assert any(written) == COUNTS_REFERENCES
+        assert any(writes) == COUNTS_REFERENCES
     ruled = _tangent_rows(src, at, False)
     assert len(folded) == len(ruled)
     for f, r in zip(folded, ruled):
@@ -739,23 +751,16 @@ def _plain_jvp(src, at, tangent):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("src", _JVP_PROGRAMS)
-def test_jvp_is_the_rules_tangent_on_plain_arrays_bit_for_bit(src, monkeypatch):
-    from gradcalc import batched
+def test_jvp_is_the_rules_tangent_on_plain_arrays_bit_for_bit(src, writes):
     from gradcalc.tape import COUNTS_REFERENCES
-    written = []
-    real = batched._writable
-    monkeypatch.setattr(batched, "_writable", lambda *a: written.append(real(*a)) or written[-1])
-    c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
-    x = np.array([0.5, -0.0, 2.0, -1.0, 0.0, 4.0, -3.0, 1e-310])
-    at = {"x": x, "c": c, "C": np.arange(16.0).reshape(2, 8) - 3}
-    at = {k: v for k, v in at.items() if re.search(rf"\b{k}\b", src)}
+    at = inputs_of(src)
     tangent = {"x": np.array([1.0, -0.0, 0.5, 2.0, -1.0, 0.0, 3.0, 1e-300])}
     with np.errstate(all="ignore"):
         got = gradcalc.jvp(src, at=at, tangent=tangent)
         want = _plain_jvp(src, at, tangent)
     same_bits_but_a_nans_sign(got[got.of], want)  # (batched or not, NumPy's loops differ too)
     if "z[i] =" in src:  # (the loop's updates were written into the tangent the pass made)
-        assert any(written) == COUNTS_REFERENCES
+        assert any(writes) == COUNTS_REFERENCES
 
 
 def test_jvp_of_a_loop_that_writes_elements_is_its_closed_form():
@@ -809,18 +814,12 @@ _REVERSE_PROGRAMS = [
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("src", _REVERSE_PROGRAMS)
-def test_a_reverse_jacobians_folded_rows_are_the_rules(src, monkeypatch):
-    from gradcalc import batched
+def test_a_reverse_jacobians_folded_rows_are_the_rules(src, writes):
     from gradcalc.tape import COUNTS_REFERENCES
-    written = []
-    real = batched._writable
-    monkeypatch.setattr(batched, "_writable", lambda *a: written.append(real(*a)) or written[-1])
-    c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0, 3.0, 1e300])
-    x = np.array([0.5, -0.0, 2.0, -1.0, 0.0, 4.0, -3.0, 1e-310])
-    at = {k: v for k, v in {"x": x, "c": c, "q": -1.25}.items() if re.search(rf"\b{k}\b", src)}
+    at = inputs_of(src, q=-1.25)
     folded = _reverse_rows(src, at, True)
     if "x[i] * x[i]" in src:  # (a loop that reads an element twice a step adds in place)
-        assert any(written) == COUNTS_REFERENCES
+        assert any(writes) == COUNTS_REFERENCES
     ruled = _reverse_rows(src, at, False)
     assert len(folded) == len(ruled)
     for f, r in zip(folded, ruled):
