@@ -61,8 +61,8 @@ class _Slot:
         # holds it; loose: where it may still hold a -0.0 that a sum's +0.0 would change (an
         # index; EVERYWHERE; None: nowhere), see _jvp_add_at
         self.made, self.loose = False, None
-        # (rows, selections, loose): value not made yet, a copy of rows with zeros on each
-        # selection (see _zeroed_later), and the loose it will have
+        # (record, depth, loose): value not made yet, a copy of the record's rows with zeros on
+        # its selections of this depth or less (see _zeroed_later), and the loose it will have
         self.zeroed = None
 
 
@@ -619,15 +619,16 @@ def _leading_ints(idx: tuple):
 
 
 def _zeroed_later(b: BatchedBuilder, x: _Slot, key: tuple) -> Tracer:
-    """x's rows with zeros on the element or row of integers key, a copy, left for later: a slot of depth d holds x's rows and
-    every selection of depth d or less (x's own, if its zeros were left for later too), made on
-    its first read (_Values.write_out, _zeroed_now), while a read of an element no zero covers
-    is a view of the rows as they are (_jvp_index).  The backward pass of a loop of index updates
-    zeroes one element of the cotangent a step while the step's g[i], a view of its rows, is
-    alive, so that the rows cannot be written into: a copy a step cost O(batch x size).  A chain
-    of zeroings shares one record of its selections (a zeroing of the deepest slot adds to it;
-    another one copies it), and costs one copy when something reads the rows in full.  The same
-    bits as a copy a step: a copy of the rows, then zeros; an element's view of the same layout."""
+    """x's rows with zeros on the element or row of integers key, a copy, left for later: a slot
+    of depth d holds x's rows and every selection of depth d or less (x's own, if its zeros were
+    left for later too), made on its first read (_Values.write_out, _zeroed_now), while a read
+    of an element or row that no zero covers reads the rows as they are (_jvp_index).  The
+    backward pass of a loop of index updates zeroes one element of the cotangent a step, then
+    reads that element of the cotangent before the zeros (g[i], for e's), so that the rows
+    cannot be written into: a copy a step cost O(batch x size).  A chain of zeroings shares one
+    record of its selections (a zeroing of the deepest slot adds to it; another one copies it),
+    and costs one copy, or none, when something reads the rows in full.  The same bits as a copy
+    a step: a copy of the rows, then zeros."""
     if x.zeroed is None:
         zeros, depth, loose = _Zeros(x.value, {}, 0, None), 0, x.loose if x.made else EVERYWHERE
     else:
@@ -766,6 +767,8 @@ def _vjp_read(ct: dict, g, eq, live, shapes) -> bool:
         return False
     shape = shapes[a]
     if ct.get(a) is None:
+        if g.var.band is not None:
+            return False  # (index_put's fold keeps a band a band)
         made = _jvp_update_of_zeros(g, {"xshape": shape, "idx": idx, "nd": len(g.var.shape)})
     else:  # (ct's tracer, handed over without a name for it: see _writable's count)
         made = _jvp_add_at((ct.get(a), g), {"idx": idx, "shape": shape}, (a, None), None, (a,))

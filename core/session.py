@@ -56,7 +56,8 @@ def parse(source: str | Program, label: str = "<expr>") -> Program:
 def trace_source(source, at, max_elements, sample=None, max_steps=DEFAULT_MAX_STEPS, record=True,
                  release=False) -> Traced:
     """Parse and trace source at at; with record=False, keeping no tape (values only: eval); with
-    release=True, freeing the arrays no derivative rule reads (for one eager pass: grad, vjp, jvp)."""
+    release=True, freeing the arrays no derivative rule reads (for passes that read only what the
+    rules read: grad, vjp, jvp, jacobian, hessian; check restores what else it reads)."""
     program = parse(source)
     check_limits(max_elements, max_steps)
     return trace(program, as_arrays(at, max_elements), max_elements=max_elements, sample=sample,
