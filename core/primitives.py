@@ -23,8 +23,8 @@ Each :class:`Primitive` has
   finite is new, and is warned of even when another element of an operand is not finite);
 - ``reads``: the values its derivative rules, VJP and JVP, read, operands by position (0,
   1...) and its output as :data:`OUT`; None (the default) when they may read any.  Parameters
-  and shapes are not values: ``sum``'s rule reads none.  grad, vjp and jvp free, while they
-  record, every array that no rule reads once nothing refers to it
+  and shapes are not values: ``sum``'s rule reads none.  The derivative commands free, while
+  they record, every array that no rule reads once nothing refers to it
   (``Builder.release_unread``): of W8's six 32 KB arrays a step, the rules read one, and a loop
   writing ``z[i]`` writes into z's array instead of copying it;
 - ``plain_vjp`` (matmul only): VJP rules whose matrix products skip the look for
@@ -105,7 +105,6 @@ class Primitive:
 
     def vjp_rule(self, i: int) -> Callable | None:
         return _rule(self.vjp, i, self.variadic)
-
 
     def __call__(self, *args, **params):
         """On tracers: record an equation.  On arrays: compute eagerly (first-order passes)."""
