@@ -723,7 +723,8 @@ def test_nonfinite_hessian_names_the_second_derivative_as_before(src, at):
 # gradcalc.jvp runs the forward pass on a batch of one tangent, so that a loop's index updates
 # are written into the tangent the pass made (O(selection) a step, not a copy of the array),
 # and records its trace freeing what no rule reads (so that the program's own z[i] = e writes
-# into z's array).  Its tangent is the rules' tangent on the plain arrays, bit for bit.
+# into z's array).  Its tangent is the rules' tangent on the plain arrays, bit for bit, where no
+# product sums (with one, within an ulp or two: see below).
 _JVP_PROGRAMS = [
     "z = zeros(8)\nfor i in range(8) {\n  z[i] = x[i]^2 + x[i] * c[i]\n}\nsum(z * z)",
     "z = x * 0\nfor i in range(8) {\n  z[i] = x[7 - i] * -0.0 * c[i]\n}\nz",
@@ -836,3 +837,15 @@ def test_a_reverse_jacobian_of_a_loop_that_writes_elements_is_its_closed_form():
     want = np.diag(2 * x * np.roll(x, -1))
     want[np.arange(n), (np.arange(n) + 1) % n] += x * x
     close(J, want)
+
+
+@pytest.mark.parametrize("src", ["dot(x, x)", "x @ x", "z = x * 0\nfor i in range(8) {\n  z[i] = dot(x, x) + x[i]\n}\nz",
+                                 "C @ (x * x)"])
+def test_jvp_of_a_product_is_the_rules_tangent_within_an_ulp_or_two(src):
+    # A batch of one row sums a product as a (1, n) @ (n,) product, in another order than the
+    # plain pass's (n,) @ (n,) (an adversarial review: 1 ulp on dot(x, x)); the rules' tangent on
+    # plain arrays, within a few ulp
+    at = inputs_of(src, x=np.array([1, -2, 3, -0.5, 0.25, 1.5, -1, 2]))
+    v = np.random.default_rng(0).normal(size=8)
+    r = gradcalc.jvp(src, at=at, tangent={"x": v})
+    np.testing.assert_allclose(r[r.of], _plain_jvp(src, at, {"x": v}), rtol=4 * np.finfo(float).eps, atol=0)
