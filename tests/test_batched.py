@@ -430,6 +430,11 @@ def test_folded_tangents_are_the_rules_tangents(src):
     "Z = zeros((8, 2))\nfor k in range(2) {\n  for i in range(8) {\n    Z[i] = [x[i] * (k + 1), x[7 - i] * c[i]]\n  }\n}\n"
     "sum(Z * Z)",
     "Z = zeros((8, 2))\nZ[0] = [x[0], 1]\nfor i in range(7) {\n  Z[i + 1, :] = Z[i] * x[i] + [c[i], x[i]]\n}\nsum(Z * Z)",
+    # (z[i] += e: the rules' t_z + index_add(zeros, t_e), 0.0 + t_e on the selection; a scalar
+    # added to a slice; -0.0 on both sides; nan and inf among the factors)
+    "z = x * 1\nfor i in range(8) {\n  z[i] += x[i] * x[i] * c[i]\n}\nsum(z * z)",
+    "z = x * -0.0\nfor i in range(8) {\n  z[i] += x[7 - i] * -0.0 * c[i]\n}\nsum(z * x)",
+    "z = zeros(16)\nfor i in range(8) {\n  z[2*i:2*i + 2] += x[i] * c[i]\n  z[i] += z[i + 1] * x[i]\n}\nsum(z * z)",
     # (a recurrence: each step reads the element the step before wrote)
     "y = x * 0\nfor i in range(7) {\n  y[i + 1] = y[i] + c[i] * sin(y[i]) * x[i]\n}\nsum(y * y * c)",
     # (the copy made at last keeps the -0.0s of the rows it copied, which a read's sum then makes +0.0)
@@ -733,6 +738,10 @@ _JVP_PROGRAMS = [
     "M = zeros((2, 8))\nfor i in range(2) {\n  M[i, :] = C[i, :] * x * c\n  s = M[i, :] @ M[1 - i, :]\n}\ns + sum(M)",
     "s = 0\nfor i in range(8) {\n  s = s + x[i] * x[i] * c[i]\n}\ns",
     "z = x * 1\nfor i in range(8) {\n  z[i] += z[(i + 3) % 8] * c[i]\n}\nsum(z @ transpose(C)) + mean(z)",
+    "z = zeros(8)\nfor i in range(8) {\n  z[i] += x[i]^2 * c[i]\n  z[(i + 1) % 8] += -0.0 * x[i]\n}\nz",
+    # (0.0 + t_e: a -0.0 added into zeros, and into -0.0, is +0.0)
+    "z = zeros(8)\nfor i in range(8) {\n  z[i] += -0.0 * x[i]\n}\nz",
+    "z = x * -0.0\nfor i in range(8) {\n  z[i] += -0.0 * x[i]\n}\nz",
     "[x[0] * c[1], -0.0 * x[1], 2, sum(x * c), x[3]] @ [1, 2, 3, 4, 5]",
     "concat([x * c, C[0, :], x[2:4]]) * 3",
     "einsum('ij,j,j->i', C, x, x * c)",
@@ -760,7 +769,7 @@ def test_jvp_is_the_rules_tangent_on_plain_arrays_bit_for_bit(src, writes):
         got = gradcalc.jvp(src, at=at, tangent=tangent)
         want = _plain_jvp(src, at, tangent)
     same_bits_but_a_nans_sign(got[got.of], want)  # (batched or not, NumPy's loops differ too)
-    if "z[i] =" in src:  # (the loop's updates were written into the tangent the pass made)
+    if "z[i] =" in src or "z[i] +=" in src:  # (the loop's updates were written into the tangent the pass made)
         assert any(writes) == COUNTS_REFERENCES
 
 
