@@ -514,7 +514,7 @@ def _jvp_index_update(ts, params, args, values, dying=()):
     if x.__class__ is not _Slot or x.band is not None or not x.batched or not plain_index(idx):
         return None
     b = t_x.builder
-    key = _leading_ints(idx) if t_v is None else None  # (an element or a row zeroed: see _Zeros)
+    key = _selection_key(idx) if t_v is None else None  # (an element, a row, a column zeroed: see _Zeros)
     if key is not None and x.zeroed is not None:  # (zeros left for later, one selection more)
         return _zeroed_later(b, x, key)
     if b.values[x].dtype is not F64:  # (rows of zeros left for later are made now)
@@ -602,58 +602,83 @@ EVERYWHERE = (Ellipsis,)  # (a slot's loose: an array that was copied, not summe
 
 class _Zeros:
     """Rows left to copy with zeros on some selections (see _zeroed_later): the rows, and the
-    selections zeroed so far, elements or rows (integers, then whole axes: x[i], x[i, :]) by
-    their integers, each with the depth of the zeroing that added it, and the deepest;
-    ``element``, the number of integers while every selection has that many (a read of another
-    such selection is a view of the rows as they are), else None."""
+    selections zeroed so far by their keys (_selection_key: integers, unit slices and whole
+    axes: x[i], x[i, :], x[:, i], x[i:i + 1]), each with the depth of the zeroing that added it,
+    and the deepest; ``pattern``, the kinds of their items while every key has the same ones
+    (then two keys select the same elements or none: a read of a selection no zero covers reads
+    the rows as they are), else None."""
 
-    __slots__ = ("rows", "at", "top", "element")
+    __slots__ = ("rows", "at", "top", "pattern")
 
-    def __init__(self, rows, at: dict, top: int, element):
-        self.rows, self.at, self.top, self.element = rows, at, top, element
+    def __init__(self, rows, at: dict, top: int, pattern):
+        self.rows, self.at, self.top, self.pattern = rows, at, top, pattern
 
     def add(self, key: tuple, depth: int) -> int:
-        """Zeros on the selection of integers key for the slots deeper than depth, the deepest;
-        the depth of the slot."""
+        """Zeros on the selection key for the slots deeper than depth, the deepest; the depth of
+        the slot."""
         if key in self.at:
             return depth
         if not self.at:
-            self.element = len(key)
-        elif self.element != len(key):
-            self.element = None
+            self.pattern = _pattern(key)
+        elif self.pattern != _pattern(key):
+            self.pattern = None
         self.at[key] = self.top = depth + 1
         return depth + 1
 
     def upto(self, depth: int) -> "_Zeros":
         """A record of the selections of depth d or less alone."""
-        return _Zeros(self.rows, {k: d for k, d in self.at.items() if d <= depth}, depth, self.element)
+        return _Zeros(self.rows, {k: d for k, d in self.at.items() if d <= depth}, depth, self.pattern)
 
     def zero(self, rows, depth: int) -> None:
-        """Write the zeros of a slot of depth d into rows, in one assignment, by an integer array
-        per axis (the selections are distinct: no order to keep)."""
+        """Write the zeros of a slot of depth d into rows, in one assignment where the keys have
+        one pattern: an integer array for each axis a key picks (the selections are distinct: no
+        order to keep)."""
         at = [k for k, d in self.at.items() if d <= depth]
         if not at:
             return
-        if self.element is None:  # (selections of unequal lengths: one at a time)
+        if self.pattern is None:  # (keys of several patterns: one at a time)
             for k in at:
-                rows[(slice(None),) + k] = 0.0
-        else:
-            rows[(slice(None),) + tuple(np.array(at, dtype=np.intp).T)] = 0.0
+                rows[(slice(None),) + _index_of(k)] = 0.0
+            return
+        picks = np.array([[i if type(i) is int else i[0] for i in k if i is not None] for k in at],
+                         dtype=np.intp).T
+        columns = iter(picks)
+        rows[(slice(None),) + tuple(_ALL if i is None else next(columns) for i in at[0])] = 0.0
 
 
 _ALL = slice(None)
 
 
-def _leading_ints(idx: tuple):
-    """idx's integers, where it is integers and then whole axes (x[i], x[i, :]: an element, a
-    row), else None: a selection of a record of zeros (see _Zeros)."""
+def _selection_key(idx: tuple):
+    """A selection of integers, unit slices and whole axes as a key of a record of zeros (an
+    integer as itself, a unit slice i:i + 1 as (i,), a whole axis as None, the whole axes at the
+    end dropped: x[i] and x[i, :] have one key), else None."""
     n = len(idx)
     while n and type(idx[n - 1]) is slice and idx[n - 1] == _ALL:
         n -= 1
+    key = []
     for i in idx[:n]:
-        if type(i) is not int:
+        if type(i) is int:
+            key.append(i)
+        elif type(i) is not slice:
             return None
-    return idx[:n]
+        elif i == _ALL:
+            key.append(None)
+        elif type(i.start) is int and i.start >= 0 and i.stop == i.start + 1 and i.step in (None, 1):
+            key.append((i.start,))
+        else:
+            return None
+    return tuple(key)
+
+
+def _pattern(key: tuple) -> tuple:
+    """A key's kinds of items: 0 an integer, 1 a unit slice, 2 a whole axis."""
+    return tuple(0 if type(i) is int else 2 if i is None else 1 for i in key)
+
+
+def _index_of(key: tuple) -> tuple:
+    """The selection of a key (see _selection_key)."""
+    return tuple(i if type(i) is int else _ALL if i is None else slice(i[0], i[0] + 1) for i in key)
 
 
 def _zeroed_later(b: BatchedBuilder, x: _Slot, key: tuple) -> Tracer:
@@ -723,10 +748,10 @@ def _jvp_index(ts, params, args, values, dying=()):
     if x.band is not None:
         made = _fold_index(t.builder, (x,), params)
         return None if made is None else _tracer(t.builder, made)
-    idx = _leading_ints(params["idx"])
-    if not x.batched or idx is None:
+    key = _selection_key(params["idx"])
+    if not x.batched or key is None:
         return None
-    element = len(idx) == len(x.shape)
+    element = len(key) == len(x.shape) and all(type(i) is int for i in key)
     if x.zeroed is None:
         if not element:
             return None  # (the rules' view)
@@ -734,14 +759,14 @@ def _jvp_index(ts, params, args, values, dying=()):
     else:
         zeros, depth, _ = x.zeroed
         rows = zeros.rows
-        if zeros.element != len(idx) or not (element or rows.flags.c_contiguous):
+        if zeros.pattern != _pattern(key) or not (element or rows.flags.c_contiguous):
             return None  # (the rows made, then the rules')
-        if zeros.at.get(idx, depth + 1) <= depth:
+        if zeros.at.get(key, depth + 1) <= depth:
             return _tracer(t.builder, _batched(np.zeros(t.builder.n), ())) if element else None
     if rows.dtype is not F64:
         return None
-    part = rows[(slice(None),) + idx]
-    return _tracer(t.builder, _batched(part.copy() if element else part, x.shape[len(idx):]))
+    part = rows[(slice(None),) + params["idx"]]
+    return _tracer(t.builder, _batched(part.copy() if element else part, part.shape[1:]))
 
 
 def _summed_rows(ts: tuple, var, dying):

@@ -430,6 +430,14 @@ def test_folded_tangents_are_the_rules_tangents(src):
     "Z = zeros((8, 2))\nfor k in range(2) {\n  for i in range(8) {\n    Z[i] = [x[i] * (k + 1), x[7 - i] * c[i]]\n  }\n}\n"
     "sum(Z * Z)",
     "Z = zeros((8, 2))\nZ[0] = [x[0], 1]\nfor i in range(7) {\n  Z[i + 1, :] = Z[i] * x[i] + [c[i], x[i]]\n}\nsum(Z * Z)",
+    # (columns, Z[:, i] = [...], written once and twice, and unit slices, z[i:i + 1]: recorded
+    # by their keys as elements and rows are; a column and a row zeroed in one record)
+    "Z = zeros((2, 8))\nfor i in range(8) {\n  Z[:, i] = [x[i] * c[i], x[i]^2]\n}\nsum(Z * Z)",
+    "Z = zeros((2, 8))\nfor k in range(2) {\n  for i in range(8) {\n    Z[:, i] = [x[i] * (k + 1), x[7 - i] * c[i]]\n  }\n}\n"
+    "sum(Z * Z)",
+    "z = x * 0\nfor i in range(7) {\n  z[i + 1:i + 2] = z[i:i + 1] * x[i] + c[i]\n}\nsum(z * z)",
+    "Z = zeros((2, 8))\nfor i in range(8) {\n  Z[:, i] = [x[i], c[i] * x[i]]\n  Z[i % 2] = Z[i % 2] * x[i]\n}\nsum(Z * Z)",
+    "Z = zeros((2, 8))\nfor i in range(8) {\n  Z[:, i] = [x[i] * c[i], x[i]^2]\n}\nZ[0] = x * 2\nsum(Z * Z)",
     # (z[i] += e: the rules' t_z + index_add(zeros, t_e), 0.0 + t_e on the selection; a scalar
     # added to a slice; -0.0 on both sides; nan and inf among the factors)
     "z = x * 1\nfor i in range(8) {\n  z[i] += x[i] * x[i] * c[i]\n}\nsum(z * z)",
@@ -817,6 +825,8 @@ _REVERSE_PROGRAMS = [
     "Z = zeros((8, 2))\nZ[0] = [x[0], 1]\nfor i in range(7) {\n  Z[i + 1, :] = Z[i] * x[i] + [c[i], x[i]]\n}\nZ",
     "z = x * 1\nfor i in range(8) {\n  z[i] = z[i] * x[i]\n}\nz * z[::-1]",
     "v = x * c\nu = x * 1\nu[3] = x[0] * x[6]\ns = u + v\ns[2] = x[3] * c[3]\ns * c",
+    "Z = zeros((2, 8))\nfor i in range(8) {\n  Z[:, i] = [x[i] * c[i], x[i]^2]\n}\nZ",
+    "z = x * 0\nfor i in range(7) {\n  z[i + 1:i + 2] = z[i:i + 1] * x[i] + c[i]\n}\nz",
     # (an input written at every step: its cotangent sums a contribution a step)
     "z = x * 0\nfor i in range(8) {\n  z[i] = q\n  z[(i + 3) % 8] = q * x[i]\n}\nz * c",
 ]
