@@ -1581,15 +1581,22 @@ def _scatter_params(verb: str):
 def _scatter(accumulate: bool):
     """x with v written (or, accumulating, added) at idx; nd: v's logical rank."""
     def impl(x, v, idx, xshape, nd):
-        bx, bv = x.ndim - len(xshape), v.ndim - nd
-        batch = broadcast_shapes(x.shape[:bx], v.shape[:bv]) if bx or bv else ()
+        batch, v = lined_up(x, v, idx, xshape, nd)
         out = np.empty(batch + xshape, dtype=np.result_type(x, v))
         out[...] = x
-        if bv or (bx and _front(idx)):  # line v up with out[(..., *idx)] as NumPy orders it
-            ishape = _indexed_shape(idx, xshape)
-            v = _numpy_order(np.broadcast_to(_align(v, nd, len(ishape)), batch + ishape), idx, len(batch))
         return _scatter_into(out, v, idx, accumulate)
     return impl
+
+
+def lined_up(x, v, idx, xshape, nd) -> tuple:
+    """An index update's batch axes (x's and v's, broadcast), and v lined up with
+    out[(..., *idx)] as NumPy orders it: what _scatter_into writes (nd: v's logical rank)."""
+    bx, bv = x.ndim - len(xshape), v.ndim - nd
+    batch = broadcast_shapes(x.shape[:bx], v.shape[:bv]) if bx or bv else ()
+    if bv or (bx and _front(idx)):
+        ishape = _indexed_shape(idx, xshape)
+        v = _numpy_order(np.broadcast_to(_align(v, nd, len(ishape)), batch + ishape), idx, len(batch))
+    return batch, v
 
 
 def _scatter_into(out, v, idx, accumulate: bool):

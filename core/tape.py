@@ -893,19 +893,14 @@ def _write_into(eq, env: dict, dying: list):
     if x.__class__ is not np.ndarray or x.base is not None or not x.flags.writeable \
             or not x.flags.c_contiguous:
         return None
-    from .primitives import _align, _front, _indexed_shape, _numpy_order  # (primitives imports this module)
-    idx, xshape, nd = eq.params["idx"], eq.params["xshape"], eq.params["nd"]
+    from .primitives import lined_up  # (primitives imports this module)
     v = np.asarray(v)
-    bx, bv = x.ndim - len(xshape), v.ndim - nd
-    batch = x.shape[:bx]
     try:
-        if (bv and broadcast_shapes(batch, v.shape[:bv]) != batch) or np.result_type(x, v) != x.dtype:
-            return None
+        batch, v = lined_up(x, v, **eq.params)  # (as impl lines v up)
     except ValueError:
         return None
-    if bv or (bx and _front(idx)):  # (impl's alignment of v with out[(..., *idx)])
-        ishape = _indexed_shape(idx, xshape)
-        v = _numpy_order(np.broadcast_to(_align(v, nd, len(ishape)), batch + ishape), idx, len(batch))
+    if batch != x.shape[:x.ndim - len(eq.params["xshape"])] or np.result_type(x, v) != x.dtype:
+        return None
     return eq.prim.write_into(x, v, **eq.params)
 
 
