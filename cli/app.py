@@ -9,6 +9,7 @@ messages and exit codes in one place.  No math lives here, and no tolerances.
 """
 from __future__ import annotations
 
+import gc
 import inspect
 import sys
 from enum import Enum
@@ -294,14 +295,7 @@ def _typer_function(name: str) -> Callable:
 def _run(opts: Options, body: Callable[[], object]) -> None:
     """Run a command body and show its result; turn errors into messages and exit codes."""
     try:
-        try:
-            if opts.save is not None:
-                views.check_writable("--save", opts.save)
-            code = _show(body(), opts)
-        except MemoryError:  # the machine's limit, not a bug: sizes within the element limit add up
-            raise LimitError("out of memory: the arrays this command needs do not fit in this machine's "
-                             "memory", hint="use smaller inputs: the element limit bounds each array, "
-                             "not all of them together") from None
+        code = _shown_within_memory(opts, body)
     except GradcalcError as err:
         if opts.debug:
             import traceback
@@ -317,6 +311,22 @@ def _run(opts: Options, body: Callable[[], object]) -> None:
     except Exception as exc:  # noqa: BLE001 - anything else is a bug in gradcalc
         code = report_internal_error(exc, opts.debug, opts.format is Format.json)
     raise typer.Exit(code)
+
+
+def _shown_within_memory(opts: Options, body: Callable[[], object]) -> int:
+    """Run body and show its result; its exit code.  Out of memory (the machine's limit, not a
+    bug: sizes within the element limit add up), the error is raised once the MemoryError has
+    gone, and with it the frames its traceback holds and the tape in them: then there is memory
+    to write the error (with -f json, 1.4 GB of a tape had left none to import json)."""
+    try:
+        if opts.save is not None:
+            views.check_writable("--save", opts.save)
+        return _show(body(), opts)
+    except MemoryError:
+        pass
+    gc.collect()  # (the collector is off for the command: the tape's cycles wait for it)
+    raise LimitError("out of memory: the arrays this command needs do not fit in this machine's memory",
+                     hint="use smaller inputs: the element limit bounds each array, not all of them together")
 
 
 def _show(item, opts: Options) -> int:
@@ -814,11 +824,8 @@ def main() -> None:
     if not args or "--help" in args or "-h" in args:
         _help_colours()
     command_app = build_app([name] if name in COMMANDS else None)
-    if not args:
-        command_app()  # help
-        return
     try:
-        code = command_app(standalone_mode=False)
+        code = command_app(standalone_mode=False) if args else command_app()  # (no arguments: help)
     except click.exceptions.UsageError as err:
         code = _pipe_safe(lambda e=err: _usage_error(e, name, args), 2)
     except click.exceptions.Abort:
@@ -847,6 +854,19 @@ def _help_colours() -> None:
     system = colour_system(sys.stdout)
     help_console.COLOR_SYSTEM = system
     help_console.FORCE_TERMINAL = True if system is not None else None
+    make = help_console._get_rich_console
+
+    def quiet_when_the_reader_goes(stderr: bool = False):
+        """Typer's console, which would exit 1 (check's "mismatch") when stdout's reader goes
+        away (gradcalc --help | head -1): main stops quietly, with help's own exit code."""
+        drawn = make(stderr)
+        drawn.on_broken_pipe = _broken_pipe
+        return drawn
+    help_console._get_rich_console = quiet_when_the_reader_goes
+
+
+def _broken_pipe() -> None:
+    raise BrokenPipeError
 
 
 def _usage_error(err, name: str, args: list) -> int:

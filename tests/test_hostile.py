@@ -28,6 +28,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -862,6 +863,20 @@ def test_running_out_of_memory_is_a_user_error_not_a_bug():
     assert "internal error" not in res["stderr"]
 
 
+def test_running_out_of_memory_with_json_output_writes_the_error_as_json():
+    # A runaway loop's tape of 1000-element values fills the child's 1 GiB before --max-steps.
+    # The tape was still held (by the MemoryError's traceback) while the error was written, and
+    # importing json for it failed: a traceback, exit 1 (check's "mismatch"), nothing on stdout.
+    script = str(Path(sys.executable).with_name("gradcalc"))
+    p = subprocess.run([script, "grad", "y = x; while true { y = y*1.0000001 }; sum(y)", "--at", "x=ones(1000)",
+                        "-f", "json"], capture_output=True, text=True, timeout=120, preexec_fn=_cap_memory,
+                       env=CHILD_ENV)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+    error = json.loads(p.stdout)["error"]
+    assert error["kind"] == "limit" and error["message"].startswith("out of memory")
+
+
 @pytest.mark.parametrize("cmd, src", [("jacobian", "x * 2"), ("hessian", "sum(x^2)")])
 def test_derivative_size_refusal_names_the_derivative(cmd, src):
     r = user_error(cmd, src, "--at", "x=ones(20000)")
@@ -1112,6 +1127,14 @@ def _closed_stdout(*args):
 def test_closed_stdout_no_traceback(args):
     _, err = _closed_stdout(*args)
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+
+
+@pytest.mark.parametrize("args", [["--help"], ["grad", "--help"], ["check", "-h"]])
+def test_help_into_a_reader_that_goes_away_keeps_its_exit_code(args):
+    # Typer draws help with rich, whose console exits 1 ("check found a mismatch") when the
+    # reader goes: `gradcalc --help | head -1` failed under `set -o pipefail`
+    code, err = _closed_stdout(*args)
+    assert (code, err) == (0, "")
 
 
 @pytest.mark.parametrize("args, code", [(["eval", "1", "-f", "plain"], 0), (["eval", "sine(1)", "-f", "json"], 2)],
