@@ -1441,17 +1441,55 @@ def _pos(node):
 # ==========================================================================
 
 
+class _ValueBuilder(Builder):
+    """The builder of a value given on the command line: an operation in it that makes nan or
+    inf (log(-1), 1/0) is an error, where a program's would be a warning."""
+
+    def note_nonfinite(self, op: str, value) -> None:
+        what = "nan" if np.isnan(value).any() else ("inf" if (value == np.inf).any() else "-inf")
+        raise ValueError_(f"{op} produced {what} in this value", self.pos, hint=_WRITE_IT)
+
+
+_WRITE_IT = ("write nan or inf if that is meant: a value given on the command line holds them only "
+             "as written, as a values file does")
+
+
 def constant_value(text: str, label: str = "<value>", max_elements: int = DEFAULT_MAX_ELEMENTS):
-    """Evaluate a constant expression (an --at value, a cotangent) to a float64 array."""
+    """Evaluate a constant expression (an --at value, a cotangent) to a float64 array.
+
+    Non-finite values come only as written (inf, nan): a number past float64's range (1e400)
+    or an operation that makes nan or inf from finite operands (log(-1), 1/0) is an error, as
+    in a values file (a program warns of them instead: it has a line to point at and may
+    meet them on purpose in an intermediate)."""
     from .errors import Source
 
     node = parse_expression(text, label)
-    b = Builder(max_elements, check_finite=False)
+    source = Source(text, label)
+    b = _ValueBuilder(max_elements, check_finite=True)
+    b.source = source  # (operators named as written: '/', not div)
     try:
+        big = _too_large_number(node)
+        if big is not None:
+            raise ValueError_(f"the number {big.text} is beyond float64's range (about 1.8e308)", big.pos,
+                              hint="write inf if that is meant: a value given on the command line holds it only as "
+                                   "written, as a values file does")
         with np.errstate(all="ignore"):
             return np.asarray(Interpreter(b, {}, constants_only=True).expr(node).value, dtype=np.float64)
     except GradcalcError as err:
-        raise err.located(Source(text, label))
+        raise err.located(source)
+
+
+def _too_large_number(node) -> Num | None:
+    """The first number written in node whose value is inf (1e400), if any."""
+    found, stack_ = [], [node]
+    while stack_:
+        n = stack_.pop()
+        if type(n) is Num:
+            if n.value == np.inf:
+                found.append(n)
+        elif isinstance(n, tuple):
+            stack_.extend(n)
+    return min(found, key=lambda n: n.loc) if found else None
 
 
 def _not_an_input(name: str, known: dict, assigned: dict, bare: dict) -> UsageError:
