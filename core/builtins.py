@@ -394,7 +394,12 @@ def _ellipsis_broadcast(x, part: tuple, common: tuple):
 
 def _tensordot_axes(axes, na: int, nb: int) -> tuple:
     if isinstance(axes, int) and not isinstance(axes, bool):
-        if not 0 <= axes <= min(na, nb):
+        if axes < 0:  # (NumPy's range(-axes, 0) reads it as 0: an outer product)
+            raise ShapeError(f"axes={axes} is a negative number of axes: an integer axes is how many "
+                             f"axes are summed (a's last with b's first)",
+                             hint="axes=0 is the outer product; to name the axes summed, give two "
+                                  "tuples: axes=((-1,), (0,))")
+        if axes > min(na, nb):
             raise ShapeError(f"axes={axes} needs both arrays to have at least {axes} axes")
         return tuple(range(na - axes, na)), tuple(range(axes))
     if isinstance(axes, tuple) and len(axes) == 2:
@@ -439,10 +444,12 @@ def _kron(a, b):
     n = max(a.ndim, b.ndim)
     a = P.reshape(a, shape=(1,) * (n - a.ndim) + a.shape)
     b = P.reshape(b, shape=(1,) * (n - b.ndim) + b.shape)
+    shape = tuple(p * q for p, q in zip(a.shape, b.shape))
+    a.builder.check_size(shape)  # (the product's shape, not that of the outer product made first)
     sa, sb = _LETTERS[:n], _LETTERS[n:2 * n]
     pairs = "".join(x + y for x, y in zip(sa, sb))  # each axis of a with b's beside it
     outer = P.einsum(a, b, subscripts=f"{sa},{sb}->{pairs}")
-    return P.reshape(outer, shape=tuple(p * q for p, q in zip(a.shape, b.shape)))
+    return P.reshape(outer, shape=shape)
 
 
 # -- several results: slogdet, eigh ---------------------------------------------------

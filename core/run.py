@@ -261,7 +261,9 @@ def analyse(program: Program) -> Facts:
         free = {}  # (what the loop of _free_inputs would find)
     else:
         reads = program.reads if reads_known else None
-        free = _free_inputs(program.statements, reads, known, functions, local_names)
+        text = program.source.text if program.source is not None else None
+        derivatives = text is None or any(d in text for d in _DERIVATIVES)
+        free = _free_inputs(program.statements, reads, known, functions, local_names, derivatives)
     name, loc = output if output is not None else (None, None)
     return Facts([*declared.values(), *free.values()], assigned, functions, local_names, bare, name, loc)
 
@@ -275,11 +277,13 @@ def _all_known(names: tuple, known: dict) -> bool:
     return not set(map(_NAME_ID, names)).difference(known)
 
 
-def _free_inputs(statements: tuple, reads, known: dict, functions: dict, local_names: dict) -> dict:
+def _free_inputs(statements: tuple, reads, known: dict, functions: dict, local_names: dict,
+                 derivatives: bool = True) -> dict:
     """The names read before any assignment and known nowhere, by first read: the
     undeclared inputs (`known` gets them too).  Reading a function's name is an error but
-    in grad(f) and jacobian(f).  `reads` is Program.reads, or None (then each statement's
-    names are walked)."""
+    in grad(f) and jacobian(f), where a name that is not a function is an error (with
+    derivatives=False, the text has no grad or jacobian to look for).  `reads` is
+    Program.reads, or None (then each statement's names are walked)."""
     free: dict[str, InputInfo] = {}
     for k, st in enumerate(statements):
         t = type(st)
@@ -296,8 +300,25 @@ def _free_inputs(statements: tuple, reads, known: dict, functions: dict, local_n
                 continue
             if nid in FUNCTIONS:
                 raise _builtin_read(n, st)
+            if derivatives:
+                call = _derivative_taking(n, st)
+                if call is not None:  # grad(grad), grad(g) with no def g: never an input
+                    raise _not_a_function(n, call, functions)
             free[nid] = known[nid] = InputInfo(nid, n.pos, None, None, False)
     return free
+
+
+def _not_a_function(n: Name, call: Call, functions: dict) -> NameError_:
+    """The error for grad(n) or jacobian(n) where n names no function of the program (it would
+    otherwise read as an input, and the error be that it has no value)."""
+    if n.id in _DERIVATIVES:
+        f = next(iter(functions), "f")
+        return NameError_(f"{call.func} takes a function defined with def, not '{n.id}' itself", n.pos,
+                          hint=f"for a second derivative, define the first: def d{f}(t) = {n.id}({f})(t), "
+                               f"then {call.func}(d{f})(x)")
+    hint = did_you_mean(n.id, functions) or "define it with def, e.g. def f(t) = t^2"
+    return NameError_(f"{call.func} takes a function defined with def; '{n.id}' is not a function of the "
+                      f"program", n.pos, hint=hint)
 
 
 def find_inputs(program: Program) -> list[InputInfo]:
@@ -791,6 +812,8 @@ class Interpreter:
                 out.append(Ellipsis)
             elif t is Num and item.is_int:
                 out.append(int(item.text))
+            elif t is Bool or t is ArrayLit and _holds_a_boolean(item):
+                raise _boolean_index(item)
             else:
                 out.extend(self.index_value(item))
         return tuple(out)
@@ -1364,6 +1387,28 @@ class Interpreter:
                 raise UsageError(f"{callee.func}'s argnum must not be negative, not {argnum}", k.value.pos,
                                  hint=f"argnum=0 is {fname}'s first parameter")
         return fdef, argnum
+
+
+def _holds_a_boolean(node: ArrayLit) -> bool:
+    """Whether an array literal holds true or false among its elements (at any depth)."""
+    stack_ = list(node.items)
+    while stack_:
+        n = stack_.pop()
+        t = type(n)
+        if t is Bool:
+            return True
+        if t is ArrayLit:
+            stack_.extend(n.items)
+    return False
+
+
+def _boolean_index(node) -> ShapeError:
+    """x[true], x[[true, false]]: NumPy reads booleans in an index as a mask (x[[True, False]] is
+    x[:1]), gradcalc's true and false are 1 and 0 (SPEC §2.3: they serve keyword arguments), so
+    either reading would surprise someone: refused."""
+    return ShapeError("true and false are not indices: they serve keyword arguments (keepdims=true)",
+                      node.pos, hint="select with a mask made by a comparison (x[x > 0], x[arange(len(x)) < 1]), "
+                                     "or choose between values with where(cond, a, b)")
 
 
 _STATEMENTS = {
