@@ -328,6 +328,8 @@ def _check_read(src: Source, program, options: dict, update_expect: bool, no_exp
     stale: list = []
     if stored is not None:
         stored, stale = _current(program, stored, path, src.label, options.get("of"))
+    if stored is not None and not written and records_derivatives(stored):
+        _fits(program, stored, path, options)
     if stored is not None and not options.get("points"):
         # the point the expectation was made at gives the values not given (with points, the
         # values not given are drawn; the expectation is compared at its own point anyway)
@@ -386,6 +388,59 @@ def _current(program, stored: dict, path: str, label: str, of=None) -> tuple[dic
         pruned.pop("gradient", None)
         pruned["jacobian"] = kept
     return pruned, stale
+
+
+def _fits(program, stored: dict, path: str, options: dict) -> None:
+    """Refuse an expectation whose entry has another shape than the derivative it names, at
+    the point the expectation records: a file that does not fit the program (a stored grad
+    --sum output, a hand-edited file) is the user's error, named with the shapes, not a
+    mismatch of derivatives.  What else is malformed is left for check() to report."""
+    from .codec import JSONNumberError, array_from_json
+    from .lower import trace
+    from .numerics import expect_point
+    from .session import as_arrays
+    kind = "gradient" if "gradient" in stored else "jacobian"
+    table = {stored.get("of"): stored["gradient"]} if kind == "gradient" else stored.get(kind)
+    if not isinstance(table, dict) or not all(isinstance(row, dict) for row in table.values()):
+        return
+    tr = trace(program, {**as_arrays(options.get("at", {})), **expect_point(stored, path)}, record=False,
+               **_limits(options))
+    for o, row in table.items():
+        o = o if o is not None else (options.get("of") or [tr.tape.output])[0]
+        if o not in tr.tape.names:
+            continue
+        out = tr.value(o).shape
+        for w, entry in row.items():
+            if w not in tr.tape.names or entry is None:
+                continue
+            try:
+                got = array_from_json(entry).shape
+            except JSONNumberError:
+                continue
+            inp = tr.value(w).shape
+            if got == out + inp:
+                continue
+            if kind == "gradient" and out != () and got == inp:
+                raise ValueError_(f"expectation file '{path}' records the gradient of the sum of '{o}' (as grad "
+                                  f"--sum writes it: gradient['{w}'] of shape {got}), and '{o}' has shape {out}: "
+                                  f"check compares the Jacobian d{o}/d{w}, of shape {out + inp}",
+                                  hint=f"store gradcalc jacobian -f json in its place, or rewrite it with "
+                                       f"{option('update_expect')} (if '{o}' was a scalar when the file was "
+                                       "written, the program changed: review that first)", option="expect")
+            where = f"gradient['{w}']" if kind == "gradient" else f"jacobian['{o}']['{w}']"
+            raise ValueError_(f"expectation file '{path}': the stored {where} has shape {got}, and d{o}/d{w} "
+                              f"has shape {out + inp} ('{o}' {out} by '{w}' {inp}, at the point the file records)",
+                              hint=f"if the program changed, review it and refresh the file with "
+                                   f"{option('update_expect')}; else store gradcalc grad or jacobian -f json "
+                                   "of this program", option="expect")
+
+
+def _limits(options: dict) -> dict:
+    """max_elements and max_steps as check() applies them."""
+    from .lower import DEFAULT_MAX_STEPS
+    from .tape import DEFAULT_MAX_ELEMENTS
+    return {"max_elements": options.get("max_elements") or DEFAULT_MAX_ELEMENTS,
+            "max_steps": options.get("max_steps") or DEFAULT_MAX_STEPS}
 
 
 def merged(from_file: dict, overrides: dict) -> dict:
@@ -575,16 +630,47 @@ def read_expect(path: str) -> dict:
     if not isinstance(data, dict):
         raise ValueError_(f"expectation file '{path}' must hold a JSON object from grad or jacobian -f json",
                           option="expect")
+    schema = data.get("schema", JSON_SCHEMA)  # (a file written by hand may leave it out)
+    if isinstance(schema, bool) or schema != JSON_SCHEMA:
+        raise ValueError_(f"expectation file '{path}' has schema {json.dumps(schema)}, and this gradcalc reads "
+                          f"schema {JSON_SCHEMA}", hint=f"refresh it with {option('update_expect')}, or store "
+                          "this gradcalc's grad or jacobian -f json", option="expect")
     return data
 
 
 def expect_document(program, options: dict) -> dict:
     """What `gradcalc grad -f json` (a scalar output) or `gradcalc jacobian -f json` (any
-    other) writes for the program at the options' point, of and wrt: the expectation."""
+    other) writes for the program at the options' point, of and wrt: the expectation.
+    With ``points`` (check draws the inputs ``at`` leaves free), at the first random point
+    check draws (``seed``'s) where the program runs; "at" records its values."""
+    if not options.get("points"):
+        return _document(program, options.get("at", {}), options)
+    first = None
+    for point in _drawn(program, options):
+        try:
+            return _document(program, point, options)
+        except UsageError:  # (no point's: --of nosuch)
+            raise
+        except GradcalcError as err:  # (this point's: check reports it there, and the next may do)
+            first = first or err
+    raise first
+
+
+def _drawn(program, options: dict) -> list[dict]:
+    """The random points check(points=, seed=) draws (numerics._random_points, from a fresh
+    generator of the seed, as check() does first), each with the values ``at`` gives."""
+    import numpy as np
+
+    from .numerics import _random_points
+    from .session import as_arrays
+    rng = np.random.default_rng(options.get("seed") or 0)
+    return _random_points(program, as_arrays(options.get("at", {})), options["points"], rng, _limits(options))
+
+
+def _document(program, at: dict, options: dict) -> dict:
     from . import api
     from .codec import to_json
     kw = {k: options[k] for k in ("of", "wrt", "max_elements", "max_steps") if options.get(k) is not None}
-    at = options.get("at", {})
     of = kw.pop("of", None)
     result = None
     if of is None or len(of) == 1:

@@ -1,0 +1,147 @@
+"""check's expectation files and source labels (SPEC §5, "check for CI"; §7 exit codes).
+
+- --update-expect of a file checked at random --points (its # check: --at leaves an input
+  free) writes the expectation at the first random point, recorded in "at", instead of
+  failing on the free input.
+- An expectation of the wrong shape (a stored grad --sum output, a hand-edited file) or of
+  an unknown schema is the user's error (exit 2), not a derivative mismatch (exit 1).
+
+Expected derivatives are closed forms worked out by hand: d/dx sum(x*y) = y, d/dy = x;
+d/dx x^2 = 2x.
+"""
+from __future__ import annotations
+
+import json
+
+from cli_run import run
+
+POINTS_FILE = "# check: --at x=[1,2] --points 2\ninput y[2]\nsum(x*y)\n"
+
+
+def plain_rows(r) -> list[str]:
+    return r.stdout.strip().splitlines()
+
+
+# ==========================================================================
+# 1. --update-expect of a file checked at random points
+# ==========================================================================
+
+
+def test_update_expect_of_a_file_checked_at_random_points_writes_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.grad").write_text(POINTS_FILE)
+    r = run("check", "p.grad", "--update-expect", "-f", "plain")
+    assert r.exit_code == 0, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    doc = json.loads((tmp_path / "p.expect.json").read_text())
+    assert doc["schema"] == 1 and doc["command"] == "grad"
+    assert doc["at"]["x"] == [1.0, 2.0]  # the file's --at value, as given
+    y = doc["at"]["y"]  # drawn, and recorded: the file is self-contained
+    assert len(y) == 2 and all(isinstance(v, float) for v in y)
+    assert doc["gradient"]["y"] == [1.0, 2.0]  # d/dy sum(x*y) = x
+    assert doc["gradient"]["x"] == y  # d/dx sum(x*y) = y
+    assert any("[expectation file]" in row and row.startswith("ok ") for row in plain_rows(r))
+
+
+def test_update_expect_at_random_points_is_the_same_file_twice(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.grad").write_text(POINTS_FILE)
+    assert run("check", "p.grad", "--update-expect").exit_code == 0
+    first = (tmp_path / "p.expect.json").read_text()
+    assert run("check", "p.grad", "--update-expect").exit_code == 0
+    assert (tmp_path / "p.expect.json").read_text() == first  # (--seed 0: the same draw)
+
+
+def test_the_expectation_made_at_a_random_point_is_compared_there_later(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.grad").write_text(POINTS_FILE)
+    assert run("check", "p.grad", "--update-expect").exit_code == 0
+    r = run("check", "p.grad", "-f", "json")
+    assert r.exit_code == 0, r.stdout
+    kinds = [res["comparison"] for res in json.loads(r.stdout)["results"]]
+    assert kinds.count("expect") == 2 and kinds.count("jacobian") == 4  # 2 points x 2 inputs
+    # an edit that changes the derivative: d/dy (sum(x*y) + sum(y)) = x + 1 = [2, 3]
+    (tmp_path / "p.grad").write_text(POINTS_FILE.replace("sum(x*y)", "sum(x*y) + sum(y)"))
+    r = run("check", "p.grad", "-f", "plain")
+    assert r.exit_code == 1, r.stdout
+    (row,) = [row for row in plain_rows(r) if row.startswith("FAIL")]
+    assert "entry gradient['y']" in row and "stored 1.0, computed 2.0" in row or \
+        "stored 2.0, computed 3.0" in row, row
+
+
+def test_update_expect_over_a_folder_with_a_random_points_file_exits_0(tmp_path):
+    (tmp_path / "p.grad").write_text(POINTS_FILE)
+    (tmp_path / "q.grad").write_text("# check: --at x=3\nx^2\n")
+    r = run("check", str(tmp_path), "--update-expect", "-f", "plain")
+    assert r.exit_code == 0, (r.stdout, r.stderr)
+    assert json.loads((tmp_path / "q.expect.json").read_text())["gradient"] == {"x": 6.0}  # 2x at 3
+    assert json.loads((tmp_path / "p.expect.json").read_text())["gradient"]["y"] == [1.0, 2.0]
+
+
+# ==========================================================================
+# 2. An expectation that does not fit: the user's error, not a mismatch
+# ==========================================================================
+
+
+def test_a_stored_grad_sum_output_is_an_error_that_says_so(tmp_path):
+    # what `gradcalc grad 'x^2' --at x=[1,2] --sum -f json` writes: d/dx sum(x^2) = 2x
+    doc = {"schema": 1, "command": "grad", "of": "_", "at": {"x": [1.0, 2.0]}, "value": 5.0,
+           "gradient": {"x": [2.0, 4.0]}, "unconnected": [], "warnings": []}
+    path = tmp_path / "sum.json"
+    path.write_text(json.dumps(doc))
+    r = run("check", "x^2", "--expect", path, "-f", "json")
+    assert r.exit_code == 2, r.stdout
+    assert "Traceback" not in r.stderr
+    (res,) = [x for x in json.loads(r.stdout)["results"] if "error" in x]
+    err = res["error"]
+    assert res["source"] == "<expr>" and err["source"] == "<expr>"
+    assert "grad --sum" in err["message"] and "(2,)" in err["message"] and "(2, 2)" in err["message"]
+    assert "jacobian" in err["hint"]
+    assert "error: expectation file" in r.stderr and "hint:" in r.stderr
+
+
+def test_a_hand_edited_expectation_of_the_wrong_shape_names_the_shapes(tmp_path):
+    doc = {"schema": 1, "command": "jacobian", "of": ["_"], "at": {"x": [1.0, 2.0]},
+           "jacobian": {"_": {"x": [[2.0, 0.0, 0.0], [0.0, 4.0, 0.0]]}}}
+    path = tmp_path / "j.json"
+    path.write_text(json.dumps(doc))
+    r = run("check", "x^2", "--expect", path, "-f", "plain")
+    assert r.exit_code == 2, r.stdout
+    assert "Traceback" not in r.stderr
+    (row,) = [row for row in plain_rows(r) if row.startswith("ERROR")]
+    assert "jacobian['_']['x']" in row and "(2, 3)" in row and "(2, 2)" in row, row
+
+
+def test_the_right_shape_still_compares_and_a_changed_value_is_a_mismatch(tmp_path):
+    # d/dx x^2 at [1, 2] is diag(2, 4); a stored 5 where 4 belongs fails (exit 1)
+    doc = {"schema": 1, "command": "jacobian", "of": ["_"], "at": {"x": [1.0, 2.0]},
+           "jacobian": {"_": {"x": [[2.0, 0.0], [0.0, 5.0]]}}}
+    path = tmp_path / "j.json"
+    path.write_text(json.dumps(doc))
+    assert run("check", "x^2", "--expect", path).exit_code == 1
+    doc["jacobian"]["_"]["x"][1][1] = 4.0
+    path.write_text(json.dumps(doc))
+    assert run("check", "x^2", "--expect", path).exit_code == 0
+
+
+def test_an_expectation_of_an_unknown_schema_is_an_error(tmp_path):
+    doc = {"schema": 2, "command": "grad", "of": "_", "at": {"x": 3.0}, "gradient": {"x": 6.0}}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    r = run("check", "x^2", "--expect", path, "-f", "json")
+    assert r.exit_code == 2, r.stdout
+    assert "Traceback" not in r.stderr
+    (res,) = [x for x in json.loads(r.stdout)["results"] if "error" in x]
+    assert "schema 2" in res["error"]["message"] and res["error"]["hint"]
+
+
+def test_a_sibling_expectation_of_the_wrong_shape_is_an_error_the_others_still_checked(tmp_path):
+    (tmp_path / "a.grad").write_text("# check: --at x=[1,2]\nx^2\n")
+    (tmp_path / "a.expect.json").write_text(json.dumps(
+        {"schema": 1, "command": "grad", "of": "_", "at": {"x": [1.0, 2.0]}, "gradient": {"x": [2.0, 4.0]}}))
+    (tmp_path / "b.grad").write_text("# check: --at x=3\nx^2\n")
+    r = run("check", str(tmp_path), "-f", "plain")
+    assert r.exit_code == 2, r.stdout
+    rows = plain_rows(r)
+    assert rows[0].startswith("ERROR ") and "a.expect.json" in rows[0]
+    assert any(row.startswith("ok ") and "b.grad" in row for row in rows)
