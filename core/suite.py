@@ -133,11 +133,21 @@ def check_sources(sources, *, overrides: dict | None = None, update_expect: bool
                          f"{len(found)} sources are given",
                          hint="check each source with its own --expect, or store NAME.expect.json "
                               "beside NAME.grad (compared automatically)", option="expect")
+    labels = text_labels(found)
     checks = [c if isinstance(c, SourceCheck) else
               check_source(c, overrides=overrides, update_expect=update_expect, no_expect=no_expect,
-                           checker=checker)
-              for c in found]
+                           checker=checker, label=labels.get(i))
+              for i, c in enumerate(found)]
     return suite_result(checks)
+
+
+def text_labels(sources: list) -> dict:
+    """{position: label} for the program texts among sources when there are several:
+    <expr 1>, <expr 2>... in the order given, so that their results and errors can be told
+    apart; none when there is one (it stays <expr>, as every command labels it)."""
+    texts = [i for i, s in enumerate(sources) if isinstance(s, str) and s != "-" and
+             not ("\n" not in s and len(s) < 4096 and os.path.exists(s))]  # (what read_source reads as text)
+    return {i: f"<expr {n}>" for n, i in enumerate(texts, 1)} if len(texts) > 1 else {}
 
 
 def check_alone(label: str, run) -> Result:
@@ -190,7 +200,8 @@ def _failed(source: str, err: GradcalcError) -> SourceCheck:
 
 
 def check_source(source, *, overrides: dict | None = None, update_expect: bool = False,
-                 no_expect: bool = False, checker=None, unwritten: list | None = None) -> SourceCheck:
+                 no_expect: bool = False, checker=None, unwritten: list | None = None,
+                 label: str | None = None) -> SourceCheck:
     """Check one source (program text, a path, or '-'), never raising a user error.
 
     ``overrides`` holds check()'s keyword arguments as the caller gives them (the command
@@ -204,16 +215,24 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
     ``unwritten``, update_expect writes nothing: the file is compared as it would be written,
     and (path, text) goes to the list for the caller to write (:func:`save_expect`) when the
     results are used (the pytest plugin checks as it collects, and -k or --collect-only
-    would otherwise write files for tests that never run)."""
-    from .values import drop_unused, parse_source, read_source
+    would otherwise write files for tests that never run).  ``label`` names program text
+    in place of <expr> (check_sources numbers several: <expr 1>, <expr 2>)."""
+    from .values import drop_unused, read_source
+    text_label = label
     label = source if isinstance(source, str) and "\n" not in source else "<expr>"
     where: dict = {}  # the position of each option of a # check: line
     misspelt: list = []  # notes on leading comments that look like # check: lines
     try:
         src = read_source(source)
+        if text_label is not None and src.label == "<expr>":
+            src = src._replace(label=text_label)
         label = src.label
         misspelt = misspelt_check_lines(src)
-        program = parse_source(src, source if isinstance(source, str) else None)
+        try:
+            program = _parsed(src, source if isinstance(source, str) else None, label != text_label)
+        except FileError:  # (text that reads as a path that does not exist: under its own name)
+            label = source
+            raise
         from_file = file_options(src, where)
         options = merged(from_file, overrides or {})
         ignored = misspelt + drop_unused(options.get("at", {}), program)  # (as every command does: SPEC §3)
@@ -225,14 +244,30 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
             checked = _check_read(src, program, options, update_expect, no_expect, unwritten)
         checked.ignored = ignored
         return checked
-    except GradcalcError as err:  # (a missing file: under its own name, not as program text)
+    except GradcalcError as err:
         if where:
             _at_check_line(err, src, where, overrides or {})
         if misspelt:  # (its options would have given the missing value, say)
             err.hint = misspelt[0] + (f"; {err._hint}" if err._hint else "")
-        return _failed(source if isinstance(err, FileError) and isinstance(source, str) else label, err)
+        return _failed(label, err)
     except Exception as exc:  # noqa: BLE001 - a bug: this source's error, and the others still checked
         return _failed(label, _internal(exc))
+
+
+def _parsed(src: Source, given: str | None, as_read: bool):
+    """The program of src (values.parse_source); src is program text relabelled (<expr 2>)
+    unless ``as_read``: text that does not parse and reads as a path is still a missing file."""
+    from .errors import SyntaxError_
+    from .values import parse_source
+    try:
+        return parse_source(src, given)
+    except SyntaxError_ as err:
+        if not as_read:
+            try:
+                parse_source(src._replace(label="<expr>"), given)  # (a FileError, for a path)
+            except SyntaxError_:
+                pass
+        raise err
 
 
 def _internal(exc: Exception) -> InternalError:

@@ -5,6 +5,8 @@
   failing on the free input.
 - An expectation of the wrong shape (a stored grad --sum output, a hand-edited file) or of
   an unknown schema is the user's error (exit 2), not a derivative mismatch (exit 1).
+- Program texts given together are labelled <expr 1>, <expr 2>...; one alone stays <expr>,
+  and an error of its --expect file is labelled <expr> as well.
 
 Expected derivatives are closed forms worked out by hand: d/dx sum(x*y) = y, d/dy = x;
 d/dx x^2 = 2x.
@@ -12,6 +14,7 @@ d/dx x^2 = 2x.
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 
 from cli_run import run
 
@@ -145,3 +148,44 @@ def test_a_sibling_expectation_of_the_wrong_shape_is_an_error_the_others_still_c
     rows = plain_rows(r)
     assert rows[0].startswith("ERROR ") and "a.expect.json" in rows[0]
     assert any(row.startswith("ok ") and "b.grad" in row for row in rows)
+
+
+# ==========================================================================
+# 3. Labels of program text
+# ==========================================================================
+
+
+def test_several_program_texts_are_numbered_in_json_and_junit(tmp_path):
+    xml = tmp_path / "r.xml"
+    r = run("check", "sin(x)", "cos(x)", "--at", "x=1", "--junit-xml", xml, "-f", "json")
+    assert r.exit_code == 0, r.stdout
+    sources = [res["source"] for res in json.loads(r.stdout)["results"]]
+    assert sources == ["<expr 1>", "<expr 2>"]
+    files = [case.get("file") for case in ET.parse(xml).getroot().iter("testcase")]
+    assert files == ["<expr 1>", "<expr 2>"]
+
+
+def test_one_program_text_keeps_its_label():
+    r = run("check", "sin(x)", "--at", "x=1", "-f", "json")
+    assert [res["source"] for res in json.loads(r.stdout)["results"]] == ["<expr>"]
+
+
+def test_numbered_labels_reach_the_errors_and_files_keep_their_names(tmp_path):
+    good = tmp_path / "good.grad"
+    good.write_text("# check: --at x=2\nx^3\n")
+    r = run("check", good, "sin(x", "cos(x)", "nosuch.grad", "--at", "x=1", "-f", "json")
+    assert r.exit_code == 2
+    assert "Traceback" not in r.stderr
+    results = json.loads(r.stdout)["results"]
+    assert [res["source"] for res in results] == [str(good), "<expr 1>", "<expr 2>", "nosuch.grad"]
+    assert results[1]["error"]["kind"] == "syntax" and results[1]["error"]["source"] == "<expr 1>"
+    assert results[3]["error"]["kind"] == "file"
+    assert "error: <expr 1>:1:" in r.stderr
+
+
+def test_a_missing_expect_file_is_labelled_as_its_program_text(tmp_path):
+    r = run("check", "x^2", "--expect", tmp_path / "nofile.json", "--at", "x=1", "-f", "json")
+    assert r.exit_code == 2
+    (res,) = json.loads(r.stdout)["results"]
+    assert res["source"] == "<expr>" and res["error"]["source"] == "<expr>"
+    assert res["error"]["kind"] == "file"
