@@ -550,8 +550,8 @@ def test_the_step_summary_shows_its_cells_as_written(monkeypatch, tmp_path):
     r = check_sources(["y = x +* 2", p, "input x = 1; input x_y_ = 2; x * x_y_ + x_y_", "a|b"])
     html = MarkdownIt("commonmark").enable("table").render(github.summary_markdown(r, str))
     cells = [re.sub("<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", html)]
-    assert "&lt;expr&gt;:1:8" in cells and "expected an expression, found '*'" in cells
-    assert "d_/dx_y_" in cells and "unexpected character '|'" in cells and cells.count("&lt;expr&gt;") == 2
+    assert "&lt;expr 1&gt;:1:8" in cells and "expected an expression, found '*'" in cells
+    assert "d_/dx_y_" in cells and "unexpected character '|'" in cells and cells.count("&lt;expr 2&gt;") == 2
     assert any(c.startswith("entry gradient['x']: stored 1.0, computed 12.0 (|computed - stored| = 11 &gt; ")
                for c in cells)
     assert "<em>" not in html and "<code>" not in html and html.count("<tr>") == 1 + len(r.results)

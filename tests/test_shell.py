@@ -204,7 +204,7 @@ def test_a_source_beginning_with_a_minus_is_a_program():
     assert ok("vjp", "-x*2", "--at", "x=1", "--cotangent", "-1.5", "-f", "plain").stdout == "3\n"
     assert ok("eval", "-q", "--at", "q=1", "-f", "plain").stdout == "-1\n"
     r = ok("check", "-x^2", "-sin(x)", "--at", "x=1", "-f", "plain").stdout
-    assert r.count("ok <expr>") == 2
+    assert "ok <expr 1>" in r and "ok <expr 2>" in r
 
 
 def test_an_unknown_long_option_is_still_reported_as_one():
