@@ -127,6 +127,9 @@ def check_sources(sources, *, overrides: dict | None = None, update_expect: bool
     if update_expect and no_expect:
         raise UsageError(f"{option('update_expect')} writes the expectation files that {option('no_expect')} "
                          "skips: give one of them", option="no_expect")
+    if overrides.get("expect") is not None and no_expect:
+        raise UsageError(f"{option('expect')} names the expectation file that {option('no_expect')} skips: "
+                         "give one of them", option="no_expect")
     found = expand(sources)
     if overrides.get("expect") is not None and len(found) > 1:
         raise UsageError(f"{option('expect')} compares one source with a stored result, and "

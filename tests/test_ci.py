@@ -430,6 +430,15 @@ def test_update_expect_and_no_expect_contradict(three):
     assert "--update-expect writes the expectation files that --no-expect skips" in r.stderr
 
 
+def test_expect_and_no_expect_contradict(tmp_path):
+    # --expect F --no-expect silently compared with F (README: two options that ask for
+    # different things are an error, not a silent choice)
+    path = tmp_path / "e.json"
+    ok("check", "x^2", "--at", "x=1", "--update-expect", "--expect", str(path))
+    r = user_error("check", "x^2", "--at", "x=1", "--expect", str(path), "--no-expect")
+    assert "--expect names the expectation file that --no-expect skips" in r.stderr
+
+
 def test_a_long_step_summary_lists_failures_first_within_its_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(github, "SUMMARY_ROWS", 3)
     p = write(tmp_path / "f.grad", "# check: --at 'x=[1,2]' --points 4\ny = sum(x * z)\n")
