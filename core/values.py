@@ -45,7 +45,9 @@ def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX
     """Parse repeated NAME=VALUE[,NAME=VALUE...] (or @FILE) options into name -> array.
 
     A later option overrides an earlier one (--at @defaults.json --at lr=0.1); a name given
-    twice in one option is a mistake, and an error."""
+    twice in one option is a mistake, and an error, and so is an empty item (x=1,,y=2, a comma
+    at either end, an empty option): "$A,$B" with $A empty lost a value silently, and an input
+    with a default took the default."""
     out = Point()
     for item in items or ():
         seen = set()
@@ -55,9 +57,10 @@ def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX
                 out[k] = _within(v, f"{what} {k}", max_elements)
                 out.from_files[k] = path
             continue
-        for part in split_top_level(item):
-            if not part:
-                continue
+        parts = split_top_level(item)
+        if "" in parts:
+            raise _empty_item(what, item, parts)
+        for part in parts:
             name, eq, value = part.partition("=")
             name = name.strip()
             if not eq or not _NAME.match(name):
@@ -70,6 +73,17 @@ def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX
             out[name] = parse_value(value, f"{what} {name}", max_elements)
             out.from_files.pop(name, None)
     return out
+
+
+def _empty_item(what: str, item: str, parts: list) -> UsageError:
+    """The error for an option holding an empty NAME=VALUE item (SPEC §3: NAME=VALUE[,NAME=VALUE...])."""
+    example = f"{what} x=1.5,y=[1, 2]"
+    if not item.strip():
+        return UsageError(f"{what} '{item}' gives no NAME=VALUE", hint=f"give one ({example}), or leave {what} out")
+    where = ("at its start" if parts[0] == "" else "at its end" if parts.index("") == len(parts) - 1
+             else "between two commas")
+    return UsageError(f"{what} '{item}' has an empty item {where}",
+                      hint=f"separate NAME=VALUE items by one comma, with none at either end: {example}")
 
 
 class Point(dict):

@@ -90,3 +90,36 @@ def test_non_finite_values_written_as_such_and_tiny_ones_stay_values(text):
         expected = ALLOWED[text] * 2
     got = np.array([float(v) for v in r.stdout.split()])
     np.testing.assert_array_equal(got, expected)
+
+
+# -- empty items: SPEC §3's NAME=VALUE[,NAME=VALUE...] has none -----------------------------
+
+SEPARATE = "hint: separate NAME=VALUE items by one comma, with none at either end: {what} x=1.5,y=[1, 2]"
+
+
+@pytest.mark.parametrize("args, what, item, where", [
+    (["eval", "x*10 + y", "--at", "x=1,,", "--at", "y=2"], "--at", "x=1,,", "between two commas"),
+    (["eval", "x*10 + y", "--at", ",x=1", "--at", "y=2"], "--at", ",x=1", "at its start"),
+    (["eval", "x*10 + y", "--at", "x=1,,y=2"], "--at", "x=1,,y=2", "between two commas"),
+    (["eval", "x*10 + y", "--at", "x=1,y=2,"], "--at", "x=1,y=2,", "at its end"),
+    (["eval", "input x = 1; x*10 + y", "--at", " , y=2"], "--at", " , y=2", "at its start"),  # (x's default)
+    (["jvp", "x*2", "--at", "x=1", "--tangent", "x=1,"], "--tangent", "x=1,", "at its end"),
+    (["vjp", "a = x*2", "--at", "x=1", "--cotangent", "a=1,"], "--cotangent", "a=1,", "at its end"),
+], ids=["double", "leading", "between", "trailing", "default-kept", "tangent", "cotangent"])
+def test_an_empty_item_between_commas_is_a_usage_error(args, what, item, where):
+    # they were skipped silently: "$A,y=2" with $A empty lost x's value, or took x's default
+    r = user_error(*args)
+    assert r.stderr.splitlines() == [f"error: {what} '{item}' has an empty item {where}",
+                                     SEPARATE.format(what=what)]
+
+
+@pytest.mark.parametrize("item", ["", "  "])
+def test_an_empty_at_is_a_usage_error(item):
+    r = user_error("eval", "input x = 1; x*10", "--at", item)
+    assert r.stderr.splitlines() == [f"error: --at '{item}' gives no NAME=VALUE",
+                                     "hint: give one (--at x=1.5,y=[1, 2]), or leave --at out"]
+
+
+def test_commas_inside_brackets_and_spaces_after_commas_still_separate_as_before():
+    r = ok("eval", "sum(x)*10 + y", "--at", "x=[1, 2], y=3", "-f", "plain")
+    assert float(r.stdout) == float(np.sum([1.0, 2.0]) * 10 + 3)
