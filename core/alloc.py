@@ -48,3 +48,95 @@ def keep_freed_memory() -> None:
         mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     except (OSError, AttributeError):
         pass
+
+
+#: A run looks at the memory left each time what it made has grown by this much (see
+#: run.Interpreter.step): a loop of large arrays can take gigabytes between two loop steps' worth
+#: of --max-steps.
+MEMORY_LOOK_EVERY = 128 << 20
+#: A run stops with an error once less than this is left: twice the growth between two looks,
+#: so that the kernel's out-of-memory killer, which ends a process with no message, never acts first.
+MEMORY_RESERVE = 256 << 20
+#: Memory that a recorded scalar operation takes (its equation, value, shape and variable:
+#: about 350 bytes measured on a scalar loop), for the growth a run's equations make.
+EQUATION_BYTES = 400
+
+#: Per version of control groups: the line of /proc/self/cgroup that names the process's group
+#: (its hierarchy field), where the groups are mounted, and the group's files: its limit, its
+#: usage, its statistics, and the key there of the page cache it can give back.
+_CGROUPS = (
+    ("", "sys/fs/cgroup", "memory.max", "memory.current", "memory.stat", "inactive_file"),
+    ("memory", "sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat",
+     "total_inactive_file"),
+)
+
+
+def memory_left(root: str = "/") -> int | None:
+    """Bytes the process can still take before the machine, or the control group it runs in
+    (a CI job's container), has none to give; None where that cannot be told (not Linux).
+
+    The machine's is /proc/meminfo's MemAvailable (what can be had without swapping); a
+    control group's is its limit less its usage, the page cache it could give back not counted
+    as used: the process's own group, or where that is not mounted as named (a container
+    without its own view of the groups), the group at the mount's top."""
+    import os
+    left = _meminfo_available(os.path.join(root, "proc/meminfo"))
+    own = _own_groups(os.path.join(root, "proc/self/cgroup"))
+    for hierarchy, mount, limit_file, usage_file, stat_file, cache_key in _CGROUPS:
+        for group in dict.fromkeys((own.get(hierarchy, "/"), "/")):
+            where = os.path.join(root, mount, group.lstrip("/"))
+            limit = _number_in(os.path.join(where, limit_file))
+            used = _number_in(os.path.join(where, usage_file))
+            if limit is None or used is None:
+                continue
+            if limit < 1 << 60:  # (v1 writes no limit as 2^63 rounded down to a page)
+                in_group = limit - max(0, used - _stat(os.path.join(where, stat_file), cache_key))
+                left = in_group if left is None else min(left, in_group)
+            break
+    return left
+
+
+def _own_groups(path: str) -> dict:
+    """{hierarchy: the process's group in it}: "" for version 2's single one, "memory" for
+    version 1's memory controller (/proc/self/cgroup's lines: id:controllers:path)."""
+    groups = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                _, controllers, group = line.rstrip("\n").split(":", 2)
+                for name in controllers.split(","):
+                    groups[name] = group
+    except (OSError, ValueError):
+        pass
+    return groups
+
+
+def _meminfo_available(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _number_in(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):  # (absent, or "max")
+        return None
+
+
+def _stat(path: str, key: str) -> int:
+    try:
+        with open(path) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0

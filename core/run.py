@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import primitives as P
+from .alloc import EQUATION_BYTES, MEMORY_LOOK_EVERY, MEMORY_RESERVE, memory_left
 from .builtins import (CONSTANTS, FUNCTIONS, NotStatic, fold_literal, is_constructor, stack,
                        static_value, usage, whole)
 from .errors import (GradcalcError, LimitError, NameError_, Pos, ShapeError, SyntaxError_,
@@ -490,6 +491,7 @@ class Interpreter:
         self.depth = 0  # calls active
         self.max_steps = max_steps
         self.iterations = 0  # loop iterations and calls so far (steps beside the equations)
+        self.next_look = MEMORY_LOOK_EVERY  # bytes made by then: look at the memory left (see step)
         self.constants_only = constants_only
         self.numbers: dict[float, Tracer] = {}  # the program's number literals, one constant each
         self.literal_vars: set[int] = set()  # their variables
@@ -721,24 +723,37 @@ class Interpreter:
 
     # -- decisions -------------------------------------------------------------
     def step(self, loc, what: str) -> None:
-        """Count a loop iteration or a call, and stop a run past max_steps (SPEC §7)."""
+        """Count a loop iteration or a call, and stop a run past max_steps (SPEC §7), or one
+        about to take the last of the machine's memory (see look_at_memory)."""
         self.iterations += 1
         if len(self.masks) > self.masks_bound:
             self.forget_masks()
-        if self.iterations + self.b.operations() > self.max_steps:
+        operations = self.b.operations()
+        if self.iterations + operations > self.max_steps:
             self.too_many_steps(loc, what)
+        if operations * EQUATION_BYTES + self.b.made > self.next_look:
+            self.look_at_memory(loc, what)
 
     def too_many_steps(self, loc=None, what: str = "") -> None:
         """The error of a run past max_steps, in the loop or call at loc (None: a run of
         straight-line code, found too long at its end)."""
-        where = ""
-        if loc is not None:
-            p = to_pos(loc)
-            where = f" in the {what} at line {p.line}, column {p.col}"
         raise LimitError(f"the program ran more than {option('max_steps')}={self.max_steps} steps "
-                         f"(operations recorded plus loop iterations){where}", loc,
+                         f"(operations recorded plus loop iterations){_in_the(loc, what)}", loc,
                          hint=f"raise {option('max_steps')} if it is meant to run that long",
                          option="max_steps")
+
+    def look_at_memory(self, loc, what: str) -> None:
+        """Stop a run that has made another MEMORY_LOOK_EVERY bytes (its equations and arrays, freed
+        or not) where the machine has less than MEMORY_RESERVE left: with an error, before the
+        kernel's out-of-memory killer ends the process with no message.  --max-steps bounds the
+        steps, not what they keep: 10^7 steps of a loop over 1000-element values would keep 80 GB."""
+        self.next_look += MEMORY_LOOK_EVERY
+        left = memory_left()
+        if left is not None and left < MEMORY_RESERVE:
+            raise LimitError(f"out of memory{_in_the(loc, what)}: {left >> 20} MB of this machine's memory "
+                             f"is left", loc,
+                             hint="a loop that never ends? (--max-steps bounds the steps, not the memory "
+                                  "their values take); else use smaller inputs or fewer steps")
 
     def forget_masks(self) -> None:
         """Forget the masks whose values are gone (a builder that keeps no tape frees them),
@@ -1458,6 +1473,14 @@ def _names_call(message: str, func: str) -> bool:
         return True
     after = message[len(func):len(func) + 1]
     return message.startswith(func) and not (after.isalnum() or after == "_")
+
+
+def _in_the(loc, what: str) -> str:
+    """Where a run stopped, for its error: " in the loop at line 3, column 1" ("" where loc is None)."""
+    if loc is None:
+        return ""
+    p = to_pos(loc)
+    return f" in the {what} at line {p.line}, column {p.col}"
 
 
 def _name_id(node) -> str | None:

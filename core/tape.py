@@ -466,6 +466,9 @@ class Builder:
         self._next = 0
         # elements of the arrays recorded so far, until a tape holds LARGE_TAPE of them (see _bind)
         self._held = 0 if record else -1
+        # bytes of the arrays made so far, freed or not: when a run looks at the memory left (see
+        # run.Interpreter.step)
+        self.made = 0
         self._finite = None  # the variable of the last update written in place, if finite (see update)
 
     def release_unread(self) -> None:
@@ -691,6 +694,7 @@ class Builder:
             elif len(shape) > MAX_NDIM:
                 raise ShapeError(f"'{self.op_name(prim, self.pos)}' would make a value with {value.ndim} "
                                  f"dimensions; at most {MAX_NDIM} are supported", self.pos)
+            self.made += value.nbytes
             if self._held >= 0:
                 self._held += value.size
                 if self._held >= LARGE_TAPE:  # (once: the allocator is set for the process)
