@@ -449,12 +449,16 @@ OfManyOpt = Annotated[Optional[List[str]], typer.Option(
     "--of", help="an output (repeatable; default: the last statement)", show_default=False)]
 def _split_names(values):
     """--wrt a,b is --wrt a --wrt b (SPEC §4); --wrt '' names nothing, which is an error (it
-    meant every input)."""
+    meant every input), and so is an empty item (a,,b: as in --at, an empty shell variable)."""
     if not values:
         return values
-    names = [name.strip() for v in values for name in v.split(",") if name.strip()]
-    if not names:
+    names = [name.strip() for v in values for name in v.split(",")]
+    if not any(names):
         raise typer.BadParameter(f"{values[0]!r} names no value; leave --wrt out for every input")
+    if not all(names):
+        empty = next(v for v in values if not all(name.strip() for name in v.split(",")))
+        raise typer.BadParameter(f"{empty!r} has an empty item; separate names by one comma, with none "
+                                 "at either end: --wrt x,y")
     return names
 
 

@@ -577,11 +577,15 @@ def test_a_wrt_that_names_nothing_is_an_error(wrt):
     assert f"{wrt!r} names no value; leave --wrt out for every input" in usage_text(r.stderr)
 
 
-def test_empty_items_between_commas_are_skipped():
-    # A deliberate leniency (values.split_top_level): `x=1,,y=2` and a trailing comma read
-    # as x=1, y=2 -- no value is lost or misread, so this is not an error.
-    r = run("eval", "x * 10 + y", "--at", "x=1,,y=2,", "-f", "plain")
-    assert r.exit_code == 0 and r.stdout == "12\n"
+def test_empty_items_between_commas_are_errors():
+    # `x=1,,y=2` and a trailing comma were read as x=1, y=2; but an empty item is most often
+    # an empty shell variable (--at "$A,y=2"), whose value was then lost or an input's default
+    # taken in its place: an error, as in --wrt
+    r = user_error("eval", "x * 10 + y", "--at", "x=1,,y=2,")
+    assert r.stderr.startswith("error: --at 'x=1,,y=2,' has an empty item between two commas")
+    r = user_error("grad", "x * y", "--at", "x=1,y=2", "--wrt", "x,,y")
+    assert "'x,,y' has an empty item" in r.stderr
+    assert "has an empty item" in user_error("grad", "x * y", "--at", "x=1,y=2", "--wrt", "x,").stderr
 
 
 def test_non_finite_at_values_are_allowed():
