@@ -1618,7 +1618,7 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
         with np.errstate(all="ignore"):
             for info in inputs:
                 _check_declared(info, max_elements)
-                env[info.name] = b.input(_input_value(info, at, sample, max_elements, known))
+                env[info.name] = b.input(_input_value(info, at, sample, max_elements, known, b))
             input_vars = {i.name: env[i.name].var for i in inputs}
             run = Interpreter(b, env, facts, max_steps=max_steps, replace=replace)
             if release:
@@ -1670,7 +1670,9 @@ def _check_declared(info: InputInfo, max_elements: int) -> None:
         b.check_size(info.shape)
 
 
-def _input_value(info: InputInfo, at, sample, max_elements, known):
+def _input_value(info: InputInfo, at, sample, max_elements, known, b: Builder):
+    """The value of an input: given in at, its default (written in the program: evaluated with
+    the program's warnings, which b, the run's builder, collects), sampled, or an error."""
     if info.name in at:
         value = np.asarray(at[info.name], dtype=np.float64)
         if value.ndim > MAX_NDIM:
@@ -1681,8 +1683,10 @@ def _input_value(info: InputInfo, at, sample, max_elements, known):
                              f"it is declared as {info.name}{list(info.shape)}", name=info.name)
         return value
     if info.default is not None:
-        b = Builder(max_elements, check_finite=False)
-        value = np.asarray(Interpreter(b, {}, constants_only=True).expr(info.default).value)
+        constants = Builder(max_elements, check_finite=b.check_finite)
+        constants.source = b.source
+        value = np.asarray(Interpreter(constants, {}, constants_only=True).expr(info.default).value)
+        b.warnings += constants.warnings  # (input x = log(-1): 'log' produced nan, as anywhere in the program)
         if info.shape is not None and value.shape != info.shape:
             raise ShapeError(f"the default of '{info.name}' has shape {value.shape}, but it is "
                              f"declared as {info.name}{list(info.shape)}", info.pos)

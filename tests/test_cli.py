@@ -324,6 +324,13 @@ def test_nan_warning_on_stderr():
     assert r.stderr == "warning: 'log' at line 1, column 1 produced nan\n"
 
 
+def test_an_input_default_that_is_not_finite_is_warned_of_as_the_program_is():
+    # `input x = log(-1)` read silently as nan: its default ran where no warning was kept
+    doc = ok_json("eval", "input x = log(-1), y = [1, 1/0]\nx + sum(y)")
+    assert doc["warnings"] == ["'log' at line 1, column 11 produced nan", "'/' at line 1, column 29 produced inf"]
+    assert ok_json("eval", "input x = log(-1)\nx", "--at", "x=2")["warnings"] == []  # (not evaluated)
+
+
 def test_inf_warning_on_stderr_with_table():
     r = ok("eval", "y = 1 / x", "--at", "x=0")
     (line,) = r.stderr.splitlines()
