@@ -445,13 +445,13 @@ def _check_json(result) -> dict:
     """check's payload, an error result's message and hint worded as the command line words
     options (--update-expect, not update_expect), as every other error's JSON is.  When a
     source could not be checked (exit 2), the first such error is also the document's
-    "error", as SPEC §7 has every user error's JSON carry it."""
-    from .errors import error_json
+    "error", as SPEC §7 has every user error's JSON carry it (the same object: its source is
+    the file the error is in, or the source checked where the error names none)."""
     payload = result.to_json()
     for entry, x in zip(payload["results"], result.results):
         if _is_error(x):
             entry["error"]["message"], entry["error"]["hint"] = x.error.worded(_flag)
-            payload.setdefault("error", error_json(x.error)["error"])
+            payload.setdefault("error", dict(entry["error"]))
     return payload
 
 

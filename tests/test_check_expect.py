@@ -186,6 +186,8 @@ def test_numbered_labels_reach_the_errors_and_files_keep_their_names(tmp_path):
 def test_a_missing_expect_file_is_labelled_as_its_program_text(tmp_path):
     r = run("check", "x^2", "--expect", tmp_path / "nofile.json", "--at", "x=1", "-f", "json")
     assert r.exit_code == 2
-    (res,) = json.loads(r.stdout)["results"]
+    doc = json.loads(r.stdout)
+    (res,) = doc["results"]
     assert res["source"] == "<expr>" and res["error"]["source"] == "<expr>"
     assert res["error"]["kind"] == "file"
+    assert doc["error"] == res["error"]  # (the document's error said "source": null)
