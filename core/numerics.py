@@ -1147,11 +1147,27 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
                 not (kinks and _kinks_at_relative_steps(tr, w, o, method)):
             # (a kink, a changed path or rounding explains a failure better than a coarse step)
             again = _at_relative_steps(tr, o, w, ad, plan, view)
-            notes += _coarse_step_note(tr.value(w), h, again, worst)
+            searched = None
+            if again is not None and not again.ok:
+                # (the relative steps are hardly smaller where |x| is near 1: Richardson's 2^-10
+                # is coarse from |x| < 0.98, and sin(100 x) at 0.5 failed at both steps; the steps
+                # from the default one down past the relative one decide by their convergence)
+                searched = _at_smaller_steps(tr, o, w, ad, fd, h, plan, _doubtful(ad, fd, None, tol), view,
+                                             slack, down_to=again.step)
+                searched = searched if searched is not None and searched.converged else None
+            notes += _coarse_step_note(tr.value(w), h, again, worst, smaller=searched)
             if again is not None and again.ok:
                 extra = {"default_step": float(np.max(h))}
                 fd, h = again.fd, again.step
                 ok, mabs, mrel, worst = again.ok, again.max_abs, again.max_rel, again.worst
+            elif searched is not None:  # (the estimates at the smaller steps are the better reference)
+                extra = {"default_step": float(np.max(h))}
+                if slack is not None:
+                    extra["rounding_allowance"] = float(np.max(slack))
+                if not searched.ok:
+                    extra.update(breach(ad, searched.fd, searched.worst, *tol, slack=slack))
+                fd, h = searched.fd, searched.step
+                ok, mabs, mrel, worst = searched.ok, searched.max_abs, searched.max_rel, searched.worst
             coarse = True
     # (a note that explains a mismatch, a kink, a changed path or rounding, or a coarse step keeps
     # the search off; the symmetric note does not: it left a wrong derivative that truncation
@@ -1380,9 +1396,10 @@ def _at_relative_steps(tr: Traced, o: str, w: str, ad, plan: _Plan, view=_plain)
 
 
 def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst: list,
-                      directions: bool = False) -> list:
+                      directions: bool = False, smaller: "_Smaller | None" = None) -> list:
     """What the comparison at steps relative to |x| found, said at the default step's worst
-    element (h: the default steps; along directions, at the smallest non-zero |x_i|)."""
+    element (h: the default steps; along directions, at the smallest non-zero |x_i|); and, where
+    they disagree too, what the halved steps that converged found (smaller: see _at_smaller_steps)."""
     at = tuple(worst[len(worst) - x.ndim:]) if x.ndim else ()
     xi, hi = abs(float(x[at])), float(h[at])
     coarse = f"the default step {hi:.3g} is not small beside |x| = {xi:.3g} (it follows max(1, |x|))"
@@ -1394,6 +1411,10 @@ def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst:
     moved = again is not None and not directions and list(again.worst) != list(worst)
     at_worst = f", worst at [{', '.join(map(str, again.worst))}]" if moved else ""
     found = "" if again is None else f"; at steps relative to |x| they disagree too (rel err {again.max_rel:.3g}{at_worst})"
+    if smaller is not None and smaller.converged:
+        down = f"at steps down to {float(np.min(smaller.step)):.3g} the differences converge (within {smaller.spread:.2g})"
+        return [f"{coarse}{found}; {down} " + ("to the automatic derivative" if smaller.ok else
+                                               f"and still disagree (rel err {smaller.max_rel:.3g})")]
     sweep = "--sweep (without --directions)" if directions else "--sweep"
     return [f"{coarse}{found}: near 0, a function like 1/x or log(x) leaves a large truncation error; "
             f"{sweep} shows the error at smaller steps, --method complex (analytic programs) takes no difference"]
@@ -1438,13 +1459,22 @@ def _doubtful(ad, fd, error, tol) -> np.ndarray:
 
 
 def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing,
-                      view=_plain, slack=None) -> _Smaller | None:
+                      view=_plain, slack=None, down_to=None) -> _Smaller | None:
     """The comparison made again, where the default step's failed, at the best of the steps
     h / 2^k (see _halved), or None (the complex step, or a step that takes another path: the
     differences would mix two branches), for the elements failing (see _doubtful).  view is how
-    a Jacobian is compared (see _symmetrised)."""
-    if plan.method not in stencil.ROUNDING:
+    a Jacobian is compared (see _symmetrised).  With down_to (the steps relative to |x|, where
+    the default step is coarse beside it), the halvings go two past the smallest of them among
+    the failing elements (at most REFINE_MAX_HALVINGS)."""
+    if plan.method not in stencil.ROUNDING or not np.any(failing):
         return None
+    halvings = _halvings(tr.value(w))
+    if down_to is not None:
+        with np.errstate(all="ignore"):
+            ratio = np.broadcast_to(h, fd.shape) / np.broadcast_to(down_to, fd.shape)
+        ratio = float(np.max(ratio[failing], initial=1.0))
+        if np.isfinite(ratio) and ratio > 1:
+            halvings = min(REFINE_MAX_HALVINGS, max(halvings, 2 + math.ceil(math.log2(ratio))))
     size = _rounding_of(tr, o, w, plan).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
 
     def at_step(k: int):
@@ -1453,7 +1483,7 @@ def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failin
 
     return _halved(ad, fd, np.broadcast_to(h, fd.shape), at_step,
                    lambda step: stencil.ROUNDING[plan.method] * stencil.EPS * size / step,
-                   failing, plan.tol, _halvings(tr.value(w)), slack=0.0 if slack is None else slack)
+                   failing, plan.tol, halvings, slack=0.0 if slack is None else slack)
 
 
 #: The largest spread of finite differences, as a fraction of the derivative's scale, within
@@ -1614,11 +1644,15 @@ def _coarse_search_note(x: np.ndarray, step: float, smallest: list, fine_step: f
                         smaller: "_Smaller | None") -> str:
     """What the steps from the default one down to the step relative to |x| found along
     directions, where the comparison at the latter agreed only within its rounding allowance
-    (see _direction_result)."""
+    (fine_slack), or disagreed (fine_slack is then that comparison, an _Again) and the steps
+    converged (see _direction_result)."""
     xi = abs(float(x[tuple(smallest)]))
-    coarse = (f"the default step {step:.3g} is not small beside |x| = {xi:.3g} (it follows max(1, |x|)); "
-              f"at steps relative to |x| (down to {fine_step:.3g}) the differences agree only within their "
-              f"rounding allowance ({float(np.max(fine_slack, initial=0.0)):.2g}), which cannot decide")
+    coarse = f"the default step {step:.3g} is not small beside |x| = {xi:.3g} (it follows max(1, |x|)); "
+    if isinstance(fine_slack, _Again):  # (the comparison there, which failed: see _direction_result)
+        coarse += f"at steps relative to |x| they disagree too (rel err {fine_slack.max_rel:.3g}, down to {fine_step:.3g})"
+    else:
+        coarse += (f"at steps relative to |x| (down to {fine_step:.3g}) the differences agree only within their "
+                   f"rounding allowance ({float(np.max(fine_slack, initial=0.0)):.2g}), which cannot decide")
     if smaller is None:
         return (f"{coarse}, and a smaller step takes another path; --sweep (without --directions) shows the "
                 "error over steps")
@@ -1648,7 +1682,9 @@ def _directions_halved(tr: Traced, o: str, w: str, v, j, d, slack, step: float, 
     x = tr.value(w)
     halvings, ratio = _halvings(x), 2.0
     if down_to is not None and 0 < down_to < step:
-        needed = max(1, math.ceil(math.log2(step / down_to)))
+        # (two past it, and no fewer than the search below |x| = 1 takes: one halving from 2^-10
+        # to Richardson's relative step at |x| = 0.5 gave no estimate with neighbours on both sides)
+        needed = max(halvings, 2 + math.ceil(math.log2(step / down_to)))
         factor = math.ceil(needed / REFINE_MAX_HALVINGS)
         halvings, ratio = math.ceil(needed / factor), 2.0 ** factor
     inner = gamma(x.size) * spread.reshape((-1,) + (1,) * (j.ndim - 1))
@@ -1903,6 +1939,14 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
                 searched = _directions_halved(tr, o, w, v, j, d, slack, step, kind, dd.sizes, spread, plan,
                                               down_to=fine_step)
                 second = None
+            elif not second.ok and kind in stencil.ROUNDING:
+                # (they disagree there too: near |x| = 1 the relative step is hardly smaller, and
+                # Richardson's 2^-10 is coarse from |x| < 0.98; sin(100 x) at 0.5 failed at both.
+                # The halved steps decide where they converge, as in the full check)
+                found = _directions_halved(tr, o, w, v, j, d, slack, step, kind, dd.sizes, spread, plan,
+                                           down_to=fine_step)
+                if found[0] is not None and found[0].converged:
+                    searched, fine_slack = found, second
         if searched is not None:
             smaller, inner = searched
             notes.append(_coarse_search_note(x, step, smallest, fine_step, fine_slack, smaller))
