@@ -86,21 +86,28 @@ def test_update_expect_over_a_folder_with_a_random_points_file_exits_0(tmp_path)
 # ==========================================================================
 
 
-def test_a_stored_grad_sum_output_is_an_error_that_says_so(tmp_path):
-    # what `gradcalc grad 'x^2' --at x=[1,2] --sum -f json` writes: d/dx sum(x^2) = 2x
-    doc = {"schema": 1, "command": "grad", "of": "_", "at": {"x": [1.0, 2.0]}, "value": 5.0,
-           "gradient": {"x": [2.0, 4.0]}, "unconnected": [], "warnings": []}
-    path = tmp_path / "sum.json"
+def _error_result(tmp_path, doc: dict) -> tuple[dict, str]:
+    """check 'x^2' against the expectation doc: an error (exit 2, no traceback); its result and
+    what went to stderr."""
+    path = tmp_path / "e.json"
     path.write_text(json.dumps(doc))
     r = run("check", "x^2", "--expect", path, "-f", "json")
     assert r.exit_code == 2, r.stdout
     assert "Traceback" not in r.stderr
     (res,) = [x for x in json.loads(r.stdout)["results"] if "error" in x]
+    return res, r.stderr
+
+
+def test_a_stored_grad_sum_output_is_an_error_that_says_so(tmp_path):
+    # what `gradcalc grad 'x^2' --at x=[1,2] --sum -f json` writes: d/dx sum(x^2) = 2x
+    doc = {"schema": 1, "command": "grad", "of": "_", "at": {"x": [1.0, 2.0]}, "value": 5.0,
+           "gradient": {"x": [2.0, 4.0]}, "unconnected": [], "warnings": []}
+    res, stderr = _error_result(tmp_path, doc)
     err = res["error"]
     assert res["source"] == "<expr>" and err["source"] == "<expr>"
     assert "grad --sum" in err["message"] and "(2,)" in err["message"] and "(2, 2)" in err["message"]
     assert "jacobian" in err["hint"]
-    assert "error: expectation file" in r.stderr and "hint:" in r.stderr
+    assert "error: expectation file" in stderr and "hint:" in stderr
 
 
 def test_a_hand_edited_expectation_of_the_wrong_shape_names_the_shapes(tmp_path):
@@ -129,12 +136,7 @@ def test_the_right_shape_still_compares_and_a_changed_value_is_a_mismatch(tmp_pa
 
 def test_an_expectation_of_an_unknown_schema_is_an_error(tmp_path):
     doc = {"schema": 2, "command": "grad", "of": "_", "at": {"x": 3.0}, "gradient": {"x": 6.0}}
-    path = tmp_path / "s.json"
-    path.write_text(json.dumps(doc))
-    r = run("check", "x^2", "--expect", path, "-f", "json")
-    assert r.exit_code == 2, r.stdout
-    assert "Traceback" not in r.stderr
-    (res,) = [x for x in json.loads(r.stdout)["results"] if "error" in x]
+    res, _ = _error_result(tmp_path, doc)
     assert "schema 2" in res["error"]["message"] and res["error"]["hint"]
 
 
