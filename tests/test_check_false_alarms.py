@@ -62,3 +62,61 @@ def test_richardson_still_fails_a_wrong_sin_below_one(monkeypatch, directions):
     (r,) = gradcalc.check("sin(100*x)", at={"x": 0.5}, method="richardson", directions=directions).results
     assert not r.ok and "still disagree" in r.notes[-1]
     assert r.max_rel_err == pytest.approx(1e-7, rel=0.05)
+
+
+# F2: reverse against forward mode where terms cancel ----------------------------------------
+
+def _sin_tangent_times(monkeypatch, factor: float) -> None:
+    # forward mode alone wrong: only the comparison of reverse and forward mode can see it
+    rule = (lambda g, ans, x, **_: safe_mul(g, factor * REGISTRY["cos"](x)),)
+    monkeypatch.setattr(REGISTRY["sin"], "jvp", rule)
+
+
+SINC_X = np.random.default_rng(35).uniform(-1e-3, 1e-3, 100)
+
+
+def _illconditioned(seed: int) -> dict:
+    r = np.random.default_rng(seed)
+    return {"A": np.vander(np.linspace(1, 2, 8), 8) + r.normal(0, 1e-3, (8, 8)), "b": r.normal(0, 1, 8)}
+
+
+@pytest.mark.parametrize("seed", [35, 67, 69, 272])
+def test_reverse_and_forward_mode_agree_on_sinc_near_zero(seed):
+    # d/dx sin(x)/x = cos(x)/x - sin(x)/x^2: terms of 1/x that cancel, and each mode rounds by eps
+    # times them (2.3e-11); the two passes rescaled by 3 and 0.7 measured less at these seeds
+    (r,) = gradcalc.check("sum(sin(x)/x)", at={"x": SINC_X}, seed=seed).results
+    assert r.ok, r.notes
+    x = SINC_X  # (the closed form's series, -x/3 + x^3/30 - x^5/840: no cancellation)
+    np.testing.assert_allclose(gradcalc.grad("sum(sin(x)/x)", at={"x": x})["x"], -x / 3 + x ** 3 / 30 - x ** 5 / 840,
+                               rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", [15, 64, 113, 282])
+def test_reverse_and_forward_mode_agree_on_atan_over_x(seed):
+    x = np.random.default_rng(seed).uniform(-1e-3, 1e-3, 100)
+    assert gradcalc.check("sum(atan(x)/x)", at={"x": x}, seed=seed).ok
+
+
+@pytest.mark.parametrize("seed", [22, 38])
+def test_reverse_and_forward_mode_agree_on_an_illconditioned_solve(seed):
+    # cond(A) ~ 1e6: each mode's solve (with A, with A^T) rounds by cond eps |x| normwise; J v
+    # along one probe direction was 100 times smaller than along the other, and rev and fwd
+    # differed there by 1.1e-10 of it
+    r = gradcalc.check("input A[8,8], b[8]\nsum(solve(A, b)^2)", at=_illconditioned(seed), seed=seed)
+    assert r.ok, [x.notes for x in r.results]
+
+
+@pytest.mark.parametrize("seed", [35, 67, 69, 272])
+def test_a_wrong_tangent_rule_still_fails_on_sinc_near_zero(monkeypatch, seed):
+    _sin_tangent_times(monkeypatch, 1 + 1e-8)
+    (r,) = gradcalc.check("sum(sin(x)/x)", at={"x": SINC_X}, seed=seed).results
+    assert not r.ok and "reverse and forward mode disagree" in r.notes
+
+
+def test_a_wrong_tangent_rule_still_fails_after_an_illconditioned_solve(monkeypatch):
+    _sin_tangent_times(monkeypatch, 1 + 1e-8)
+    for seed in range(10):
+        at = _illconditioned(seed)
+        at["b"] = 1e-5 * at["b"]
+        (r, s) = gradcalc.check("input A[8,8], b[8]\nsum(sin(solve(A, b)))", at=at, seed=seed).results
+        assert "reverse and forward mode disagree" in r.notes and "reverse and forward mode disagree" in s.notes
