@@ -1723,7 +1723,7 @@ def _coarse_search_note(x: np.ndarray, step: float, smallest: list, fine_step: f
 
 
 def _directions_halved(tr: Traced, o: str, w: str, v, j, d, slack, step: float, kind: str, sizes, spread,
-                       plan: _Plan, down_to: float | None = None) -> tuple:
+                       plan: _Plan, down_to: float | None = None, measured=None) -> tuple:
     """(_Smaller or None, the allowance of each element): J v (j) against directional differences
     at the default step halved (see _halved), where the default step's (d, with its allowance
     slack) disagree; there the allowance of J v itself, gamma_n sum_i |J_i v_i|, stays, and an
@@ -1733,7 +1733,11 @@ def _directions_halved(tr: Traced, o: str, w: str, v, j, d, slack, step: float, 
     With down_to (the step relative to |x|, where the default step is coarse), the steps go
     down to it: halved as many times as it takes (divided by a larger power of two, where
     that is more than REFINE_MAX_HALVINGS times), so that the estimates' convergence, not a
-    formula's allowance at the smallest step, decides."""
+    formula's allowance at the smallest step, decides.
+
+    measured: per direction, the rounding of the differences measured at step (see
+    _rounding_noise), which grows as 1/h below it: eps |f| / h alone called differences exactly
+    0 at steps below the ulp of f's intermediates ((x + 1e8) - 1e8 forward: 1e-10) converged."""
     x = tr.value(w)
     halvings, ratio = _halvings(x), 2.0
     if down_to is not None and 0 < down_to < step:
@@ -1756,8 +1760,13 @@ def _directions_halved(tr: Traced, o: str, w: str, v, j, d, slack, step: float, 
     allowed = np.where(failing, inner, slack)
     if down_to is not None:  # (the default step can leave the domain near 0: sqrt(x) at 1e-7, sizes nan)
         sizes = np.fmax(sizes, np.abs(tr.value(o)))
+    # (forward differences only: their default step eps^(1/2) leaves the second difference of
+    # _rounding_noise no truncation; Richardson's 2^-10 left sin(769 x) a remainder of its h^6
+    # term far past the tolerance, which stopped the search that passes it)
+    seen = 0.0 if measured is None or kind != "forward" else \
+        np.asarray(measured).reshape((-1,) + (1,) * (j.ndim - 1)) * step
     return _halved(j, d, np.full(j.shape, step), at_step,
-                   lambda h: stencil.ROUNDING[kind] * stencil.EPS * sizes / h,
+                   lambda h: np.fmax(stencil.ROUNDING[kind] * stencil.EPS * sizes, seen) / h,
                    failing, plan.tol, halvings, slack=allowed), allowed
 
 
@@ -1975,6 +1984,16 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
         if noise is not None:
             dd = dd._replace(noise=noise)
             ok, mabs, mrel, worst, d, slack = along(dd, step)
+    measured_once = []
+
+    def measured():  # (forward differences' rounding measured at the default step (see _directions_halved),
+        #             asked only by a search below)
+        if not measured_once:
+            found = None if dd.near is None or kind != "forward" else \
+                _rounding_noise(tr, w, o, v, step, dd, kind, plan.max_steps)
+            measured_once.append(found)
+        return measured_once[0]
+
     # (a step along a unit direction moves no element by more than step)
     kinks, extra = kinks_near(tr, tr.tape.names[w], np.array(step), tr.tape.names[o]), {}
     notes = kinks + path_notes(tr, flipped)
@@ -1992,7 +2011,7 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
                 # wrong derivative: log(sum(exp(x))) 1e-4 wrong passed within 9.3e-6 beside an x_i
                 # of 8e-5; the steps from the default one down to it decide, by their convergence)
                 searched = _directions_halved(tr, o, w, v, j, d, slack, step, kind, dd.sizes, spread, plan,
-                                              down_to=fine_step)
+                                              down_to=fine_step, measured=measured())
                 second = None
             elif not second.ok and kind in stencil.ROUNDING and step <= fine_step * 2.0 ** REFINE_HALVINGS:
                 # (they disagree there too: near |x| = 1 the relative step is hardly smaller, and
@@ -2001,7 +2020,7 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
                 # relative step is within REFINE_HALVINGS halvings: an x_i of 7e-6 among 2e5 normal
                 # draws set it to 6e-11 for cumsum(x), where rounding, not truncation, is the question)
                 found = _directions_halved(tr, o, w, v, j, d, slack, step, kind, dd.sizes, spread, plan,
-                                           down_to=fine_step)
+                                           down_to=fine_step, measured=measured())
                 if found[0] is not None and found[0].converged:
                     searched, fine_slack = found, second
         if searched is not None:
@@ -2017,8 +2036,18 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
             extra["default_step"], hs = hs, fine_step
             ok, mabs, mrel, worst, d, slack = along(fine, fine_step)
     elif not ok and not notes and kind in stencil.ROUNDING:  # (as the full check: see _at_smaller_steps)
-        smaller, inner = _directions_halved(tr, o, w, v, j, d, slack, step, kind, dd.sizes, spread, plan)
-        if smaller is not None:
+        smaller, inner = _directions_halved(tr, o, w, v, j, d, slack, step, kind, dd.sizes, spread, plan,
+                                            measured=measured())
+        rounds = 0.0 if measured() is None else float(np.max(measured(), initial=0.0))
+        if smaller is not None and not smaller.converged and \
+                rounds > plan.tol[1] + plan.tol[0] * float(np.max(np.abs(d), initial=0.0)):
+            # ((x + 1e8) - 1e8 forward: the differences round by ~1 at the default step, as f's
+            # intermediates do, not f; smaller steps round more, and no step decides)
+            notes.append(f"the directional differences round by about {rounds:.2g} at the default step "
+                         f"{step:.3g} (measured: f's intermediates can be far larger than |f|), more than the "
+                         "tolerance, and more at smaller steps: they cannot decide; the full check (without "
+                         "--directions) searches larger steps")
+        elif smaller is not None:
             notes.append(_smaller_steps_note(np.array(step), smaller))
             extra["default_step"], hs = hs, float(np.max(smaller.step))
             ok, mabs, mrel, worst, d, slack = (smaller.ok, smaller.max_abs, smaller.max_rel, smaller.worst,

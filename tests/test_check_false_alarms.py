@@ -120,3 +120,26 @@ def test_a_wrong_tangent_rule_still_fails_after_an_illconditioned_solve(monkeypa
         at["b"] = 1e-5 * at["b"]
         (r, s) = gradcalc.check("input A[8,8], b[8]\nsum(sin(solve(A, b)))", at=at, seed=seed).results
         assert "reverse and forward mode disagree" in r.notes and "reverse and forward mode disagree" in s.notes
+
+
+# F5: --directions where f's intermediates are far larger than f ------------------------------
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_directions_below_the_intermediates_ulp_cannot_decide(seed):
+    # J v = sum(v), right; x + 1e8 rounds to multiples of 1.5e-8, so below the default forward
+    # step every difference quotient is exactly 0 (or a multiple of ulp / h): eps |f| / h called
+    # them converged, and the note said they 'converge (within 2.8e-13) and still disagree'
+    at = {"x": np.linspace(-1, 1, 1000)}
+    (r,) = gradcalc.check("sum((x + 1e8) - 1e8)", at=at, method="forward", directions=2, seed=seed).results
+    if not r.ok:
+        assert not any("converge" in n for n in r.notes), r.notes
+        assert any("they cannot decide" in n for n in r.notes), r.notes
+    (full,) = gradcalc.check("sum((x + 1e8) - 1e8)", at=at, method="forward").results
+    assert full.ok
+
+
+def test_directions_still_fail_a_wrong_sin_beside_a_large_intermediate(monkeypatch):
+    _sin_slope_times(monkeypatch, 1.01)
+    for seed in range(10):
+        x = np.random.default_rng(seed).uniform(-1, 1, 5)
+        assert not gradcalc.check("(sin(x) + 1e8) - 1e8", at={"x": x}, seed=seed, directions=2).ok, seed
