@@ -2055,9 +2055,13 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
     # (sum(x) + 1e17: eps |f| / h = 1.2e7 allowed per direction passed a gradient 50% wrong: an
     # allowance past the largest |J v| could hide an error of its sign, so the comparison says
     # nothing, unless it was not needed: J v and the differences agree without it (100 + 0*x:
-    # both exactly 0, a right derivative that failed under the bare rule)
+    # both exactly 0, a right derivative that failed under the bare rule).  Past the smaller of
+    # the largest |J v| and the largest difference: differences that are rounding alone can be
+    # larger than J v (sum((x + 1e8) - 1e8) + 0.5*sum(stop_gradient(x)), forward: J v 33% wrong
+    # passed 2 seeds of 31 within an allowance just under its differences)
     undecided = ok and kind in stencil.ROUNDING and \
-        float(np.max(slack, initial=0.0)) > plan.tol[1] + float(np.max(np.abs(d), initial=0.0)) and \
+        float(np.max(slack, initial=0.0)) > plan.tol[1] + min(float(np.max(np.abs(d), initial=0.0)),
+                                                              float(np.max(np.abs(j), initial=0.0))) and \
         not compare(j, d, *plan.tol)[0]
     if undecided:
         ok = False

@@ -143,3 +143,14 @@ def test_directions_still_fail_a_wrong_sin_beside_a_large_intermediate(monkeypat
     for seed in range(10):
         x = np.random.default_rng(seed).uniform(-1, 1, 5)
         assert not gradcalc.check("(sin(x) + 1e8) - 1e8", at={"x": x}, seed=seed, directions=2).ok, seed
+
+
+def test_an_allowance_past_j_v_decides_nothing_though_the_differences_are_larger():
+    # stop_gradient hides half the slope from AD (J v 1.0 per unit of sum(v), the differences
+    # 1.5): forward differences beside 1e8 round by more than J v, and the "cannot decide" guard
+    # compared the allowance with the differences alone, so seeds 6 and 30 passed
+    x = np.linspace(-1, 1, 1000)
+    src = "sum((x + 1e8) - 1e8) + 0.5*sum(stop_gradient(x))"
+    passed = [seed for seed in range(31)
+              if gradcalc.check(src, at={"x": x}, method="forward", directions=2, seed=seed).ok]
+    assert passed == []
