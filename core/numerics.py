@@ -1103,8 +1103,14 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
         est = est._replace(error=est.error and {o: view(est.error[o])})
     ok, mabs, mrel, worst = compare(ad, fd, *tol)
     extra, coarse, later, slack = {}, False, None, None
+    if not ok and method == "complex" and not (paths or kinks):
+        slack = _complex_step_slack(tr, o, w, rev, ad, fd, h, tol, view, plan.max_steps)
+        if slack is not None:
+            ok, mabs, mrel, worst = compare(ad, fd, *tol, slack=slack)
+            extra["rounding_allowance"] = float(np.max(slack, initial=0.0))
+            notes.append(_complex_rounding_note(slack, ok))
     if not ok:
-        extra.update(breach(ad, fd, worst, *tol))
+        extra.update(breach(ad, fd, worst, *tol, slack=slack))
         scale = _rounding_of(tr, o, w, plan)  # (made here, on a failure: a passing block pays nothing)
         rounding = _rounding_note(scale, tr.value(o), h, method, mabs)
         if rounding and not (paths or kinks):
@@ -1208,6 +1214,49 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
                        float(np.max(h)) if h.size else 0.0, ok, notes, extra)
 
 
+def _complex_step_slack(tr: Traced, o: str, w: str, rev, ad, fd, h, tol, view, max_steps: int):
+    """The rounding allowance of a complex-step comparison that failed, per element (None where
+    the mismatch is past AD_NOISE_REACH times the tolerance at an element that fails, rev is None
+    or a quotient at another step is not finite).
+
+    The complex step's quotient has no difference's rounding, but it is computed as a derivative
+    is: its imaginary part carries eps times the slopes of every intermediate, and where those
+    cancel ((x + 1)^2 - x^2 at 1e5: slopes of 2e5 for a derivative of 2), or a long loop rounds
+    at every step, both the automatic derivative and the quotient are that far off, beyond rtol
+    1e-12 of a right derivative.  Each side's rounding is measured as the other methods measure
+    theirs, by passes that differ by rounding alone: the automatic side's as _agrees_with_forward
+    does (_jacobian_noise: the reverse pass on rescaled cotangents, linear in them, a wrong rule
+    too), the quotient's on every other of NOISE_STEPS (it has no truncation to fit at a step of
+    1e-20: the quotients differ by rounding alone, and a wrong derivative does not move them);
+    NOISE_MARGIN times each is allowed.  Both are needed: reverse mode can sum a cancelling
+    element's terms exactly (their slopes folded before the cotangent multiplies them), where
+    the quotient rounds by 4e-13."""
+    if rev is None:
+        return None
+    rtol, atol = tol
+    with np.errstate(all="ignore"):
+        gap = np.abs(ad - fd)
+        allowed = atol + rtol * np.abs(fd)
+    if not ((gap <= AD_NOISE_REACH * allowed) | (gap <= allowed)).all():
+        return None
+    quotients = [fd]
+    for c in NOISE_STEPS[::2]:
+        est = fd_estimate(tr, [o], w, "complex", c * h, max_steps=max_steps)
+        quotients.append(view(est.jacobian[o]))
+    quotients = np.stack(quotients)
+    if not np.isfinite(quotients).all():
+        return None
+    with np.errstate(all="ignore"):
+        own = math.sqrt(2.0) * np.std(quotients, axis=0, ddof=1)
+    return NOISE_MARGIN * (view(_jacobian_noise(tr, o, w, rev)) + own)
+
+
+def _complex_rounding_note(slack, ok: bool) -> str:
+    verdict = "which the mismatch is within" if ok else "and the mismatch is beyond it"
+    return (f"the automatic derivative and the complex step round by up to {float(np.max(slack, initial=0.0)):.2g} "
+            f"here (measured: the derivative's intermediates can be far larger than it), {verdict}")
+
+
 def _symmetric_operand(tr: Traced, w: str, o: str):
     """The first equation on the way from w to o whose primitive reads one triangle of a symmetric
     operand (eigh, cholesky: primitive fact symmetric_operand), when w is a square matrix (or a
@@ -1307,19 +1356,79 @@ def _ad_noise(tr: Traced, o: str, w: str, v: np.ndarray, rev: np.ndarray) -> np.
     cotangents of its Jacobian scaled by every other one: each pass is linear in its seed (a
     wrong rule too), so f(c s) / c differ by rounding alone, and the standard deviation of each
     mode's results (with the first) measures its rounding; a wrong derivative does not widen it."""
-    scales = NOISE_STEPS
-    k, nw, yshape = len(v), tr.value(w).ndim, tr.value(o).shape
-    found = _tangents(tr, w, [o], np.concatenate([c * v for c in scales]))[0]
-    first = _along(v, rev, nw)
-    forward_ = np.stack([found[i * k:(i + 1) * k] / c for i, c in enumerate(scales)])
-    m = max(1, int(np.prod(yshape, dtype=int)))
-    eye = np.eye(m).reshape((m,) + yshape)
-    reverse = [first]
-    for c in scales[::2]:
-        r = _cotangents(tr, o, w, c * eye)
-        reverse.append(np.zeros(first.shape) if r is None else _along(v, r.reshape(yshape + tr.value(w).shape) / c, nw))
+    nw = tr.value(w).ndim
+    forward_ = _rescaled_tangents(tr, o, w, v, NOISE_STEPS)
+    reverse = [_along(v, rev, nw)] + [_along(v, r, nw) for r in _rescaled_jacobians(tr, o, w, NOISE_STEPS[::2])]
     spread = np.var(forward_, axis=0, ddof=1) + np.var(np.stack(reverse), axis=0, ddof=1)
     return math.sqrt(2.0) * np.sqrt(spread)
+
+
+def _rescaled_tangents(tr: Traced, o: str, w: str, v: np.ndarray, scales) -> np.ndarray:
+    """Forward mode's J v of o along the directions v scaled by each of scales, divided by it:
+    shape (len(scales), k) + o.shape, one batched pass (zeros where o does not depend on w)."""
+    k = len(v)
+    found = _tangents(tr, w, [o], np.concatenate([c * v for c in scales]))[0]
+    if found is None:
+        return np.zeros((len(scales), k) + tr.value(o).shape)
+    return np.stack([found[i * k:(i + 1) * k] / c for i, c in enumerate(scales)])
+
+
+def _rescaled_jacobians(tr: Traced, o: str, w: str, scales):
+    """Reverse mode's Jacobian of o in w (o's axes, then w's) from the cotangents of the identity
+    scaled by each of scales, divided by it: one backward pass per scale, yielded one at a time
+    (zeros where o does not depend on w)."""
+    yshape, xshape = tr.value(o).shape, tr.value(w).shape
+    m = max(1, int(np.prod(yshape, dtype=int)))
+    eye = np.eye(m).reshape((m,) + yshape)
+    for c in scales:
+        r = _cotangents(tr, o, w, c * eye)
+        yield np.zeros(yshape + xshape) if r is None else r.reshape(yshape + xshape) / c
+
+
+def _complex_directions_noise(tr: Traced, o: str, w: str, v: np.ndarray, j: np.ndarray, d: np.ndarray, step: float,
+                   slack, tol, max_steps: int):
+    """Per direction, the rounding of forward mode's J v of o (j) along the directions v and of
+    the complex step's quotients d, in _measured's units, each the largest over o's elements
+    (as Directional.noise: rounding is f's along any unit direction), summed: the standard
+    deviation of j and the passes on v scaled by each of NOISE_STEPS, and of d and the quotients
+    at every other of NOISE_STEPS times step (see _complex_step_slack).  None where J v and d
+    disagree by more than AD_NOISE_REACH times their allowance (tol, and slack) at an element
+    that fails, a quotient is not finite or a step takes another path."""
+    rtol, atol = tol
+    with np.errstate(all="ignore"):
+        gap = np.abs(j - d)
+        allowed = atol + rtol * np.abs(d) + slack
+        if not ((gap <= AD_NOISE_REACH * allowed) | (gap <= allowed)).all():
+            return None
+    k = len(v)
+    tangents = np.concatenate([j[None], _rescaled_tangents(tr, o, w, v, NOISE_STEPS)])
+    ((quotients, _),), flipped = _differences_at(tr, w, [o], v, "complex", [c * step for c in NOISE_STEPS[::2]],
+                                                 max_steps)
+    quotients = np.stack([d] + quotients)
+    if flipped[0] or not np.isfinite(quotients).all():
+        return None
+    with np.errstate(all="ignore"):
+        sides = [np.std(found, axis=0, ddof=1).reshape(k, -1) for found in (tangents, quotients)]
+    return math.sqrt(2.0) * sum(np.max(side, axis=1, initial=0.0) for side in sides)
+
+
+def _jacobian_noise(tr: Traced, o: str, w: str, rev: np.ndarray) -> np.ndarray:
+    """The rounding of reverse mode's Jacobian rev of o in w, per element, in _measured's units
+    (sqrt(2) standard deviations): the standard deviation of rev and of the Jacobians from its
+    cotangents scaled by each of NOISE_STEPS (see _ad_noise: each pass is linear in its seed, a
+    wrong rule too, so they differ by rounding alone).  Deviations from rev are accumulated, so
+    that no more than two Jacobians are held besides it."""
+    total = np.zeros(np.shape(rev))
+    squares = np.zeros(np.shape(rev))
+    for r in _rescaled_jacobians(tr, o, w, NOISE_STEPS):
+        with np.errstate(all="ignore"):
+            d = r - rev
+        total += d
+        squares += d * d
+    n = len(NOISE_STEPS) + 1  # (rev itself: a deviation of 0)
+    with np.errstate(all="ignore"):
+        var = np.maximum(squares - total * total / n, 0.0) / (n - 1)
+    return math.sqrt(2.0) * np.sqrt(var)
 
 
 def _agrees_with_symbolic(ad, closed: dict, shape, extra: dict, notes: list) -> bool:
@@ -1984,6 +2093,14 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
         if noise is not None:
             dd = dd._replace(noise=noise)
             ok, mabs, mrel, worst, d, slack = along(dd, step)
+    complex_note = []
+    if not ok and kind == "complex" and not flipped and jv[0] is not None:
+        # (the complex step's quotient rounds as the derivative does: see _complex_step_slack)
+        noise = _complex_directions_noise(tr, o, w, v, j, dd.values, step, slack, plan.tol, plan.max_steps)
+        if noise is not None:
+            dd = dd._replace(noise=noise)  # (NOISE_MARGIN times each side's, see directional_slack)
+            ok, mabs, mrel, worst, d, slack = along(dd, step)
+            complex_note.append(_complex_rounding_note(NOISE_MARGIN * noise, ok))
     measured_once = []
 
     def measured():  # (forward differences' rounding measured at the default step (see _directions_halved),
@@ -1996,7 +2113,7 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
 
     # (a step along a unit direction moves no element by more than step)
     kinks, extra = kinks_near(tr, tr.tape.names[w], np.array(step), tr.tape.names[o]), {}
-    notes = kinks + path_notes(tr, flipped)
+    notes = kinks + path_notes(tr, flipped) + complex_note
     smallest = _smallest_nonzero(x)
     if not ok and notes == kinks and smallest is not None and _coarse_step(x, np.full(x.shape, step), smallest, kind) \
             and not (kinks and _kinks_at_relative_steps(tr, w, o, plan.method)):

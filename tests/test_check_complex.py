@@ -1,0 +1,110 @@
+"""`check --method complex` allows for the rounding of both sides where it is measured: the
+complex step's quotient is computed as a derivative is, and it and the automatic derivative
+carry eps times the slopes that cancel inside the program's derivative, which rtol 1e-12 alone
+did not allow for (right gradients failed: the false-alarm hunt's F3 and F4)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradcalc
+from gradcalc.checks import breach_text
+from gradcalc.primitives import REGISTRY, pow_const, safe_mul
+
+
+def _failures(r) -> list:
+    return [(x.wrt, breach_text(x), x.notes) for x in r.results if not x.ok]
+
+
+def _pow_slope_times(monkeypatch, factor: float) -> None:
+    """x^p's rules (both modes) made wrong by the factor."""
+    rule = (lambda g, ans, x, p: safe_mul(g, (factor * p) * pow_const(x, p=p - 1)),)
+    monkeypatch.setattr(REGISTRY["pow_const"], "vjp", rule)
+    monkeypatch.setattr(REGISTRY["pow_const"], "jvp", rule)
+
+
+def _sin_slope_times(monkeypatch, factor: float) -> None:
+    rule = (lambda g, ans, x, **_: safe_mul(g, factor * REGISTRY["cos"](x)),)
+    monkeypatch.setattr(REGISTRY["sin"], "vjp", rule)
+    monkeypatch.setattr(REGISTRY["sin"], "jvp", rule)
+
+
+# x drawn log-uniformly in [1e3, 1e6]: the derivative is exactly 2, its terms 2(x + 1) and -2x
+POINTS = 10.0 ** np.random.default_rng(0).uniform(3, 6, 12)
+
+
+@pytest.mark.parametrize("directions", [0, 2])
+def test_complex_step_passes_a_right_derivative_whose_terms_cancel(directions):
+    # at 1e5, ad 2 (exactly right), the quotient 1.9999999999913: 8.7e-12 against 2e-12 allowed;
+    # 145 of 200 points in [1e4, 1e5] failed, 196 of 200 in [1e5, 1e6]
+    kw = {"directions": directions} if directions else {}
+    (r,) = gradcalc.check("(x+1)^2 - x^2", at={"x": 1e5}, method="complex", **kw).results
+    assert r.ok, breach_text(r)
+    assert any("complex step round by up to" in n for n in r.notes)
+    assert 0 < r.extra["rounding_allowance"] < 1e-9  # (2e5 eps = 4.4e-11 per side, with its margin)
+    failed = [x for x in POINTS if not gradcalc.check("(x+1)^2 - x^2", at={"x": x}, method="complex", **kw).ok]
+    assert failed == []
+
+
+@pytest.mark.parametrize("directions", [0, 2])
+def test_complex_step_passes_a_zero_derivative_whose_terms_cancel(directions):
+    # the derivative is exactly 0, and terms of 2e4 cancel in it: 50 of 50 points failed, both ways
+    kw = {"directions": directions} if directions else {}
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        r = gradcalc.check("sum((x+1)^2 - x^2 - 2*x)", at={"x": rng.uniform(1e3, 1e4, 10)}, method="complex", **kw)
+        assert r.ok, _failures(r)
+
+
+@pytest.mark.parametrize("src, at", [
+    ("x*(1e6 + x) - 1e6*x", {"x": 0.7}),
+    ("mean(x^2) - mean(x)^2", {"x": 1e3 + np.random.default_rng(2).standard_normal(10)}),
+])
+def test_complex_step_passes_other_cancellations(src, at):
+    for directions in (0, 2):
+        r = gradcalc.check(src, at=at, method="complex", **({"directions": directions} if directions else {}))
+        assert r.ok, _failures(r)
+
+
+def test_complex_step_passes_a_right_gradient_that_rounds_in_a_loop():
+    # pendulum_euler's 1,000 Euler steps, random point 3 of seed 6: dE/dL 1.2e-12 off the longdouble
+    # value in AD, against rtol 1e-12
+    with open("samples/pendulum_euler.grad") as f:
+        r = gradcalc.check(f.read(), method="complex", points=3, seed=6)
+    assert r.ok, _failures(r)
+
+
+def test_complex_step_passes_a_gradient_that_rounds_on_both_sides():
+    # element 1869: AD (and jax, bit for bit) ~9e-13 off the longdouble value, the quotient the
+    # other way, against rtol 1e-12
+    x = np.random.default_rng(4).uniform(1, 3, 4000)
+    (r,) = gradcalc.check("sum(x^2*sin(x))*1e6", at={"x": x}, method="complex").results
+    assert r.ok, breach_text(r)
+    xl = x.astype(np.longdouble)  # the closed form, 1e6 (2 x sin x + x^2 cos x), in long double
+    exact = 1e6 * (2 * xl * np.sin(xl) + xl * xl * np.cos(xl))
+    terms = 1e6 * (2 * xl * np.abs(np.sin(xl)) + xl * xl * np.abs(np.cos(xl)))
+    got = gradcalc.grad("sum(x^2*sin(x))*1e6", at={"x": x})["x"]
+    assert np.all(np.abs(got - exact) <= 1e-14 * terms)  # (AD is right: off by its rounding alone)
+    assert r.extra["rounding_allowance"] <= 1e-14 * float(np.max(terms))
+
+
+@pytest.mark.parametrize("directions", [0, 2])
+def test_a_wrong_rule_still_fails_where_terms_cancel(monkeypatch, directions):
+    # x^2's slope 1e-9 wrong: ad off by 1e-9 relative, beyond both sides' rounding (2e5 eps at 1e5)
+    _pow_slope_times(monkeypatch, 1 + 1e-9)
+    kw = {"directions": directions} if directions else {}
+    for x in (2e3, 3e4, 1e5):
+        (r,) = gradcalc.check("(x+1)^2 - x^2", at={"x": x}, method="complex", **kw).results
+        assert not r.ok
+        assert r.max_rel_err == pytest.approx(1e-9, rel=0.1)
+    r = gradcalc.check("sum((x+1)^2 - x^2 - 2*x)", at={"x": np.linspace(1e3, 1e4, 10)}, method="complex", **kw)
+    assert not r.ok
+
+
+@pytest.mark.parametrize("directions", [0, 2])
+def test_a_wrong_sin_rule_still_fails_in_a_rounding_sum(monkeypatch, directions):
+    _sin_slope_times(monkeypatch, 1 + 1e-9)
+    x = np.random.default_rng(4).uniform(1, 3, 400)
+    kw = {"directions": directions} if directions else {}
+    (r,) = gradcalc.check("sum(x^2*sin(x))*1e6", at={"x": x}, method="complex", **kw).results
+    assert not r.ok
