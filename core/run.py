@@ -715,6 +715,8 @@ class Interpreter:
         raise _Break() if type(st) is Break else _Continue()
 
     def return_(self, st: Return) -> None:
+        if len(st.values) == 1:  # (return r(...) passes on every value r gives, as Python's and JAX's do)
+            raise _Return(self.values(st.values[0]))
         raise _Return(tuple(self.expr(v) for v in st.values))
 
     def nothing(self, st) -> None:

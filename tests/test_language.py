@@ -2105,3 +2105,19 @@ def test_a_tuple_of_arrays_and_more_arrays_is_an_error():
     r = user_error("eval", "vstack((a, b), 0)", "--at", "a=[1,2],b=[3,4]")
     assert "vstack() takes its arrays as one tuple or as separate arguments, not both" in r.stderr
     assert "1:16" in r.stderr
+
+
+def test_return_of_a_call_passes_on_every_value_it_gives():
+    # `return r(...)` of a function giving two values was an error ("'r' gives 2 values; take
+    # them apart"); Python and JAX pass them on
+    two = "def two(u) { return u, 2*u }\ndef f(u) { return two(u) }\na, b = f(x)\na*b"
+    assert gradcalc.grad(two, at={"x": 1.5})["x"] == 4 * 1.5  # d(2 x^2)/dx
+    passed_on = ("def r(u, v, d=3) {\n if d <= 0 { return u, v }\n return r(u*v + 0.1, sin(v) + u, d - 1)\n}\n"
+                 "a, b = r(x, s)\nL = sum(a*b)")
+    taken_apart = passed_on.replace(" return r(u*v + 0.1, sin(v) + u, d - 1)",
+                                    " p, q = r(u*v + 0.1, sin(v) + u, d - 1)\n return p, q")
+    at = {"x": np.array([0.3, -1.2, 0.8, 2.1]), "s": 0.7}
+    got, want = gradcalc.grad(passed_on, at=at), gradcalc.grad(taken_apart, at=at)
+    assert got.value == want.value
+    for k in ("x", "s"):
+        assert np.array_equal(got[k], want[k])
