@@ -495,6 +495,9 @@ class Interpreter:
         self.constants_only = constants_only
         self.numbers: dict[float, Tracer] = {}  # the program's number literals, one constant each
         self.literal_vars: set[int] = set()  # their variables
+        # array literals holding true or false ([true, false]): refused as an index wherever they
+        # are read, as written in one (see _boolean_index)
+        self.boolean_literals: set[int] = set()
         # variables holding masks (comparisons, and, or, not), as plain ints: a builder that keeps
         # no tape frees a value when its variable goes (see forget_masks)
         self.masks: set[int] = set()
@@ -544,6 +547,8 @@ class Interpreter:
             value = P.copy(value)
             if var in self.masks:  # (`n = m`: n is the mask m is)
                 self.masks.add(int(value.var))
+            if var in self.boolean_literals:  # (and the booleans m is)
+                self.boolean_literals.add(int(value.var))
             var = value.var
         if self.replace is not None and var == self.replace[0]:
             value = self.b.const(self.replace[1])
@@ -847,6 +852,8 @@ class Interpreter:
             return (mask,)  # (the primitive checks its shape against the axes it indexes: _index_mask)
         if t.shape == ():
             return (self.int_of(t, node, "an index", "index"),)
+        if t.var in self.boolean_literals:  # (m = [true, false]; x[m])
+            raise _boolean_index(node)
         if not np.all(np.isfinite(value)) or not np.all(np.mod(value, 1) == 0):
             bad = value[~(np.isfinite(value) & (np.mod(value, 1) == 0))].flat[0]
             raise ShapeError(f"an index array must hold integers, got {float(bad)!r}", node.pos)
@@ -1120,7 +1127,10 @@ class Interpreter:
         if folded is not None:
             self.b.pos = node.loc
             self.b.check_size(folded.shape)  # (small in memory: it is as long as its text)
-            return self.b.const(folded)
+            t = self.b.const(folded)
+            if _holds_a_boolean(node):
+                self.boolean_literals.add(int(t.var))
+            return t
         if not node.items:
             return self.b.const(np.zeros((0,)))
         items = [self.expr(i) for i in node.items]

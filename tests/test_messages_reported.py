@@ -124,6 +124,9 @@ BOOLEAN_INDEX = ("true and false are not indices: they serve keyword arguments (
     ("x[0, [[false], [true]]]", (1, 6)),
     ("z = x * 1; z[[true, false]] = 5; z", (1, 14)),
     ("z = x * 1; z[[1, true]] += 5; z", (1, 14)),
+    # through a name, a copy of it, and in an update (they gathered as the literal did)
+    ("m = [true, false]; x[m]", (1, 22)),
+    ("m = [true, false]; n = m; z = x * 1; z[n] = 5; z", (1, 40)),
 ])
 def test_booleans_in_an_index_are_refused(src, pos):
     # NumPy would select with them as a mask (x[[True, False]] is x[:1]); they gathered x[1], x[0]
