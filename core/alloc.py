@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from typing import NamedTuple
 
 MMAP_THRESHOLD = 32 << 20  # bytes: glibc's largest; arrays below it come from the heap
 TRIM_THRESHOLD = 128 << 20  # bytes of free heap kept before any is returned
@@ -50,12 +51,13 @@ def keep_freed_memory() -> None:
         pass
 
 
-#: A run looks at the memory left each time what it made has grown by this much (see
-#: run.Interpreter.step): a loop of large arrays can take gigabytes between two loop steps' worth
-#: of --max-steps.
+#: A run looks at the memory left each time what it made has grown by this much, or by a 16th of
+#: the memory there is in all where that is less (see run.Interpreter.step): a loop of large
+#: arrays can take gigabytes between two loop steps' worth of --max-steps.
 MEMORY_LOOK_EVERY = 128 << 20
-#: A run stops with an error once less than this is left: twice the growth between two looks,
-#: so that the kernel's out-of-memory killer, which ends a process with no message, never acts first.
+#: A run stops with an error once less than this is left, or an 8th of the memory there is in
+#: all where that is less (a small CI container): twice the growth between two looks, so that
+#: the kernel's out-of-memory killer, which ends a process with no message, never acts first.
 MEMORY_RESERVE = 256 << 20
 #: Memory that a recorded scalar operation takes (its equation, value, shape and variable:
 #: about 350 bytes measured on a scalar loop), for the growth a run's equations make.
@@ -71,16 +73,28 @@ _CGROUPS = (
 )
 
 
-def memory_left(root: str = "/") -> int | None:
-    """Bytes the process can still take before the machine, or the control group it runs in
-    (a CI job's container), has none to give; None where that cannot be told (not Linux).
+class Memory(NamedTuple):
+    left: int  # bytes the process can still take
+    total: int  # bytes there are in all: the machine's, or its control group's limit where smaller
 
-    The machine's is /proc/meminfo's MemAvailable (what can be had without swapping); a
-    control group's is its limit less its usage, the page cache it could give back not counted
-    as used: the process's own group, or where that is not mounted as named (a container
-    without its own view of the groups), the group at the mount's top."""
+
+def memory_left(root: str = "/") -> int | None:
+    """memory(root)'s bytes left, or None."""
+    found = memory(root)
+    return None if found is None else found.left
+
+
+def memory(root: str = "/") -> Memory | None:
+    """What the process can still take before the machine, or the control group it runs in
+    (a CI job's container), has none to give, and what there is in all; None where that cannot
+    be told (not Linux).
+
+    The machine's is /proc/meminfo's MemAvailable (what can be had without swapping) of its
+    MemTotal; a control group's is its limit less its usage, the page cache it could give back
+    not counted as used: the process's own group, or where that is not mounted as named (a
+    container without its own view of the groups), the group at the mount's top."""
     import os
-    left = _meminfo_available(os.path.join(root, "proc/meminfo"))
+    left, total = _meminfo(os.path.join(root, "proc/meminfo"), ("MemAvailable:", "MemTotal:"))
     own = _own_groups(os.path.join(root, "proc/self/cgroup"))
     for hierarchy, mount, limit_file, usage_file, stat_file, cache_key in _CGROUPS:
         for group in dict.fromkeys((own.get(hierarchy, "/"), "/")):
@@ -92,8 +106,9 @@ def memory_left(root: str = "/") -> int | None:
             if limit < 1 << 60:  # (v1 writes no limit as 2^63 rounded down to a page)
                 in_group = limit - max(0, used - _stat(os.path.join(where, stat_file), cache_key))
                 left = in_group if left is None else min(left, in_group)
+                total = limit if total is None else min(total, limit)
             break
-    return left
+    return None if left is None else Memory(left, left if total is None else total)
 
 
 def _own_groups(path: str) -> dict:
@@ -111,15 +126,18 @@ def _own_groups(path: str) -> dict:
     return groups
 
 
-def _meminfo_available(path: str) -> int | None:
+def _meminfo(path: str, keys: tuple) -> list:
+    """The bytes /proc/meminfo gives for each of keys (None for one it does not give)."""
+    found = dict.fromkeys(keys)
     try:
         with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                key, _, value = line.partition(" ")
+                if key in found:
+                    found[key] = int(value.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return None
+    return list(found.values())
 
 
 def _number_in(path: str) -> int | None:

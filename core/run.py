@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import primitives as P
-from .alloc import EQUATION_BYTES, MEMORY_LOOK_EVERY, MEMORY_RESERVE, memory_left
+from .alloc import EQUATION_BYTES, MEMORY_LOOK_EVERY, MEMORY_RESERVE, memory
 from .builtins import (CONSTANTS, FUNCTIONS, NotStatic, fold_literal, is_constructor, stack,
                        static_value, usage, whole)
 from .errors import (GradcalcError, LimitError, NameError_, Pos, ShapeError, SyntaxError_,
@@ -751,13 +751,17 @@ class Interpreter:
 
     def look_at_memory(self, loc, what: str) -> None:
         """Stop a run that has made another MEMORY_LOOK_EVERY bytes (its equations and arrays, freed
-        or not) where the machine has less than MEMORY_RESERVE left: with an error, before the
+        or not) where the machine has less than MEMORY_RESERVE left (both in proportion where it,
+        or the process's control group, has little memory in all: see alloc): with an error, before the
         kernel's out-of-memory killer ends the process with no message.  --max-steps bounds the
         steps, not what they keep: 10^7 steps of a loop over 1000-element values would keep 80 GB."""
-        self.next_look += MEMORY_LOOK_EVERY
-        left = memory_left()
-        if left is not None and left < MEMORY_RESERVE:
-            raise LimitError(f"out of memory{_in_the(loc, what)}: {left >> 20} MB of this machine's memory "
+        found = memory()
+        every, reserve = MEMORY_LOOK_EVERY, MEMORY_RESERVE
+        if found is not None:  # (a small machine or container: looks and reserve in proportion)
+            every, reserve = max(1 << 20, min(every, found.total // 16)), min(reserve, found.total // 8)
+        self.next_look += every
+        if found is not None and found.left < reserve:
+            raise LimitError(f"out of memory{_in_the(loc, what)}: {found.left >> 20} MB of this machine's memory "
                              f"is left", loc,
                              hint="a loop that never ends? (--max-steps bounds the steps, not the memory "
                                   "their values take); else use smaller inputs or fewer steps")

@@ -7,7 +7,7 @@ import pytest
 
 import gradcalc
 from gradcalc import run
-from gradcalc.alloc import memory_left
+from gradcalc.alloc import Memory, memory, memory_left
 from gradcalc.errors import LimitError
 
 MEMINFO = "MemTotal:       24000000 kB\nMemFree:         1000000 kB\nMemAvailable:    2000000 kB\n"
@@ -24,6 +24,7 @@ def _tree(tmp_path, files: dict) -> str:
 def test_the_machine_s_available_memory_when_no_group_limits_it(tmp_path):
     root = _tree(tmp_path, {"proc/meminfo": MEMINFO, "sys/fs/cgroup/memory.max": "max\n",
                             "sys/fs/cgroup/memory.current": "123\n"})
+    assert memory(root) == Memory(2000000 * 1024, 24000000 * 1024)
     assert memory_left(root) == 2000000 * 1024
 
 
@@ -32,7 +33,7 @@ def test_a_cgroup_v2_limit_less_its_usage_without_the_cache_it_can_give_back(tmp
     root = _tree(tmp_path, {"proc/meminfo": MEMINFO, "sys/fs/cgroup/memory.max": f"{1 << 30}\n",
                             "sys/fs/cgroup/memory.current": f"{900 << 20}\n",
                             "sys/fs/cgroup/memory.stat": f"anon 1\ninactive_file {100 << 20}\nactive_file 5\n"})
-    assert memory_left(root) == (1 << 30) - (800 << 20)
+    assert memory(root) == Memory((1 << 30) - (800 << 20), 1 << 30)  # (in all: the group's limit)
 
 
 def test_a_cgroup_v1_limit_and_the_smaller_of_the_two(tmp_path):
@@ -74,11 +75,11 @@ def test_this_machine_has_some_left():
 RUNAWAY = "input x[1000]\ny = x\nwhile true { y = y * 1.0000001 }\nsum(y)"
 
 
-def _little_left(monkeypatch, left: int) -> list:
-    """Memory as a machine with left bytes to give; the looks taken, each 1 MB of growth."""
+def _little_left(monkeypatch, left: int, total: int = 24 << 30) -> list:
+    """Memory as a machine of total bytes with left to give; the looks taken, each 1 MB of growth."""
     looks = []
     monkeypatch.setattr(run, "MEMORY_LOOK_EVERY", 1 << 20)
-    monkeypatch.setattr(run, "memory_left", lambda: looks.append(1) or left)
+    monkeypatch.setattr(run, "memory", lambda: looks.append(1) or Memory(left, total))
     return looks
 
 
@@ -108,3 +109,15 @@ def test_a_scalar_loop_counts_its_equations(monkeypatch):
     with pytest.raises(LimitError, match="out of memory in the loop"):
         gradcalc.grad("input x = 1\ny = x\nwhile true { y = y * 1.0000001 }\ny", at={"x": 1.0})
     assert len(looks) == 1
+
+
+@pytest.mark.parametrize("left, stops", [(100 << 20, False), (50 << 20, True)])
+def test_in_a_small_container_the_reserve_is_an_eighth_of_it(monkeypatch, left, stops):
+    # 512 MB in all: 256 MB kept in reserve would stop a run at half of it; an eighth is 64 MB
+    _little_left(monkeypatch, left, total=512 << 20)
+    src = "input x[1000]\ny = x\nfor i in range(300) { y = y * 1.0000001 }\nsum(y)"
+    if stops:
+        with pytest.raises(LimitError, match="out of memory in the loop"):
+            gradcalc.grad(src, at={"x": np.ones(1000)})
+    else:
+        assert gradcalc.grad(src, at={"x": np.ones(1000)})["x"][0] == pytest.approx(1.0000001 ** 300, rel=1e-13)
