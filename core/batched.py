@@ -514,7 +514,7 @@ def _jvp_index_update(ts, params, args, values, dying=()):
     if x.__class__ is not _Slot or x.band is not None or not x.batched or not plain_index(idx):
         return None
     b = t_x.builder
-    key = _selection_key(idx) if t_v is None else None  # (an element, a row, a column zeroed: see _Zeros)
+    key = _selection_key(idx, x.shape) if t_v is None else None  # (an element, a row, a column zeroed: see _Zeros)
     if key is not None and x.zeroed is not None:  # (zeros left for later, one selection more)
         return _zeroed_later(b, x, key)
     if b.values[x].dtype is not F64:  # (rows of zeros left for later are made now)
@@ -602,11 +602,11 @@ EVERYWHERE = (Ellipsis,)  # (a slot's loose: an array that was copied, not summe
 
 class _Zeros:
     """Rows left to copy with zeros on some selections (see _zeroed_later): the rows, and the
-    selections zeroed so far by their keys (_selection_key: integers, unit slices and whole
-    axes: x[i], x[i, :], x[:, i], x[i:i + 1]), each with the depth of the zeroing that added it,
+    selections zeroed so far by their keys (_selection_key: integers, unit-step slices and whole
+    axes: x[i], x[i, :], x[:, i], x[2*i:2*i + 2]), each with the depth of the zeroing that added it,
     and the deepest; ``pattern``, the kinds of their items while every key has the same ones
-    (then two keys select the same elements or none: a read of a selection no zero covers reads
-    the rows as they are), else None."""
+    (then two keys select the same elements or none, see _pattern: a read of a selection no zero
+    covers reads the rows as they are), else None."""
 
     __slots__ = ("rows", "at", "top", "pattern")
 
@@ -640,45 +640,66 @@ class _Zeros:
             for k in at:
                 rows[(slice(None),) + _index_of(k)] = 0.0
             return
-        picks = np.array([[i if type(i) is int else i[0] for i in k if i is not None] for k in at],
-                         dtype=np.intp).T
-        columns = iter(picks)
-        rows[(slice(None),) + tuple(_ALL if i is None else next(columns) for i in at[0])] = 0.0
+        starts = np.array([[i if type(i) is int else i[0] for i in k if i is not None] for k in at],
+                          dtype=np.intp).T
+        rows[(slice(None),) + _lattice_picks(self.pattern, starts)] = 0.0
+
+
+def _lattice_picks(pattern: tuple, starts) -> tuple:
+    """The index that selects every key of one pattern at once: for each axis a key picks, an
+    integer array over (key, then the width of each picked axis) holding its starts (its
+    integers) plus the offsets 0 .. width - 1 on that axis's own dimension; a whole axis whole."""
+    picked = [p for p in pattern if p != 2]
+    m = len(picked)
+    index, columns = [], iter(range(m))
+    for p in pattern:
+        if p == 2:
+            index.append(_ALL)
+            continue
+        a = next(columns)
+        pick = starts[a].reshape((-1,) + (1,) * m)
+        if p != 0 and p[0] > 1:
+            pick = pick + np.arange(p[0]).reshape((1,) * (a + 1) + (-1,) + (1,) * (m - a - 1))
+        index.append(pick)
+    return tuple(index)
 
 
 _ALL = slice(None)
 
 
-def _selection_key(idx: tuple):
-    """A selection of integers, unit slices and whole axes as a key of a record of zeros (an
-    integer as itself, a unit slice i:i + 1 as (i,), a whole axis as None, the whole axes at the
-    end dropped: x[i] and x[i, :] have one key), else None."""
+def _selection_key(idx: tuple, shape: tuple):
+    """A selection of integers, unit-step slices and whole axes of an array of shape as a key of a
+    record of zeros (an integer as itself, a slice start:stop within its axis as (start, stop), a
+    whole axis as None, the whole axes at the end dropped: x[i] and x[i, :] have one key), else
+    None."""
     n = len(idx)
     while n and type(idx[n - 1]) is slice and idx[n - 1] == _ALL:
         n -= 1
     key = []
-    for i in idx[:n]:
+    for i, size in zip(idx[:n], shape):
         if type(i) is int:
             key.append(i)
         elif type(i) is not slice:
             return None
         elif i == _ALL:
             key.append(None)
-        elif type(i.start) is int and i.start >= 0 and i.stop == i.start + 1 and i.step in (None, 1):
-            key.append((i.start,))
+        elif type(i.start) is int and type(i.stop) is int and 0 <= i.start < i.stop <= size and i.step in (None, 1):
+            key.append((i.start, i.stop))
         else:
             return None
     return tuple(key)
 
 
 def _pattern(key: tuple) -> tuple:
-    """A key's kinds of items: 0 an integer, 1 a unit slice, 2 a whole axis."""
-    return tuple(0 if type(i) is int else 2 if i is None else 1 for i in key)
+    """A key's kinds of items: 0 an integer, 2 a whole axis, and a slice's width and its start's
+    remainder by it.  Slices of one pattern lie on one lattice: two select the same elements or
+    none (z[2*i:2*i + 2], z[i:i + 1]; not z[i:i + 2], whose starts differ by one)."""
+    return tuple(0 if type(i) is int else 2 if i is None else (i[1] - i[0], i[0] % (i[1] - i[0])) for i in key)
 
 
 def _index_of(key: tuple) -> tuple:
     """The selection of a key (see _selection_key)."""
-    return tuple(i if type(i) is int else _ALL if i is None else slice(i[0], i[0] + 1) for i in key)
+    return tuple(i if type(i) is int else _ALL if i is None else slice(*i) for i in key)
 
 
 def _zeroed_later(b: BatchedBuilder, x: _Slot, key: tuple) -> Tracer:
@@ -748,7 +769,7 @@ def _jvp_index(ts, params, args, values, dying=()):
     if x.band is not None:
         made = _fold_index(t.builder, (x,), params)
         return None if made is None else _tracer(t.builder, made)
-    key = _selection_key(params["idx"])
+    key = _selection_key(params["idx"], x.shape)
     if not x.batched or key is None:
         return None
     element = len(key) == len(x.shape) and all(type(i) is int for i in key)

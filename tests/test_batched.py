@@ -438,6 +438,19 @@ def test_folded_tangents_are_the_rules_tangents(src):
     "z = x * 0\nfor i in range(7) {\n  z[i + 1:i + 2] = z[i:i + 1] * x[i] + c[i]\n}\nsum(z * z)",
     "Z = zeros((2, 8))\nfor i in range(8) {\n  Z[:, i] = [x[i], c[i] * x[i]]\n  Z[i % 2] = Z[i % 2] * x[i]\n}\nsum(Z * Z)",
     "Z = zeros((2, 8))\nfor i in range(8) {\n  Z[:, i] = [x[i] * c[i], x[i]^2]\n}\nZ[0] = x * 2\nsum(Z * Z)",
+    # (slices wider than one element on one lattice, z[2*i:2*i + 2]: recorded by their starts and
+    # width, written twice, read back as a recurrence, in two axes at once, beside a whole axis;
+    # starts one apart, z[i:i + 2], overlap and leave the record's pattern; a read of another
+    # width covers zeros)
+    "z = zeros(16)\nfor k in range(2) {\n  for i in range(8) {\n    z[2*i:2*i + 2] = [x[i] * (k + 1), x[7 - i] * c[i]]\n"
+    "  }\n}\nsum(z * z)",
+    "z = zeros(16)\nz[0:2] = x[0:2]\nfor i in range(7) {\n  z[2*i + 2:2*i + 4] = z[2*i:2*i + 2] * x[i] + c[i]\n}\nsum(z * z)",
+    "Z = zeros((4, 6))\nfor i in range(2) {\n  for j in range(3) {\n    Z[2*i:2*i + 2, 2*j:2*j + 2] = x[i + j] * C[:, 0:2] * c[j]\n"
+    "  }\n}\nsum(Z * Z * x[5])",
+    "Z = zeros((8, 3))\nfor i in range(4) {\n  Z[2*i:2*i + 2, 1] = x[i] * c[2*i:2*i + 2]\n  Z[2*i + 1, :] = Z[2*i + 1, :] * x[i]\n}\n"
+    "sum(Z * Z)",
+    "z = zeros(9)\nfor i in range(8) {\n  z[i:i + 2] = [x[i] * c[i], x[i]^2]\n}\nsum(z * z)",
+    "z = zeros(12)\nfor i in range(4) {\n  z[3*i:3*i + 3] = x[i] * x[4:7] * c[i]\n  s = sum(z[0:6] * x[i])\n}\nsum(z * z) + s * s",
     # (z[i] += e: the rules' t_z + index_add(zeros, t_e), 0.0 + t_e on the selection; a scalar
     # added to a slice; -0.0 on both sides; nan and inf among the factors)
     "z = x * 1\nfor i in range(8) {\n  z[i] += x[i] * x[i] * c[i]\n}\nsum(z * z)",
@@ -827,6 +840,12 @@ _REVERSE_PROGRAMS = [
     "v = x * c\nu = x * 1\nu[3] = x[0] * x[6]\ns = u + v\ns[2] = x[3] * c[3]\ns * c",
     "Z = zeros((2, 8))\nfor i in range(8) {\n  Z[:, i] = [x[i] * c[i], x[i]^2]\n}\nZ",
     "z = x * 0\nfor i in range(7) {\n  z[i + 1:i + 2] = z[i:i + 1] * x[i] + c[i]\n}\nz",
+    # (slices wider than one element: on one lattice, written twice, in two axes; overlapping)
+    "z = zeros(16)\nfor k in range(2) {\n  for i in range(8) {\n    z[2*i:2*i + 2] = [x[i] * (k + 1), x[7 - i] * c[i]]\n"
+    "  }\n}\nz",
+    "Z = zeros((4, 6))\nfor i in range(2) {\n  for j in range(3) {\n    Z[2*i:2*i + 2, 2*j:2*j + 2] = x[i + j] * C[:, 0:2] * c[j]\n"
+    "  }\n}\nZ",
+    "z = zeros(9)\nfor i in range(8) {\n  z[i:i + 2] = [x[i] * c[i], x[i]^2]\n}\nz",
     # (an input written at every step: its cotangent sums a contribution a step)
     "z = x * 0\nfor i in range(8) {\n  z[i] = q\n  z[(i + 3) % 8] = q * x[i]\n}\nz * c",
 ]
@@ -846,6 +865,22 @@ def test_a_reverse_jacobians_folded_rows_are_the_rules(src, writes):
         assert (f is None) == (r is None)
         if f is not None:
             same_bits_but_a_nans_sign(f, r)
+
+
+def test_the_hessian_of_a_loop_that_writes_pairs_is_its_closed_form():
+    # z[2i:2i + 2] = [x_i^2, x_i x_{i+1}]: f = sum x_i^4 + x_i^2 x_{i+1}^2 (indices mod n), whose
+    # Hessian is 12 x_i^2 + 2 x_{i+1}^2 + 2 x_{i-1}^2 on the diagonal and 4 x_i x_{i+1} beside it
+    n = 300
+    x = np.linspace(-1, 2, n)
+    src = (f"z = zeros({2 * n})\nfor i in range({n}) {{\n  z[2*i:2*i + 2] = [x[i]^2, x[i] * x[(i + 1) % {n}]]\n}}\n"
+           "sum(z * z)")
+    H = gradcalc.hessian(src, at={"x": x})["x"]["x"]
+    after, before = np.roll(x, -1), np.roll(x, 1)
+    want = np.diag(12 * x**2 + 2 * after**2 + 2 * before**2)
+    i = np.arange(n)
+    want[i, (i + 1) % n] += 4 * x * after
+    want[(i + 1) % n, i] += 4 * x * after
+    close(H, want)
 
 
 def test_a_reverse_jacobian_of_a_loop_that_writes_elements_is_its_closed_form():
