@@ -498,6 +498,7 @@ class Interpreter:
         # array literals holding true or false ([true, false]): refused as an index wherever they
         # are read, as written in one (see _boolean_index)
         self.boolean_literals: set[int] = set()
+        self.booleans: dict[bool, Tracer] = {}  # true's and false's constants (see boolean)
         # variables holding masks (comparisons, and, or, not), as plain ints: a builder that keeps
         # no tape frees a value when its variable goes (see forget_masks)
         self.masks: set[int] = set()
@@ -541,6 +542,8 @@ class Interpreter:
         var = value.var
         if var in self.literal_vars:  # `a = 2`: a name of its own, not every 2's constant
             value = self.b.const(self.b.values[var])
+            if var in self.boolean_literals:  # (`m = true`: still refused as an index)
+                self.boolean_literals.add(int(value.var))
             var = value.var
         elif var < before:  # `a = x` made nothing new: a's own copy, so that --wrt a is
             self.b.pos = loc  # the derivative through a alone, x held fixed
@@ -854,10 +857,10 @@ class Interpreter:
             mask = np.asarray(value) != 0
             self.guard(t, mask, node.loc, "mask")
             return (mask,)  # (the primitive checks its shape against the axes it indexes: _index_mask)
+        if t.var in self.boolean_literals:  # (m = [true, false]; x[m], and m = true)
+            raise _boolean_index(node)
         if t.shape == ():
             return (self.int_of(t, node, "an index", "index"),)
-        if t.var in self.boolean_literals:  # (m = [true, false]; x[m])
-            raise _boolean_index(node)
         if not np.all(np.isfinite(value)) or not np.all(np.mod(value, 1) == 0):
             bad = value[~(np.isfinite(value) & (np.mod(value, 1) == 0))].flat[0]
             raise ShapeError(f"an index array must hold integers, got {float(bad)!r}", node.pos)
@@ -1086,7 +1089,14 @@ class Interpreter:
         return self.expr(node.then if truth else node.orelse)
 
     def boolean(self, node: Bool) -> Tracer:
-        return self.number(1.0 if node.value else 0.0)
+        """true and false: 1 and 0, each a constant of its own, not the number literals' (a dict
+        would take True for 1.0), so that an index can tell them from numbers through a name."""
+        t = self.booleans.get(node.value)
+        if t is None:
+            t = self.booleans[node.value] = self.b.const(1.0 if node.value else 0.0)
+            self.literal_vars.add(t.var)
+            self.boolean_literals.add(t.var)
+        return t
 
     def misplaced(self, node) -> Tracer:
         """A node that is not a value: a tuple, a string, None or `...` out of place."""

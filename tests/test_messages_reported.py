@@ -127,6 +127,13 @@ BOOLEAN_INDEX = ("true and false are not indices: they serve keyword arguments (
     # through a name, a copy of it, and in an update (they gathered as the literal did)
     ("m = [true, false]; x[m]", (1, 22)),
     ("m = [true, false]; n = m; z = x * 1; z[n] = 5; z", (1, 40)),
+    # a scalar true or false through a name (it was the constant 1 shares, and selected x[1]), a
+    # copy, a loop's assignment, a call's argument, an update
+    ("m = true; x[m]", (1, 13)),
+    ("m = false; n = m; x[n, 0]", (1, 21)),
+    ("m = 0\nfor i in range(2) {\n  m = true\n}\nx[m]", (5, 3)),
+    ("def f(m) {\n  return x[m]\n}\nf(true)", (2, 12)),
+    ("m = true; z = x * 1; z[m] = 5; z", (1, 24)),
 ])
 def test_booleans_in_an_index_are_refused(src, pos):
     # NumPy would select with them as a mask (x[[True, False]] is x[:1]); they gathered x[1], x[0]
@@ -140,6 +147,13 @@ def test_the_masks_the_hint_suggests_select_as_numpys_boolean_index():
     for src, mask in [("x[x > 1.5]", x > 1.5), ("x[arange(len(x)) < 1]", np.array([True, False, False]))]:
         got = gradcalc.evaluate(src, at={"x": x})
         np.testing.assert_array_equal(next(iter(got.values())), x[mask])
+
+
+def test_numbers_and_arithmetic_on_booleans_still_index():
+    # 1 and true are separate constants now: the number 1 still indexes, as does true + 0
+    x = np.array([1.0, 2.0, 3.0])
+    got = gradcalc.evaluate("a = true\nb = 1\nx[b] + x[a + 0] + x[1] + sum(x, keepdims=true)[0]", at={"x": x})
+    assert list(got.values())[-1] == 2.0 + 2.0 + 2.0 + 6.0
 
 
 def test_integer_array_literals_still_gather():
