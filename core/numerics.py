@@ -1248,7 +1248,104 @@ def _complex_step_slack(tr: Traced, o: str, w: str, rev, ad, fd, h, tol, view, m
         return None
     with np.errstate(all="ignore"):
         own = math.sqrt(2.0) * np.std(quotients, axis=0, ddof=1)
-    return NOISE_MARGIN * (view(_jacobian_noise(tr, o, w, rev)) + own)
+    slack = NOISE_MARGIN * (view(_jacobian_noise(tr, o, w, rev)) + own)
+    if compare(ad, fd, *tol, slack=slack)[0]:
+        return slack
+    inputs = _input_rounding(tr, o, w, (ad, fd), _block_at(o, w, h, view, max_steps), max_steps)
+    return slack if inputs is None else slack + NOISE_MARGIN * inputs
+
+
+def _input_rounding(tr: Traced, o: str, w: str, first: tuple, sides, max_steps: int):
+    """The rounding of the forward pass in the two sides of a comparison (an automatic derivative
+    and the complex step's quotients, or reverse and forward mode's products), in _measured's
+    units (sqrt(2) standard deviations of each side, summed): both computed again by
+    sides(traced) (each an array, or None where a step takes another path) at
+    INPUT_ROUNDING_DRAWS points whose inputs differ
+    from tr's by an ulp or none, element by element (a fixed draw; w, and the inputs that are
+    not integers: a count or an index stays as it is), first being tr's own.  None where a
+    point takes another path, fails, or gives a value that is not finite.
+
+    The rescaled seeds of _jacobian_noise measure the derivative passes' rounding, linear in
+    their seeds, but not the forward pass's, which both sides share: solve(A, b) with A of
+    condition 1e5 rounds A's factorisation, and with it the derivative, by cond x eps (1e-11 of
+    it) in both modes and in the complex step's own factorisation, ten times rtol 1e-12.  Inputs
+    an ulp apart round anew there, and move the exact derivative by no more than its condition
+    allows; a wrong rule's error moves with neither."""
+    rng = np.random.default_rng(INPUT_ROUNDING_SEED)
+    given = {i.name: tr.value(i.name) for i in tr.inputs}
+    moved = [k for k, x in given.items() if k == w or not np.array_equal(x, np.round(x))]
+    path = [eq.prim for eq in tr.tape.equations]
+    found = [first]
+    for _ in range(INPUT_ROUNDING_DRAWS):
+        at = dict(given)
+        for k in moved:
+            x = given[k]
+            at[k] = x * (1.0 + stencil.EPS * rng.integers(-INPUT_ROUNDING_ULPS, INPUT_ROUNDING_ULPS + 1, np.shape(x)))
+        again = _run_at(tr, at, max_steps)
+        if again is None or o not in again.tape.names or [eq.prim for eq in again.tape.equations] != path:
+            return None
+        both = sides(again)
+        if both is None:
+            return None
+        found.append(both)
+    drawn = [np.stack(side) for side in zip(*found)]
+    if not all(np.isfinite(side).all() for side in drawn):
+        return None
+    with np.errstate(all="ignore"):
+        return math.sqrt(2.0) * sum(np.std(side, axis=0, ddof=1) for side in drawn)
+
+
+def _block_at(o: str, w: str, h, view, max_steps: int):
+    """sides for _input_rounding of a full check: reverse mode's block and the complex step's."""
+    def sides(tr: Traced):
+        yshape, shape = tr.value(o).shape, tr.value(o).shape + tr.value(w).shape
+        r = _cotangents(tr, o, w, np.eye(max(1, tr.value(o).size)).reshape((-1,) + yshape))
+        est = fd_estimate(tr, [o], w, "complex", h, max_steps=max_steps)
+        if est.flipped[o]:
+            return None
+        return view(np.zeros(shape) if r is None else r.reshape(shape)), view(est.jacobian[o])
+    return sides
+
+
+def _directions_at(o: str, w: str, v: np.ndarray, step: float, max_steps: int):
+    """sides for _input_rounding along directions: forward mode's J v and the complex step's."""
+    def sides(tr: Traced):
+        (j,) = _tangents(tr, w, [o], v)
+        ((quotients, _),), flipped = _differences_at(tr, w, [o], v, "complex", [step], max_steps)
+        if flipped[0]:
+            return None
+        return np.zeros(quotients[0].shape) if j is None else j, quotients[0]
+    return sides
+
+
+def _products_at(o: str, w: str, u: np.ndarray, v: np.ndarray):
+    """sides for _input_rounding of the dot-product test: <u, J v> and <J^T u, v> per direction."""
+    k = len(v)
+
+    def sides(tr: Traced):
+        (j,) = _tangents(tr, w, [o], v)
+        jtu = _cotangents(tr, o, w, u)
+        lhs = np.zeros(k) if j is None else np.sum((u * j).reshape(k, -1), axis=1)
+        rhs = np.zeros(k) if jtu is None else np.sum((jtu * v).reshape(k, -1), axis=1)
+        return lhs, rhs
+    return sides
+
+
+def _within_reach(a, b, tol, slack) -> bool:
+    """Whether a and b disagree by no more than AD_NOISE_REACH times their allowance everywhere:
+    a disagreement the size of rounding, worth measuring."""
+    rtol, atol = tol
+    with np.errstate(all="ignore"):
+        gap = np.abs(a - b)
+        allowed = atol + rtol * np.abs(b) + slack
+        return bool(((gap <= AD_NOISE_REACH * allowed) | (gap <= allowed)).all())
+
+
+#: How many points _input_rounding draws, how many ulps each input moves at most (one: the exact
+#: derivative moves with them, by its condition, beside the rounding), and its seed.
+INPUT_ROUNDING_DRAWS = 8
+INPUT_ROUNDING_ULPS = 1
+INPUT_ROUNDING_SEED = 20261127
 
 
 def _complex_rounding_note(slack, ok: bool) -> str:
@@ -2102,7 +2199,13 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
         if noise is not None:
             dd = dd._replace(noise=noise)  # (NOISE_MARGIN times each side's, see directional_slack)
             ok, mabs, mrel, worst, d, slack = along(dd, step)
-            complex_note.append(_complex_rounding_note(NOISE_MARGIN * noise, ok))
+            if not ok:  # (the forward pass's rounding too: see _input_rounding)
+                inputs = _input_rounding(tr, o, w, (j, dd.values), _directions_at(o, w, v, step, plan.max_steps),
+                                         plan.max_steps)
+                if inputs is not None:
+                    dd = dd._replace(noise=noise + np.max(inputs.reshape(k, -1), axis=1, initial=0.0))
+                    ok, mabs, mrel, worst, d, slack = along(dd, step)
+            complex_note.append(_complex_rounding_note(NOISE_MARGIN * dd.noise, ok))
     measured_once = []
 
     def measured():  # (forward differences' rounding measured at the default step (see _directions_halved),
@@ -2195,7 +2298,13 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
     rhs = np.sum((jtu * v).reshape(k, -1), axis=1)
     measured = NOISE_MARGIN * (np.sum(np.abs(u * j_noise).reshape(k, -1), axis=1) +
                                 np.sum(np.abs(jtu_noise * v).reshape(k, -1), axis=1))
-    ok2, dabs, _, _ = compare(lhs, rhs, *AD_TOLERANCE, slack=dot_slack(u, j, products, spread, x.size) + measured)
+    dot_allowed = dot_slack(u, j, products, spread, x.size) + measured
+    ok2, dabs, _, _ = compare(lhs, rhs, *AD_TOLERANCE, slack=dot_allowed)
+    if not ok2 and jv[0] is not None and _within_reach(lhs, rhs, AD_TOLERANCE, dot_allowed):
+        # (both modes round the forward pass's factorisations by cond x eps: see _input_rounding)
+        inputs = _input_rounding(tr, o, w, (lhs, rhs), _products_at(o, w, u, v), plan.max_steps)
+        if inputs is not None:
+            ok2 = compare(lhs, rhs, *AD_TOLERANCE, slack=dot_allowed + NOISE_MARGIN * inputs)[0]
     extra["dot_product_abs_err"] = dabs
     extra["rounding_allowance"] = float(np.max(slack, initial=0.0))
     if not ok2:
