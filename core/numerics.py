@@ -333,43 +333,73 @@ def fd_jacobian(tr: Traced, of: list[str], wrt: str, method: str = "central", st
 
 
 def fd_estimate(tr: Traced, of: list[str], wrt: str, method: str = "central", step=None, *,
-                max_steps: int = DEFAULT_MAX_STEPS, facts: dict | None = None) -> FiniteDifferences:
-    """The finite-difference estimate of d of / d wrt; every perturbed point is one row of a
-    single batch (rows on another path come from runs of the program: evaluate_batch, which
-    takes facts)."""
+                max_steps: int = DEFAULT_MAX_STEPS, facts: dict | None = None, columns=None) -> FiniteDifferences:
+    """The finite-difference estimate of d of / d wrt; the perturbed points are the rows of
+    batches of at most FD_BATCH_ELEMENTS elements (rows on another path come from runs of the
+    program: evaluate_batch, which takes facts).  With columns (indices into wrt's flat
+    elements), only those elements are moved: the other columns of the Jacobian are nan (a
+    search at other steps needs the columns that failed alone)."""
     _known_method(method)
     x = tr.value(wrt)
     h = np.broadcast_to(default_step(x, method) if step is None else np.asarray(step, float), x.shape)
     if step is None and _estimates_error(x, method):
         try:
-            return _fd_batch(tr, of, wrt, method, h, True, max_steps, facts)
+            return _fd_batch(tr, of, wrt, method, h, True, max_steps, facts, columns)
         except LimitError:  # (the error estimate doubles the batch: without it, as before)
             pass
-    return _fd_batch(tr, of, wrt, method, h, False, max_steps, facts)
+    return _fd_batch(tr, of, wrt, method, h, False, max_steps, facts, columns)
+
+
+#: The most elements a batch of perturbed points holds in its largest value (64 MB): more
+#: columns are taken in several batches, so that a check of 8,000 inputs (16,000 points of 8,000
+#: elements, central) needs neither 1 GB a value nor more than --max-elements, nor does
+#: outer(x, x) of 1,000 (2,000 points of a million).
+FD_BATCH_ELEMENTS = 1 << 23
 
 
 def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, with_error: bool,
-              max_steps: int, facts: dict | None = None) -> FiniteDifferences:
-    """fd_estimate at the steps h, with an error estimate or not (stencil.combine's with_error)."""
+              max_steps: int, facts: dict | None = None, columns=None) -> FiniteDifferences:
+    """fd_estimate at the steps h, with an error estimate or not (stencil.combine's with_error),
+    for the given columns (all when None), FD_BATCH_ELEMENTS at a time."""
     x = tr.value(wrt)
     n = x.size
     scales = stencil.offsets(method, with_error)
     centre = stencil.needs_centre(method)  # forward differences also need f(x): one more row
-    # refused before the batch is made (evaluate_batch checks what flows from it)
-    _check_batch(tr, len(scales) * n + centre, n)
-    batch, taken = stencil.perturb(x.ravel(), h.ravel(), scales, centre)
-    ys, flipped = evaluate_batch(tr, wrt, batch.reshape((len(batch),) + x.shape), of, max_steps=max_steps,
-                                 facts=facts)
-    jac, error = {}, ({} if with_error else None)
-    for o, y in zip(of, ys):
-        blocks = [y[k * n:(k + 1) * n] for k in range(len(scales))]
-        rows = stencil.combine(method, blocks, taken, y[len(scales) * n:] if centre else tr.value(o),
-                               with_error=with_error)
-        if with_error:
-            rows, err = rows
-            error[o] = rows_to_jacobian(err, tr.value(o).shape, x.shape)
-        jac[o] = rows_to_jacobian(rows, tr.value(o).shape, x.shape)
-    return FiniteDifferences(jac, h, dict(zip(of, flipped)), error)
+    cols = np.arange(n) if columns is None else np.asarray(columns, dtype=np.intp)
+    var = tr.tape.names[wrt]
+    largest = largest_batched(seeded(tr.tape.equations, [var]), [var], tr.builder.shapes)  # (a point's)
+    budget = min(FD_BATCH_ELEMENTS, tr.builder.max_elements)
+    per_batch = max(1, budget // (len(scales) * max(largest, n, 1)))
+    rows = {o: np.full((n,) + tr.value(o).shape, np.nan) for o in of}
+    errs = {o: np.full((n,) + tr.value(o).shape, np.nan) for o in of} if with_error else None
+    flips = [{} for _ in of]  # (per output, its guards by decision, in the order found: a batch
+    #                           makes its "sign" guards anew)
+    for start in range(0, max(cols.size, 1), per_batch):
+        part = cols[start:start + per_batch]
+        # refused before the batch is made (evaluate_batch checks what flows from it)
+        _check_batch(tr, len(scales) * part.size + centre, n)
+        batch, taken = stencil.perturb(x.ravel(), h.ravel(), scales, centre, part)
+        ys, flipped = evaluate_batch(tr, wrt, batch.reshape((len(batch),) + x.shape), of, max_steps=max_steps,
+                                     facts=facts)
+        m = part.size
+        for i, (o, y) in enumerate(zip(of, ys)):
+            blocks = [y[k * m:(k + 1) * m] for k in range(len(scales))]
+            found = stencil.combine(method, blocks, taken, y[len(scales) * m:] if centre else tr.value(o),
+                                    with_error=with_error)
+            if with_error:
+                found, errs[o][part] = found
+            rows[o][part] = found
+            flips[i].update(((g.var, g.loc, g.what), g) for g in flipped[i])
+    jac = {o: rows_to_jacobian(rows[o], tr.value(o).shape, x.shape) for o in of}
+    error = None if errs is None else {o: rows_to_jacobian(errs[o], tr.value(o).shape, x.shape) for o in of}
+    return FiniteDifferences(jac, h, {o: _in_run_order(tr, f.values()) for o, f in zip(of, flips)}, error)
+
+
+def _in_run_order(tr: Traced, guards) -> tuple:
+    """Guards that batches found, in the order the run took them (as evaluate_batch gives one
+    batch's), the "sign" guards last."""
+    order = {id(g): k for k, g in enumerate(tr.tape.guards)}
+    return tuple(sorted(guards, key=lambda g: (g.what == "sign", order.get(id(g), g.var))))
 
 
 #: How many scalar inputs share a batched pass (scalar_estimates, _scalar_tangents): the rows of
@@ -503,13 +533,24 @@ class _Steps:
         return self.failing
 
 
-def _estimate_at(tr: Traced, o: str, w: str, plan: "_Plan", h: np.ndarray, k: int) -> FiniteDifferences:
-    """fd_estimate(tr, [o], w, step=h * 2^k) (h: the default step), from the point's batched
-    passes where it has them (plan.steps)."""
+def _estimate_at(tr: Traced, o: str, w: str, plan: "_Plan", h: np.ndarray, k: int,
+                 columns=None) -> FiniteDifferences:
+    """fd_estimate(tr, [o], w, step=h * 2^k, columns=columns) (h: the default step), from the
+    point's batched passes where it has them (plan.steps)."""
     found = None if plan.steps is None else plan.steps.estimate(o, w, h, k)
     if found is not None:
         return found
-    return fd_estimate(tr, [o], w, plan.method, step=h * 2.0 ** k, max_steps=plan.max_steps)
+    return fd_estimate(tr, [o], w, plan.method, step=h * 2.0 ** k, max_steps=plan.max_steps, columns=columns)
+
+
+def _failing_columns(failing: np.ndarray, w_size: int, view):
+    """The elements of w (flat indices) whose columns of the Jacobian hold an element failing
+    (o's axes, then w's), in view's terms (_symmetrised reads columns ij and ji); None where
+    that is every one."""
+    if view is _symmetrised:
+        failing = failing | np.swapaxes(failing, -1, -2)
+    columns = np.flatnonzero(failing.reshape(-1, w_size).any(axis=0))
+    return None if columns.size == w_size else columns
 
 
 def _estimates_error(x: np.ndarray, method: str) -> bool:
@@ -1740,8 +1781,10 @@ def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failin
             halvings = min(REFINE_MAX_HALVINGS, max(halvings, 2 + math.ceil(math.log2(ratio))))
     size = _rounding_of(tr, o, w, plan).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
 
+    columns = _failing_columns(failing, tr.value(w).size, view)  # (the others' estimates go unread)
+
     def at_step(k: int):
-        est = _estimate_at(tr, o, w, plan, h, -k)
+        est = _estimate_at(tr, o, w, plan, h, -k, columns)
         return None if est.flipped[o] else (view(est.jacobian[o]), np.broadcast_to(est.step, fd.shape))
 
     return _halved(ad, fd, np.broadcast_to(h, fd.shape), at_step,
@@ -1779,8 +1822,10 @@ def _at_larger_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing
     worst = 16.0 * float(np.max(ratio[failing]))
     doublings = REFINE_MAX_HALVINGS if not worst < 2.0 ** REFINE_MAX_HALVINGS else 2 + math.ceil(math.log2(max(worst, 1.0)))
 
+    columns = _failing_columns(failing, tr.value(w).size, view)  # (the others' estimates go unread)
+
     def at_step(k: int):
-        est = _estimate_at(tr, o, w, plan, h, k)
+        est = _estimate_at(tr, o, w, plan, h, k, columns)
         return None if est.flipped[o] else (view(est.jacobian[o]), np.broadcast_to(est.step, fd.shape))
 
     return _halved(ad, fd, np.broadcast_to(h, fd.shape), at_step, rounding, failing, plan.tol,

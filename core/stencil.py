@@ -93,24 +93,25 @@ def needs_centre(method: str) -> bool:
     return method == "forward"
 
 
-def perturb(x: np.ndarray, h: np.ndarray, scales, centre: bool = False):
+def perturb(x: np.ndarray, h: np.ndarray, scales, centre: bool = False, columns=None):
     """(batch, taken): a row of x per element and scale, that element moved by scale * h.
 
-    ``x`` and ``h`` are flat; batch has len(scales) blocks of x.size rows (block k
-    moves element i of row i by scales[k] * h[i]), and one more row, x itself,
-    when ``centre``.  taken[k] is the step actually taken along each element in
-    block k, ``(x + scales[k] h) - x``: x + h may round.  Complex scales make a
-    complex batch.
+    ``x`` and ``h`` are flat; batch has len(scales) blocks of m rows, one per element of
+    ``columns`` (indices into x; every element when None), block k moving element columns[i]
+    of row i by scales[k] * h[columns[i]]; and one more row, x itself, when ``centre``.
+    taken[k] is the step actually taken along each of those elements in block k,
+    ``(x + scales[k] h) - x``: x + h may round.  Complex scales make a complex batch.
     """
-    n = x.size
+    cols = np.arange(x.size) if columns is None else np.asarray(columns, dtype=np.intp)
+    m = cols.size
     complex_ = any(isinstance(c, complex) for c in scales)
-    batch = np.tile(x.astype(complex) if complex_ else x, (len(scales) * n + centre, 1))
-    diag = (np.arange(n), np.arange(n))
+    batch = np.tile(x.astype(complex) if complex_ else x, (len(scales) * m + centre, 1))
+    diag = (np.arange(m), cols)
     taken = []
     for k, c in enumerate(scales):
-        block = batch[k * n:(k + 1) * n]
-        block[diag] += c * h
-        taken.append(block[diag] - x)
+        block = batch[k * m:(k + 1) * m]
+        block[diag] += c * h[cols]
+        taken.append(block[diag] - x[cols])
     return batch, taken
 
 
