@@ -61,13 +61,24 @@ def _legend(symbol: str, text: str, lc: str | None, with_colour: bool) -> str:
     return "  " + plotille.color(symbol, fg=lc, no_color=not with_colour) + " " + text
 
 
-def _limits(curves) -> tuple[float, float]:
+def _limits(curves) -> tuple[float, float, float]:
+    """(lo, hi, scale): the y range of the finite samples times scale, padded by a twentieth.
+    scale is 1, or 1/4 where that range's width is beyond float64 (0 to 1.8e308, -1e308 to
+    1e308): plotille places a dot by (y - lo) / ((hi - lo) / rows), which overflowed to nan
+    and crashed; the tick labels divide by scale again."""
     finite = np.concatenate([c[np.isfinite(c)] for c in curves]) if curves else np.zeros(0)
     if not finite.size:
-        return -1.0, 1.0
-    lo, hi = float(finite.min()), float(finite.max())
-    pad = (hi - lo) * 0.05 or max(abs(lo), 1.0) * 0.05
-    return lo - pad, hi + pad
+        return -1.0, 1.0, 1.0
+    for scale in (1.0, 0.25):  # (a power of two: scaling is exact; 1/4 fits -max..max padded)
+        lo, hi = float(finite.min()) * scale, float(finite.max()) * scale
+        pad = (hi / 20 - lo / 20) or max(abs(lo), 1.0) / 20
+        if math.isfinite((hi + pad) - (lo - pad)):
+            break
+    edge = _MAX_FLOAT * scale  # (an axis beyond float64 would be labelled inf)
+    return max(lo - pad, -edge), min(hi + pad, edge), scale
+
+
+_MAX_FLOAT = float(np.finfo(np.float64).max)
 
 
 def function_picture(samples: dict, marks: list, labels: list[str], x_label: str, *,
@@ -81,10 +92,12 @@ def function_picture(samples: dict, marks: list, labels: list[str], x_label: str
     curves = [np.asarray(v, dtype=float) for k, v in samples.items() if k != "abscissae"]
     drawn = _drawing_width(total, x_label, _tick(float(t[-1]), float(t[-1] - t[0])))
     fig = _figure(x_label, labels[0], drawn, PLOT_HEIGHT, with_colour)
-    ylo, yhi = _limits(curves)
+    ylo, yhi, scale = _limits(curves)
+    curves = [y * scale for y in curves] if scale != 1 else curves
     fig.set_x_limits(float(t[0]), float(t[-1]))
     fig.set_y_limits(ylo, yhi)
-    fig.y_ticks_fkt = lambda lo, hi: _tick(lo, hi - lo, 10)
+    fig.y_ticks_fkt = lambda lo, hi: _tick(min(max(lo / scale, -_MAX_FLOAT), _MAX_FLOAT),  # (the axis's
+                                            (hi - lo) / scale, 10)  # arithmetic may round past)
     fig.x_ticks_fkt = lambda lo, hi: _tick(lo, hi - lo)
     columns_ = _dot_columns(t, drawn)
     legend = []
@@ -95,6 +108,8 @@ def function_picture(samples: dict, marks: list, labels: list[str], x_label: str
         else:
             k = _marker_samples(columns_, _dot_rows(y, ylo, yhi))
             fig.plot(t[k], y[k], lc=lc, marker=marker, interp=None)
+        if not np.isfinite(y).any():
+            label += " (no finite value: nothing to draw)"
         legend.append(_legend(symbol, label, lc, with_colour))
     rows = ylo + (np.arange(PLOT_HEIGHT) + 0.5) * (yhi / PLOT_HEIGHT - ylo / PLOT_HEIGHT)  # (no overflow)
     for k, m in enumerate(marks[:MARKS_DRAWN], 1):
@@ -190,6 +205,8 @@ def _marker_samples(columns: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The first finite sample in each braille dot a marker curve reaches: a marker
     (plotille draws one a character cell) is the same whichever sample put it there."""
     finite = np.flatnonzero(rows >= 0)
+    if not finite.size:  # (no sample is finite: the run test below would index nothing)
+        return finite
     key = columns[finite] * (4 * PLOT_HEIGHT + 1) + rows[finite]
     changed = np.insert(key[1:] != key[:-1], 0, True)  # (runs of one dot first: few are left)
     finite, key = finite[changed], key[changed]

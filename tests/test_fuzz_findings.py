@@ -1,0 +1,55 @@
+"""What a fuzz hunt found: a crash or a wrong answer each, with the input that showed it.
+Expected values come from closed forms and float64's own limits, never from gradcalc."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from cli_run import ok
+
+BIGGEST = sys.float_info.max  # 1.7976931348623157e308
+
+
+# -- plot's picture where a curve has no finite sample (an IndexError, exit 3)
+
+@pytest.mark.parametrize("source, over", [("nan*x", "x=0:1"), ("inf*x", "x=0:1"), ("sqrt(x)", "x=-1:0")])
+def test_a_curve_without_a_finite_sample_is_said_to_be_undrawn(source, over):
+    r = ok("plot", source, "--over", over)
+    assert "·· d_/dx (no finite value: nothing to draw)" in r.stdout
+    # sqrt(0) = 0 is the value's one finite sample over [-1, 0]: that curve is drawn
+    drawn = source == "sqrt(x)"
+    assert ("⠤⠤ _ (no finite value" in r.stdout) is not drawn
+    assert "-> (x)" in r.stdout
+
+
+# -- plot's picture where the finite values span more than float64 can (plotille: ValueError)
+
+@pytest.mark.parametrize("source, over, top", [
+    # x*1e308 on [0, 10]: finite up to sample 35 of 199 steps of 10/199 (35e309/199 < 1.797e308)
+    ("x*1e308", "x=0:10", 35 * 10 / 199 * 1e308),
+    # x^2 on [1e154, 1e155]: finite while x < 1.34e154, the square root of the largest float
+    ("x^2", "x=1e154:1e155", None),
+])
+def test_values_near_the_largest_float_are_drawn_without_warnings(source, over, top):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = ok("plot", source, "--over", over)
+    assert [str(w.message) for w in caught] == []
+    texts = [line.split("|")[0].strip() for line in r.stdout.splitlines()[2:23]]
+    # the axis ends at the largest float, labelled in 3 digits (1.8e+308, which reads back as inf)
+    assert texts[0] == "1.8e+308"
+    labels = [float(t) for t in texts[1:]]
+    assert labels == sorted(labels, reverse=True) and all(abs(v) < BIGGEST for v in labels)
+    if top is not None:  # (the largest finite sample lies in the top rows)
+        assert labels[1] <= top <= BIGGEST
+
+
+def test_no_runtime_warning_reaches_stderr_from_the_picture():
+    main = "import sys; from gradcalc.cli import main; sys.argv[0] = 'gradcalc'; main()"
+    r = subprocess.run([sys.executable, "-c", main, "plot", "x*1e308", "--over", "x=0:10"],
+                       capture_output=True, text=True, timeout=120, env={"COLUMNS": "80", "PATH": ""})
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "warning: '*' at line 1, column 2 produced inf\n"
