@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from cli_run import ok
+from cli_run import ok, run, user_error
 
 BIGGEST = sys.float_info.max  # 1.7976931348623157e308
 
@@ -53,3 +53,31 @@ def test_no_runtime_warning_reaches_stderr_from_the_picture():
                        capture_output=True, text=True, timeout=120, env={"COLUMNS": "80", "PATH": ""})
     assert r.returncode == 0, r.stderr
     assert r.stderr == "warning: '*' at line 1, column 2 produced inf\n"
+
+
+# -- an expectation file nested past Python's recursion limit (RecursionError, exit 3)
+
+def _deep_expectation(depth: int) -> str:
+    """A grad -f json of x^2 at x = 1 whose gradient is 2 inside depth lists."""
+    return ('{"schema": 1, "command": "grad", "of": "_", "at": {"x": 1.0}, "value": 1.0, '
+            '"gradient": {"x": ' + "[" * depth + "2.0" + "]" * depth + "}}")
+
+
+@pytest.mark.parametrize("text", ["[" * 1500 + "]" * 1500, _deep_expectation(1500), _deep_expectation(900)])
+def test_an_expectation_nested_too_deeply_is_refused_as_at_refuses_it(tmp_path, text):
+    deep = tmp_path / "deep.json"
+    deep.write_text(text)
+    r = user_error("check", "x^2", "--at", "x=1", "--expect", deep)
+    assert r.stderr.splitlines()[0] == f"error: expectation file '{deep}' is nested too deeply"
+    if not text.startswith("{"):  # (the words of --at x=@FILE for the same file)
+        at = user_error("eval", "x", "--at", f"x=@{deep}")
+        assert at.stderr.splitlines()[0] == f"error: --at x: '{deep}' is nested too deeply"
+
+
+def test_a_sibling_expectation_nested_too_deeply_is_an_error_result(tmp_path):
+    (tmp_path / "f.grad").write_text("x^2\n")
+    (tmp_path / "f.expect.json").write_text("[" * 1500 + "]" * 1500)
+    r = run("check", tmp_path / "f.grad", "--at", "x=1")
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    assert f"expectation file '{tmp_path / 'f.expect.json'}' is nested too deeply" in r.stdout + r.stderr
+    assert "internal error" not in r.stdout + r.stderr
