@@ -323,8 +323,13 @@ def _not_a_function(n: Name, call: Call, functions: dict) -> NameError_:
 
 
 def find_inputs(program: Program) -> list[InputInfo]:
-    """Inputs in order: declared ones, then names read and assigned nowhere at the top level."""
-    return analyse(program).inputs
+    """Inputs in order: declared ones, then names read and assigned nowhere at the top level.
+    An error in what the text declares (a def named pi, an assignment to an input) carries
+    the program's source, as trace's does: its message has the label, line and caret."""
+    try:
+        return analyse(program).inputs
+    except GradcalcError as err:
+        raise err.located(program.source)
 
 
 # ==========================================================================

@@ -81,3 +81,16 @@ def test_a_sibling_expectation_nested_too_deeply_is_an_error_result(tmp_path):
     assert r.exit_code == 2, (r.stdout, r.stderr)
     assert f"expectation file '{tmp_path / 'f.expect.json'}' is nested too deeply" in r.stdout + r.stderr
     assert "internal error" not in r.stdout + r.stderr
+
+
+# -- a declaration error found while check --points looks for the inputs (no label, line, caret)
+
+@pytest.mark.parametrize("source, error", [
+    ("x = 1\ndef pi(a) = a\ny = x", ["error: <expr>:2:5: a function cannot be named 'pi': it is a constant",
+                                     "  def pi(a) = a", "      ^", "hint: pick another name"]),
+    ("input x = 1\nx = 2", ["error: <expr>:2:1: cannot assign to 'x': it is an input (line 1)", "  x = 2", "  ^"]),
+])
+@pytest.mark.parametrize("points", [[], ["--points", "1"]])
+def test_a_declaration_error_points_at_its_line_with_or_without_points(source, error, points):
+    r = user_error("check", source, *points)
+    assert r.stderr.splitlines()[:len(error)] == error
