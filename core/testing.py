@@ -26,8 +26,9 @@ def assert_gradients(source, **options):
     otherwise, and the GradcalcError of a source that cannot be checked."""
     from .suite import check_source
     no_expect, update_expect = options.pop("no_expect", False), options.pop("update_expect", False)
-    if not isinstance(source, str):  # a parsed program: its text
-        source = source.source.text
+    if not isinstance(source, str):  # a parsed program: its text (anything else: parse's UsageError)
+        from .session import parse
+        source = parse(source).source.text
     checked = check_source(source, overrides=options, no_expect=no_expect, update_expect=update_expect)
     if checked.error is not None:
         raise checked.error.error

@@ -94,3 +94,24 @@ def test_a_sibling_expectation_nested_too_deeply_is_an_error_result(tmp_path):
 def test_a_declaration_error_points_at_its_line_with_or_without_points(source, error, points):
     r = user_error("check", source, *points)
     assert r.stderr.splitlines()[:len(error)] == error
+
+
+# -- gradcalc.testing.assert_gradients of something that is no program (AttributeError)
+
+@pytest.mark.parametrize("source", [None, 1, b"x", ["x"]])
+def test_assert_gradients_refuses_what_is_no_program_as_check_does(source):
+    import gradcalc
+    from gradcalc.errors import UsageError
+    from gradcalc.testing import assert_gradients
+    with pytest.raises(UsageError) as checked:
+        gradcalc.check(source, at={"x": 1.0})
+    with pytest.raises(UsageError) as asserted:
+        assert_gradients(source, at={"x": 1.0})
+    assert str(asserted.value) == str(checked.value) == (
+        f"a program is text (a str) or a parsed Program, not {type(source).__name__}")
+
+
+def test_assert_gradients_still_takes_a_parsed_program():
+    import gradcalc
+    from gradcalc.testing import assert_gradients
+    assert assert_gradients(gradcalc.parse("x^2"), at={"x": 3.0}).results[0].ok
