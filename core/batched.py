@@ -42,7 +42,7 @@ from .alloc import keep_freed_memory
 from .errors import ValueError_
 from .transforms import fit_to_shape
 from .tape import (COUNTS_REFERENCES, F64, F64_SCALAR, LARGE_BATCH, NO_PARAMS, Tracer, _scalar_or_array, all_finite,
-                   has_nan, plain_index, squared_norm)
+                   distinct_index, has_nan, squared_norm)
 
 _new_object = object.__new__
 
@@ -487,6 +487,7 @@ def _jvp_add_at(ts, params, args, values, dying=()):
         return None
     site = (slice(None),) + params["idx"]
     region = rows[site]
+    v = P.put_value(v, params["idx"])
     if has_nan(v) and has_nan(region):
         return None
     total = region + v  # (before the +0.0 below: on the selection the sum adds v alone)
@@ -507,11 +508,11 @@ def _jvp_index_update(ts, params, args, values, dying=()):
     t_x, t_v = ts
     idx = params["idx"]
     if t_x is None:
-        return _jvp_update_of_zeros(t_v, params) if t_v.__class__ is Tracer and plain_index(idx) else None
+        return _jvp_update_of_zeros(t_v, params) if t_v.__class__ is Tracer and distinct_index(idx) else None
     if t_x.__class__ is not Tracer or t_v is not None and t_v.__class__ is not Tracer:
         return None
     x = t_x.var
-    if x.__class__ is not _Slot or x.band is not None or not x.batched or not plain_index(idx):
+    if x.__class__ is not _Slot or x.band is not None or not x.batched or not distinct_index(idx):
         return None
     b = t_x.builder
     key = _selection_key(idx, x.shape) if t_v is None else None  # (an element, a row, a column zeroed: see _Zeros)
@@ -549,7 +550,7 @@ def _jvp_index_add(ts, params, args, values, dying=()):
     t_x, t_v = ts
     idx = params["idx"]
     if t_v is None or t_v.__class__ is not Tracer or t_x is not None and t_x.__class__ is not Tracer \
-            or not plain_index(idx):
+            or not distinct_index(idx):
         return None
     b = t_v.builder
     v = b.rows(t_v)
@@ -576,14 +577,17 @@ def _jvp_index_add(ts, params, args, values, dying=()):
     return _made(b, rows, x.shape, None)
 
 
-def _jvp_update_of_zeros(t_v: Tracer, params: dict):
+def _jvp_update_of_zeros(t_v: Tracer, params: dict, put: bool = False):
     """index_update(x, v) where only v has a tangent (the first write into zeros(n)): the rule's
     index_update(zeros_like(x), t_v), zeros with t_v's rows on the selection, as a fold's own rows,
-    so that the loop's later writes go into them; a -0.0 of t_v may stay on the selection."""
+    so that the loop's later writes go into them; a -0.0 of t_v may stay on the selection.  With
+    put, index_put(t_v) instead (what it places: P.put_value)."""
     b = t_v.builder
     v = b.rows(t_v)
     if v.dtype is not F64:
         return None
+    if put:
+        v = P.put_value(v, params["idx"])
     shape = params["xshape"]
     b.check_size(shape)  # (what the rule's call checks)
     rows = np.zeros((b.n,) + shape)
@@ -847,13 +851,13 @@ def _vjp_read(ct: dict, g, eq, live, shapes) -> bool:
     rows of zeros with g on idx that the next ones write into."""
     a = eq.args[0]
     idx = eq.params["idx"]
-    if a not in live or g.__class__ is not Tracer or g.var.__class__ is not _Slot or not plain_index(idx):
+    if a not in live or g.__class__ is not Tracer or g.var.__class__ is not _Slot or not distinct_index(idx):
         return False
     shape = shapes[a]
     if ct.get(a) is None:
         if g.var.band is not None:
             return False  # (index_put's fold keeps a band a band)
-        made = _jvp_update_of_zeros(g, {"xshape": shape, "idx": idx, "nd": len(g.var.shape)})
+        made = _jvp_update_of_zeros(g, {"xshape": shape, "idx": idx, "nd": len(g.var.shape)}, put=True)
     else:  # (ct's tracer, handed over without a name for it: see _writable's count)
         made = _jvp_add_at((ct.get(a), g), {"idx": idx, "shape": shape}, (a, None), None, (a,))
     if made is None:
@@ -867,7 +871,7 @@ def _vjp_update(ct: dict, g, eq, live, shapes) -> bool:
     leaves them: g is read again, for v's), and v's, g[idx] (an element's rows a copy)."""
     x, v = eq.args
     params = eq.params
-    if g.__class__ is not Tracer or g.var.__class__ is not _Slot or not plain_index(params["idx"]):
+    if g.__class__ is not Tracer or g.var.__class__ is not _Slot or not distinct_index(params["idx"]):
         return False
     cx = cv = None
     if x in live:

@@ -436,7 +436,7 @@ def _inner(a, b):
 def _vdot(a, b):
     if math.prod(a.shape) != math.prod(b.shape):
         raise ShapeError(f"vdot needs arrays of equal size, got shapes {a.shape} and {b.shape}")
-    return P.matmul(P.reshape(a, shape=(-1,)), P.reshape(b, shape=(-1,)))
+    return P.matmul(_flat(a), _flat(b))
 
 
 @_builtin("kron")
@@ -739,7 +739,7 @@ def _reshape(x, shape):
 
 @_builtin("flatten")
 def _flatten(x):
-    return P.reshape(x, shape=(-1,))
+    return _flat(x)
 
 
 @_builtin("concat", static=("axis",))
@@ -747,7 +747,7 @@ def _concat(*xs, axis=0):
     if not xs:
         raise UsageError("concat needs at least one array")
     if axis is None:  # NumPy's: the arrays flattened, then joined
-        xs = tuple(P.reshape(x, shape=(-1,)) for x in xs)
+        xs = tuple(_flat(x) for x in xs)
         axis = 0
     _integer_axis(axis)
     return P.concat(*xs, axis=axis)
@@ -838,7 +838,8 @@ def _rot90(x, k=1, axes=(0, 1)):
 @_builtin("roll", static=("shift", "axis"))
 def _roll(x, shift, axis=None):
     if axis is None:
-        return P.reshape(_roll(P.reshape(x, shape=(-1,)), shift, 0), shape=x.shape)
+        rolled = _roll(_flat(x), shift, 0)
+        return rolled if x.ndim == 1 else P.reshape(rolled, shape=x.shape)
     axes = _axis_list(axis, x.ndim)
     shifts = shift if isinstance(shift, tuple) else (shift,) * len(axes)
     if len(shifts) != len(axes):
@@ -857,7 +858,7 @@ def _gather_axis(x, positions: np.ndarray, axis: int):
 @_builtin("repeat", static=("repeats", "axis"))
 def _repeat(x, repeats, axis=None):
     if axis is None:
-        x, axis = P.reshape(x, shape=(-1,)), 0
+        x, axis = _flat(x), 0
     a = _one_axis(axis, x.ndim)
     # the counts as Python integers (2**63 is no int64, 10**30 no NumPy integer at all)
     counts = whole(repeats)
@@ -989,7 +990,7 @@ def _column_stack(*xs):
 @_builtin("append", static=("axis",))
 def _append(x, values, axis=None):
     if axis is None:
-        return P.concat(P.reshape(x, shape=(-1,)), P.reshape(values, shape=(-1,)), axis=0)
+        return P.concat(_flat(x), _flat(values), axis=0)
     _integer_axis(axis)
     return P.concat(x, values, axis=axis)
 
@@ -1032,7 +1033,7 @@ _splitter("array_split", even=False)
 @_builtin("take", static=("axis",))
 def _take(x, indices, axis=None):
     if axis is None:
-        x, axis = P.reshape(x, shape=(-1,)), 0
+        x, axis = _flat(x), 0
     a = _one_axis(axis, x.ndim)
     return P.index(x, idx=(slice(None),) * a + (_index_values(indices),))
 
@@ -1040,11 +1041,18 @@ def _take(x, indices, axis=None):
 @_builtin("take_along_axis", static=("axis",))
 def _take_along_axis(x, indices, axis):
     if axis is None:
-        x, axis = P.reshape(x, shape=(-1,)), 0
+        x, axis = _flat(x), 0
     idx = _index_values(indices)
     if idx.ndim != x.ndim:
         raise ShapeError(f"take_along_axis: indices of dimension {idx.ndim} for an array of dimension {x.ndim}")
     return _take_along(x, idx, axis)
+
+
+def _flat(x):
+    """x flattened (NumPy's axis=None, ravel): x itself where it is a vector already, so that a
+    loop's take(x, i) or append(z, v) records no reshape a step, whose cotangent, reshaped
+    back, would be added to x's in full (O(n) a step under hessian, not O(1))."""
+    return x if x.ndim == 1 else P.reshape(x, shape=(-1,))
 
 
 def _index_values(t, what="an index array", guard="index", below=None) -> np.ndarray:
@@ -1180,7 +1188,7 @@ def whole(v, largest: float = math.inf):
 def _along(x, axis):
     """(x, axis) with NumPy's axis=None meaning the flattened array."""
     if axis is None:
-        return P.reshape(x, shape=(-1,)), -1
+        return _flat(x), -1
     if x.ndim == 0:
         raise ShapeError("needs an array of at least one dimension (or axis=None)")
     _one_axis(axis, x.ndim)  # (checked: one axis in range, not a tuple)

@@ -1519,12 +1519,20 @@ index_put = _def("index_put", _index_put,
                  _index_put_params, reads=())
 
 
+def put_value(v, idx):
+    """What index_put places at idx: v itself where idx holds integers and slices alone, 0.0 + v
+    where it holds integer arrays (numpy.add.at into zeros: a -0.0 becomes +0.0, as JAX's
+    scatter-add of a gather's cotangent makes it)."""
+    return np.add(0.0, v) if _has_arrays(idx) else v
+
+
 def _add_at(acc, v, idx, shape, nd):
-    """acc + index_put(v, idx, shape), bit for bit, without v's array of zeros: idx holds
-    integers and slices alone (no element twice), so that sum adds +0.0 off the selection (a
-    -0.0 there becomes +0.0; anything else, a nan's bits included, stays) and acc's element
-    plus v's on it (where nans meet there, the sum itself: see below).  Batch axes lead, in
-    either operand (nd: v's logical rank)."""
+    """acc + index_put(v, idx, shape), bit for bit, without v's array of zeros: idx selects no
+    element twice (tape.distinct_index), so that sum adds +0.0 off the selection (a -0.0 there
+    becomes +0.0; anything else, a nan's bits included, stays) and acc's element plus what
+    index_put places on it (put_value; where nans meet there, the sum itself: see below).  Batch
+    axes lead, in either operand (nd: v's logical rank)."""
+    v = put_value(v, idx)
     ba, bv = acc.ndim - len(shape), v.ndim - nd
     batch = broadcast_shapes(acc.shape[:ba], v.shape[:bv]) if ba or bv else ()
     full = acc if acc.shape == batch + shape else np.broadcast_to(acc, batch + shape)

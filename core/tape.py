@@ -86,6 +86,33 @@ def plain_index(idx: tuple) -> bool:
     return True
 
 
+def distinct_index(idx: tuple) -> bool:
+    """Whether an index selects no element twice and NumPy lays its selection out in the order
+    of its axes, as plain_index's: integers and slices, or else integer arrays that stand
+    together with the integers among them (advanced indices, which NumPy then leaves in place)
+    and select distinct elements: the gathers x[[i, i + 1]] and take(x, i), a mask's nonzero
+    arrays.  (An index's arrays are normalised: non-negative, read-only.)"""
+    advanced = []
+    for k, i in enumerate(idx):
+        t = type(i)
+        if t is np.ndarray:
+            if i.dtype.kind not in "iu":
+                return False
+        elif t is not int and t is not slice:
+            return False
+        if t is not slice:
+            advanced.append(k)
+    if not advanced or all(type(idx[k]) is int for k in advanced):
+        return True  # (plain_index's)
+    if advanced[-1] - advanced[0] + 1 != len(advanced):
+        return False  # (apart: NumPy would move their axes first)
+    parts = np.broadcast_arrays(*(np.asarray(idx[k]) for k in advanced))
+    if parts[0].size <= 1:
+        return True
+    chosen = np.stack([p.reshape(-1) for p in parts], axis=1)
+    return len(np.unique(chosen, axis=0)) == len(chosen)
+
+
 def all_finite(value) -> bool:
     """True when no element is nan or inf.
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import primitives as P
 from .errors import GradcalcError
-from .tape import (F64, F64_SCALAR, Builder, Tracer, _frees, all_finite, broadcast_shapes, has_nan, plain_index,
+from .tape import (F64, F64_SCALAR, Builder, Tracer, _frees, all_finite, broadcast_shapes, distinct_index, has_nan,
                    squared_norm)
 
 
@@ -380,14 +380,14 @@ def _scatter(prev, g, idx: tuple, a, owned: dict) -> bool:
     mark = owned.get(a)
     if mark is None or mark[0] != id(prev) or g.dtype is not F64 or prev.dtype is not F64 or prev.size <= 1:
         return False
-    if not plain_index(idx):
+    if not distinct_index(idx):
         return False
     region = prev[idx]
     if has_nan(g) and has_nan(region):
         # (of two nans, a sum keeps one by where the dense sum's SIMD loop meets them: its
         # body keeps the first operand's sign bit, its tail the second's)
         return False
-    total = _add(region, g)  # (before the +0.0 below: at idx itself the sum adds g alone)
+    total = _add(region, P.put_value(g, idx))  # (before the +0.0 below: at idx the sum adds g alone)
     loose = mark[1]
     if loose is None:
         _add(prev, 0.0, prev)
@@ -405,7 +405,7 @@ def _added_at(builder: Builder, ct: dict, g, idx: tuple, a, log, eq) -> bool:
     over the recorded equations (a Hessian's, batched) can then add in place, where a sum of
     arrays of zeros cost O(n) a read of a loop over n elements (batched.JVP_FOLDS)."""
     prev = ct.get(a)
-    if prev.__class__ is not Tracer or g.__class__ is not Tracer or not plain_index(idx):
+    if prev.__class__ is not Tracer or g.__class__ is not Tracer or not distinct_index(idx):
         return False
     first = len(builder.equations)
     ct[a] = P.add_at(prev, g, idx=idx, shape=builder.shapes[a])

@@ -451,6 +451,12 @@ def test_folded_tangents_are_the_rules_tangents(src):
     "sum(Z * Z)",
     "z = zeros(9)\nfor i in range(8) {\n  z[i:i + 2] = [x[i] * c[i], x[i]^2]\n}\nsum(z * z)",
     "z = zeros(12)\nfor i in range(4) {\n  z[3*i:3*i + 3] = x[i] * x[4:7] * c[i]\n  s = sum(z[0:6] * x[i])\n}\nsum(z * z) + s * s",
+    # (gathers of distinct elements, x[[i, j]] and take(x, i), whose cotangents add_at adds in place;
+    # one that reads an element twice, x[[i, i]], runs the rules; an update of a gathered pair)
+    "s = 0\nfor i in range(7) {\n  s = s + sum(x[[i, i + 1]] * x[[i + 1, i]] * c[[i, 7 - i]])\n}\ns",
+    "s = 0\nfor i in range(8) {\n  s = s + take(x, i) * x[i] * c[(i + 5) % 8]\n}\ns + sum(x * x)",
+    "s = 0\nfor i in range(2) {\n  s = s + sum(C[i, [0, 3, 5]] * x[[1, 4, 6]] * x[[i, 7, 2]])\n}\ns",
+    "z = x * 0\nfor i in range(4) {\n  z[[2*i + 1, 2*i]] = [x[i] * c[i], x[i]^2]\n}\nsum(z * z * c)",
     # (z[i] += e: the rules' t_z + index_add(zeros, t_e), 0.0 + t_e on the selection; a scalar
     # added to a slice; -0.0 on both sides; nan and inf among the factors)
     "z = x * 1\nfor i in range(8) {\n  z[i] += x[i] * x[i] * c[i]\n}\nsum(z * z)",
@@ -554,7 +560,9 @@ def test_a_random_loop_programs_folded_hessian_is_the_rules_bit_for_bit():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("idx", [(3,), (slice(2, 7),), (slice(9, 1, -3),), (-1,)])
+@pytest.mark.parametrize("idx", [(3,), (slice(2, 7),), (slice(9, 1, -3),), (-1,),
+                                 # (distinct integer arrays: gathers, x[[i, i + 1]], a mask's nonzero)
+                                 (np.array([4, 1, 6]),), (np.array([[0], [5]]),), (np.array(2),)])
 def test_add_at_is_the_sum_with_index_put_bit_for_bit(idx):
     # the traced backward pass's add_at(acc, v) stands for acc + index_put(v): the same bits with
     # -0.0, nans of both signs, infinities and subnormals in either operand, batched or not
@@ -569,6 +577,39 @@ def test_add_at_is_the_sum_with_index_put_bit_for_bit(idx):
         vs = RNG.choice(acc, (3,) + np.shape(a[idx]))
         same_bits(P._add_at(rows, vs, idx, a.shape, v.ndim), rows + P._index_put(vs, idx, a.shape, v.ndim))
         same_bits(P._add_at(a, vs, idx, a.shape, v.ndim), a + P._index_put(vs, idx, a.shape, v.ndim))
+
+
+@pytest.mark.parametrize("idx, distinct", [
+    ((3, slice(None)), True), ((np.array([2, 0, 1]),), True), ((np.array([2, 0, 2]),), False),
+    ((1, np.array([0, 2])), True), ((np.array([[0], [1]]), np.array([0, 2])), True),
+    ((np.array([[0], [1]]), np.array([1, 1])), False),
+    ((np.array([0, 1]), np.array([1, 1])), True), ((np.array([0, 0]), np.array([1, 1])), False),
+    ((np.array([0, 1]), slice(None), np.array([0, 1])), False),  # (apart: NumPy moves their axes first)
+    ((slice(None), np.array([0, 1]), 2), True), ((None, 1), False), ((np.array([0.0]),), False),
+])
+def test_distinct_index_tells_which_gathers_select_each_element_once(idx, distinct):
+    from gradcalc.tape import distinct_index
+    assert distinct_index(idx) == distinct
+
+
+def test_the_hessian_of_a_loop_of_gathers_is_its_closed_form():
+    # s = sum_i sum(x[[i, i + 1]]^3) (and take(x, i)^3 + x[[i + 1]]^3): element j is read twice
+    # (once at either end), so the Hessian is diag(6 x_j c_j), c the reads: 1, 2, ..., 2, 1
+    n = 60
+    x = np.linspace(-1, 2, n + 1)
+    reads = np.full(n + 1, 2.0)
+    reads[[0, -1]] = 1
+    for body in ("s = s + sum(x[[i, i + 1]]^3)", "s = s + take(x, i)^3 + sum(x[[i + 1]]^3)"):
+        src = f"s = 0\nfor i in range({n}) {{\n  {body}\n}}\ns"
+        H = np.asarray(gradcalc.hessian(src, at={"x": x})["x"]["x"])
+        np.testing.assert_allclose(H, np.diag(6 * x * reads), rtol=1e-14, atol=0)
+    # and y_i = sum(x[[i, i + 1]]^2) in reverse mode: 2 x_i and 2 x_(i+1) on its row
+    src = f"y = zeros({n})\nfor i in range({n}) {{\n  y[i] = sum(x[[i, i + 1]]^2)\n}}\ny"
+    J = np.asarray(gradcalc.jacobian(src, at={"x": x}, mode="rev")["_"]["x"])
+    want = np.zeros((n, n + 1))
+    want[np.arange(n), np.arange(n)] = 2 * x[:-1]
+    want[np.arange(n), np.arange(n) + 1] = 2 * x[1:]
+    np.testing.assert_array_equal(J, want)
 
 
 def test_the_hessian_of_a_loop_that_writes_elements_is_its_closed_form():
@@ -846,6 +887,9 @@ _REVERSE_PROGRAMS = [
     "Z = zeros((4, 6))\nfor i in range(2) {\n  for j in range(3) {\n    Z[2*i:2*i + 2, 2*j:2*j + 2] = x[i + j] * C[:, 0:2] * c[j]\n"
     "  }\n}\nZ",
     "z = zeros(9)\nfor i in range(8) {\n  z[i:i + 2] = [x[i] * c[i], x[i]^2]\n}\nz",
+    # (gathers: of distinct elements, folded; of one element twice, by the rules)
+    "z = zeros(8)\nfor i in range(8) {\n  z[i] = sum(x[[i, (i + 3) % 8]]^2 * c[[i, 0]])\n}\nz",
+    "z = zeros(8)\nfor i in range(8) {\n  z[i] = sum(x[[i, i]] * take(x, (i + 1) % 8))\n}\nz",
     # (an input written at every step: its cotangent sums a contribution a step)
     "z = x * 0\nfor i in range(8) {\n  z[i] = q\n  z[(i + 3) % 8] = q * x[i]\n}\nz * c",
 ]
