@@ -2734,6 +2734,9 @@ def _expected_entry(name, o, w, got: np.ndarray, entry, kind: str, tol, what: st
         notes.append(f"entry {kind}['{w}']{idx}: stored {stored}, computed {_g(got[tuple(worst)])} "
                      f"(|computed - stored| = {abs(facts['ad'] - facts['stored']):.3g} > {facts['allowed']:.3g} "
                      f"allowed: {facts['bound']} bound)")
+    if not np.isfinite(got).all():  # (compare lets a nan meet a stored nan; SPEC §7 fails it)
+        ok, worst = fail_non_finite(got, want, ok, worst, tol, notes)
+        mabs, mrel = unmeasured_errors(got, want, mabs, mrel)
     return CheckResult(name, 0, o, w, mabs, mrel, worst, "expect", 0.0, ok, notes, facts, "expect")
 
 

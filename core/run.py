@@ -1654,9 +1654,11 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
             run = Interpreter(b, env, facts, max_steps=max_steps, replace=replace)
             if release:
                 b.release_unread()
-            run.block(program.statements)
-            if run.iterations + b.operations() > max_steps:  # (loops and calls count as they run)
-                run.too_many_steps()
+            statements, operations = _STATEMENTS, b.operations
+            for st in program.statements:  # (run.block's loop, counting as a loop or call counts)
+                statements[type(st)](run, st)
+                if run.iterations + operations() > max_steps:
+                    run.too_many_steps(st.loc, "statement")
         names = {**input_vars, **run.names}
         b.stop_freeing(names.values())  # (before the names' tracers go with env)
         positions = {**{i.name: to_loc(*i.pos) for i in inputs}, **run.positions}

@@ -2,11 +2,15 @@
 Expected values come from closed forms and float64's own limits, never from gradcalc."""
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
 import warnings
 
 import pytest
+
+import gradcalc
 
 from cli_run import ok, run, user_error
 
@@ -115,3 +119,30 @@ def test_assert_gradients_still_takes_a_parsed_program():
     import gradcalc
     from gradcalc.testing import assert_gradients
     assert assert_gradients(gradcalc.parse("x^2"), at={"x": 3.0}).results[0].ok
+
+
+# -- --max-steps past in straight-line code (no line, column or caret; a loop was named)
+
+def test_max_steps_in_straight_line_code_points_at_the_statement():
+    r = user_error("eval", "a = x\ny = (1 - x)^2 + 100*(x - 1)^2\ny", "--at", "x=1", "--max-steps", "5")
+    assert r.stderr.splitlines()[:3] == [
+        "error: <expr>:2:1: the program ran more than --max-steps=5 steps (operations recorded plus loop "
+        "iterations) in the statement at line 2, column 1", "  y = (1 - x)^2 + 100*(x - 1)^2", "  ^"]
+    # (line 1 is one step, a's copy, within 5; line 2 adds eight operations and its constants)
+    ok("eval", "a = x\ny = (1 - x)^2 + 100*(x - 1)^2\ny", "--at", "x=1", "--max-steps", "20")
+
+
+# -- a stored derivative that is not finite, met by the same computed one (passed, error 0)
+
+@pytest.mark.parametrize("at, stored", [("nan", "nan"), ("inf", "inf")])
+def test_an_expectation_of_a_non_finite_derivative_fails(tmp_path, at, stored):
+    # d(x^2)/dx = 2x: nan at x = nan, inf at x = inf; SPEC §7 counts either as a failure
+    path = tmp_path / "f.expect.json"
+    path.write_text('{"schema": 1, "command": "grad", "of": "_", "at": {"x": "%s"}, "value": "%s", '
+                    '"gradient": {"x": "%s"}}' % (at, "nan" if at == "nan" else "inf", stored))
+    r = gradcalc.check("x^2", at={"x": float(at)}, expect=json.loads(path.read_text()))
+    row = next(x for x in r.results if x.comparison == "expect")
+    assert not row.ok and "non-finite derivative" in row.notes
+    assert math.isnan(row.max_abs_err) or row.max_abs_err > 0
+    cli = run("check", "x^2", "--expect", path, "-f", "json")
+    assert cli.exit_code == 1
