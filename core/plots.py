@@ -13,8 +13,11 @@ Samples where the program takes another path (SPEC §2.1) are found as check fin
 run at the first such sample, and that run's tape serves, in one batched pass, every
 sample on its path; one run per path.  Where the path changes between two samples, and
 where a kink of the output lies (the check's kink rule: the kinks that the output's value
-follows), the result carries a mark: one rule for every kink (_kinks_along), looked for on
-at least KINK_GRID points, so the marks do not depend on the number of samples.
+follows), the result carries a mark: one rule for every kink (_kink_brackets), looked for on
+at least KINK_GRID points, so the marks do not depend on the number of samples.  The marks
+are located by bisection (_located), every bracket of a run together: one batched pass a
+round gives the distances of all its kinks (probes in the pass: _Probe), one on_tape a round
+tests all its changes of path; and a path's run is dropped once its marks are found.
 
 The passes check nothing for nan and inf: a sample whose value or derivative is not finite
 is run again as eval and jvp run it, and their warnings are the plot's.  A plot's arrays are
@@ -34,7 +37,7 @@ from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .numerics import kinked_equations, on_tape, path_notes, run_at
 from .results import Result
 from .session import as_arrays, parse, quiet, select_names, select_output
-from .tape import DEFAULT_MAX_ELEMENTS, _frees, eval_equations
+from .tape import DEFAULT_MAX_ELEMENTS, Equation, _frees, eval_equations
 from .transforms import forward, largest_batched, seeded
 
 DEFAULT_SAMPLES = 200
@@ -44,6 +47,14 @@ DEFAULT_SAMPLES = 200
 #: the change of path is, not where the samples happen to fall.
 BISECTIONS = 32
 ROUNDS = 12
+#: A round takes more points (up to KINK_GRID) while its batched pass holds at most this many
+#: elements a value (points times the pass's mean elements a value): so few cost about what
+#: one point costs (each equation's overhead), and each point narrows the brackets further
+#: (a path's change on a tape of 3,000 scalar equations: 5 rounds instead of 10).
+ROUND_ELEMENTS = 512
+#: A batched pass of the marks' search takes at most so many points that its largest value
+#: holds about this many elements (8 MB): more points a pass would not cost less a point.
+PASS_ELEMENTS = 2**20
 #: Kinks are looked for on at least this many evenly spaced points (the samples, when there
 #: are as many): so the marks do not depend on how few samples there are (floor(x) over
 #: -1:1 is marked at -1, 0 and 1 at 4 samples as at 200).
@@ -285,10 +296,14 @@ def _check_memory(first: Pass, samples: int, max_elements: int) -> None:
 
 def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: bool, max_steps: int):
     """([values, derivatives(, second derivatives)], marks): every sample, one batched pass
-    per path; a mark where the path changes between two samples and where a kink lies."""
+    per path; a mark where the path changes between two samples and where a kink lies.  Each
+    path's marks are located while its run is at hand (_path_changes, _kinks_of_path), so one
+    run is held at a time, not every path's."""
     xs = line.points()
     curves = np.full((2 + hessian, len(xs)), np.nan)
-    pending, traced, groups = np.arange(len(xs)), tr, []
+    owner = np.full(len(xs), -1)
+    pending, traced, paths = np.arange(len(xs)), tr, 0
+    changes, kinks = {}, []  # sample i -> (x, note) where the path leaves i's; (x, note) of kinks
     while pending.size:
         if traced is None:  # the program fails at this sample: no value there
             pending = pending[1:]
@@ -297,55 +312,174 @@ def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: boo
             rows = pending[first_change < 0]
             if rows.size:
                 recorded = first if traced is tr else _recorded(traced, line, out, w, hessian)
-                found, kinks = _evaluated(traced, recorded, line, rows)
-                curves[:, rows] = found
-                groups.append((traced, rows, kinks))
+                curves[:, rows] = _evaluated(traced, recorded, line, rows)
+                owner[rows], paths = paths, paths + 1
+                rows_per_pass = _rows_per_pass(traced, recorded)
+                changes.update(_path_changes(traced, line, rows, out, rows_per_pass))
+                kinks += _kinks_of_path(traced, recorded.kinked, line, rows, rows_per_pass)
             pending = pending[first_change >= 0]
         if pending.size:
             traced = run_at(tr, {**{n: tr.value(n) for n in tr.tape.inputs}, line.over: xs[pending[0]]},
                             max_steps)
-    return list(curves), _path_marks(groups, line, out, max_steps) + _kink_marks(groups, line)
+    t, marks = line.t, []
+    for i in sorted(changes):  # (a sample next to one where the program fails has no mark)
+        if owner[i + 1] >= 0:
+            _add_mark(marks, changes[i][0], "path", changes[i][1], t[1] - t[0])
+    spacing = _kink_grid(t)[1] - _kink_grid(t)[0]
+    for x, text in kinks:
+        _add_mark(marks, x, "kink", text, spacing)
+    return list(curves), marks
+
+
+def _rows_per_pass(tr: Traced, recorded: Pass) -> int:
+    """How many points one batched pass of the marks' search takes at once: as many as the
+    samples a plot may have on this path (max_elements over its elements per sample), and no
+    more than keep each value within PASS_ELEMENTS (a value of 10^4 elements: a hundred points
+    a pass, not thousands, whose values would each take 160 MB and run at the speed of memory
+    rather than of the cache), and at least one round of one bracket."""
+    largest = max((math.prod(tr.builder.shapes[eq.out]) for eq in recorded.equations), default=1)
+    return max(BISECTIONS + 1, min(tr.builder.max_elements // max(recorded.per_sample, 1),
+                                   PASS_ELEMENTS // max(largest, 1)))
 
 
 def _evaluated(tr: Traced, recorded: Pass, line: Line, rows: np.ndarray):
     """The curves at the samples rows, all on tr's path, by one batched pass over the
-    primal and tangent equations; and the kinks' distances at those samples."""
+    primal and tangent equations."""
     b, over = tr.builder, tr.tape.names[line.over]
     largest = largest_batched(recorded.equations, [over], b.shapes)
     b.check_size((len(rows), largest), what=f"a batch of {len(rows)} samples through {largest}-element values")
     env = dict(b.values)
     env[over] = line.points()[rows]
-    eval_equations(recorded.equations, env, keep=recorded.keep, batch_elements=len(rows) * largest)
+    keep = {v for v in recorded.wanted if v is not None}
+    eval_equations(recorded.equations, env, keep=keep, batch_elements=len(rows) * largest)
     shape = (len(rows),)
-    found = [np.zeros(shape) if v is None else np.broadcast_to(env[v], shape + b.shapes[v]).reshape(shape)
-             for v in recorded.wanted]
-    return found, [(eq, _kink_distances(eq, env, b.shapes, len(rows))) for eq in recorded.kinked]
+    return [np.zeros(shape) if v is None else np.broadcast_to(env[v], shape + b.shapes[v]).reshape(shape)
+            for v in recorded.wanted]
 
 
-def _kink_distances(eq, env: dict, shapes: dict, n: int) -> np.ndarray:
-    """The signed distance from eq's kink at each sample, shape (n, elements): one call on
-    the batched values (a primitive's parameters address axes from the end)."""
-    args = [np.broadcast_to(env[v], (n,) + shapes[v]) for v in (eq.out, *eq.args)]
+def _kink_distances(eq, args: list, shapes: dict, n: int) -> np.ndarray:
+    """The signed distance from eq's kink at n points, shape (n, elements), given its operands'
+    values there (out, *args: batched or not): one call (a primitive's parameters address axes
+    from the end)."""
+    args = [np.broadcast_to(a, (n,) + shapes[v]) for a, v in zip(args, (eq.out, *eq.args))]
     with np.errstate(all="ignore"):
         d = np.asarray(eq.prim.kink(*args, **eq.params), dtype=float)
     return np.broadcast_to(d, (n,) + d.shape[1:]).reshape(n, -1)
 
 
-def _kink_marks(groups: list, line: Line) -> list:
-    """The kinks of each path, looked for on KINK_GRID points at least (the samples, when
-    there are as many) between its consecutive samples; see _kinks_along for the rule."""
-    t, marks = line.t, []
-    grid = t if len(t) >= KINK_GRID else np.linspace(t[0], t[-1], KINK_GRID)
-    for traced, rows, kinks in groups:
-        for a, b in _consecutive_runs(rows):
-            lo, hi = t[rows[a]], t[rows[b]]
-            ts = grid[(grid >= lo) & (grid <= hi)] if grid is not t else t[rows[a]:rows[b] + 1]
-            for eq, d in kinks:
-                distance = _distance_along(traced, line, eq)
-                found = d[a:b + 1] if grid is t else distance(ts)
-                for x in _kinks_along(ts, found, distance):
-                    _add_mark(marks, x, "kink", kink_text(traced.builder, eq), grid[1] - grid[0])
-    return marks
+class _Probe:
+    """The primitive of an equation put into a batched pass right after a kinked one: it reads
+    the kinked equation's operands as soon as they are computed, hands on the distance from
+    its kink (at the rows asked for), and returns nothing; its operands are then dropped at
+    their last use as any other (eval_equations), so a pass keeps no kink's values."""
+
+    write_into = None
+
+    def __init__(self, eq, rows, elements, shapes: dict, n: int, found: list):
+        self.name, self.eq, self.rows, self.elements = f"kink of {eq.prim.name}", eq, rows, elements
+        self.shapes, self.n, self.found = shapes, n, found
+
+    def impl(self, *values):
+        eq, rows = self.eq, self.rows
+        if rows is None:  # every row, every element
+            self.found.append(_kink_distances(eq, values, self.shapes, self.n))
+            return None
+        picked = [a[rows] if np.ndim(a) > len(self.shapes[v]) else a for a, v in zip(values, (eq.out, *eq.args))]
+        d = _kink_distances(eq, picked, self.shapes, len(rows))
+        self.found.append(d[np.arange(len(rows)), self.elements])
+        return None
+
+
+def _distances(tr: Traced, line: Line, ts: np.ndarray, asked: dict, rows_per_pass: int) -> dict:
+    """{j: distances} for the kinked equations asked ({j: (eq, rows, elements)}: rows None for
+    the distance at every point and element, shape (len(ts), elements); else the element
+    elements[k] at the point rows[k], shape (len(rows),)), at the points of the line at ts:
+    batched passes over tr's tape (no tangents) of at most rows_per_pass points, each computing
+    every asked kink's distance together (a probe after each kinked equation: _Probe)."""
+    b, over = tr.builder, tr.tape.names[line.over]
+    equations = seeded(tr.tape.equations, [over])
+    found = {j: [] for j in asked}
+    for lo in range(0, len(ts), rows_per_pass):
+        part = ts[lo:lo + rows_per_pass]
+        probes = {}
+        for j, (eq, rows, elements) in asked.items():
+            if rows is not None:
+                inside = (rows >= lo) & (rows < lo + len(part))
+                rows, elements = rows[inside] - lo, elements[inside]
+            probes[id(eq)] = Equation(-1 - j, _Probe(eq, rows, elements, b.shapes, len(part), found[j]),
+                                      (eq.out, *eq.args), {}, eq.loc)
+        probed = [e for eq in equations for e in ((eq, probes[id(eq)]) if id(eq) in probes else (eq,))]
+        env = dict(b.values)
+        env[over] = line._replace(t=part).points()
+        largest = largest_batched(equations, [over], b.shapes)
+        eval_equations(probed, env, keep=set(), batch_elements=len(part) * largest)
+    return {j: np.concatenate(d) if d else np.zeros((0,)) for j, d in found.items()}
+
+
+def _width(tr: Traced, line: Line) -> float:
+    """The mean elements a value of a batched pass over tr's tape holds for one point."""
+    b, over = tr.builder, tr.tape.names[line.over]
+    sizes = [math.prod(b.shapes[eq.out]) for eq in seeded(tr.tape.equations, [over])]
+    return max(sum(sizes) / max(len(sizes), 1), 1.0)
+
+
+def _kink_grid(t: np.ndarray) -> np.ndarray:
+    """The points kinks are looked for on: the samples, or KINK_GRID points if there are fewer."""
+    return t if len(t) >= KINK_GRID else np.linspace(t[0], t[-1], KINK_GRID)
+
+
+def _kinks_of_path(tr: Traced, kinked: list, line: Line, rows: np.ndarray, rows_per_pass: int) -> list:
+    """[(x, note)]: the kinks of a path (tr's, on which the samples rows are), looked for on
+    the kink grid's points between its consecutive samples (see _kink_brackets for the rule),
+    in the order of its runs of samples, its kinked equations, then x.  One batched pass at
+    every such point gives every kinked equation's distance; then all the brackets found,
+    of every kink, are narrowed together (_located: one batched pass a round)."""
+    if not kinked:
+        return []
+    t = line.t
+    grid = _kink_grid(t)
+    runs = []
+    for a, b in _consecutive_runs(rows):
+        lo, hi = t[rows[a]], t[rows[b]]
+        runs.append(grid[(grid >= lo) & (grid <= hi)] if grid is not t else t[rows[a]:rows[b] + 1])
+    ts = np.concatenate(runs)
+    ends = np.cumsum([0] + [len(r) for r in runs])
+    d = _distances(tr, line, ts, {j: (eq, None, None) for j, eq in enumerate(kinked)}, rows_per_pass)
+    found, brackets = {}, []  # (run, j) -> xs; (run, j, rule, lo, hi, element)
+    for r, run in enumerate(runs):
+        for j in range(len(kinked)):
+            zeros, more = _kink_brackets(run, d[j][ends[r]:ends[r + 1]])
+            found[r, j] = zeros
+            brackets += [(r, j, *m) for m in more]
+    located = _located(brackets, lambda q, ts: _kink_values(tr, line, kinked, brackets, q, ts, rows_per_pass),
+                       _width(tr, line))
+    for (r, j, *_), x in zip(brackets, located):
+        if x is not None:
+            found[r, j].append(x)
+    return [(x, kink_text(tr.builder, kinked[j])) for r in range(len(runs)) for j in range(len(kinked))
+            for x in sorted(found[r, j])]
+
+
+def _kink_values(tr: Traced, line: Line, kinked: list, brackets: list, q: np.ndarray, ts: np.ndarray,
+                 rows_per_pass: int) -> np.ndarray:
+    """The distances of the brackets q (positions in brackets) at their points ts (one row
+    each), each from its kink at its element: one batched pass at all the points."""
+    points = ts.shape[1]
+    asked = {}
+    for k, bracket in enumerate(q.tolist()):
+        asked.setdefault(brackets[bracket][1], []).append((k, brackets[bracket][5]))
+    order, request = [], {}
+    for j, items in asked.items():
+        ks = np.array([k for k, _ in items])
+        rows = (ks[:, None] * points + np.arange(points)).reshape(-1)
+        elements = np.repeat([e for _, e in items], points)
+        request[j] = (kinked[j], rows, elements)
+        order.append((j, rows))
+    d = _distances(tr, line, ts.reshape(-1), request, rows_per_pass)
+    values = np.empty(ts.size)
+    for j, rows in order:
+        values[rows] = d[j]
+    return values.reshape(ts.shape)
 
 
 def _consecutive_runs(rows: np.ndarray) -> list:
@@ -356,16 +490,19 @@ def _consecutive_runs(rows: np.ndarray) -> list:
     return list(zip(starts.tolist(), ends.tolist()))
 
 
-def _kinks_along(ts: np.ndarray, d: np.ndarray, distance) -> list:
+def _kink_brackets(ts: np.ndarray, d: np.ndarray) -> tuple[list, list]:
     """Where a kink lies along ts, given its distance d (shape (len(ts), elements)), one rule
-    at every point, the interval's ends included: where an element is exactly 0 at a point
-    (and not at both its neighbours: a distance 0 everywhere marks nothing); where a signed
-    one changes sign between two points by at most twice its typical change between points
-    (a bigger change is a jump: x - round(x), floor's distance, jumps at half-integers),
-    located by _zero; and where one that is never negative (a gap: max's tie) dips to a V
-    whose bottom is within a typical change of 0, located by _bottom."""
+    at every point, the interval's ends included: (xs, brackets).  xs: where an element is
+    exactly 0 at a point (and not at both its neighbours: a distance 0 everywhere marks
+    nothing).  brackets, (rule, lo, hi, element), for _located: "zero" where a signed one
+    changes sign between two points by at most twice its typical change between points (a
+    bigger change is a jump: x - round(x), floor's distance, jumps at half-integers); "bottom"
+    where one that is never negative (a gap: max's tie) dips to a V whose bottom is within a
+    typical change of 0."""
+    if not d.size:  # (no points, or a distance with no elements)
+        return [], []
     if len(ts) < 2:
-        return [float(ts[0])] if len(ts) and (d[0] == 0).any() else []
+        return ([float(ts[0])] if (d[0] == 0).any() else []), []
     step = np.abs(np.diff(d, axis=0))
     typical = np.median(step, axis=0)
     signed = ~(d >= 0).all(axis=0)
@@ -375,101 +512,108 @@ def _kinks_along(ts: np.ndarray, d: np.ndarray, distance) -> list:
     flat[0], flat[-1] = zero[1], zero[-2]
     found = [float(ts[i]) for i in np.flatnonzero((zero & ~flat).any(axis=1))]
     cross = signed & (d[:-1] * d[1:] < 0) & (step <= 2 * typical)
-    for i in np.flatnonzero(cross.any(axis=1)):
-        e = int(np.argmax(cross[i]))
-        x = _zero(ts[i], ts[i + 1], lambda u: distance(u)[:, e])
-        if x is not None:
-            found.append(x)
+    rows = np.flatnonzero(cross.any(axis=1))
+    brackets = [("zero", ts[i], ts[i + 1], e) for i, e in zip(rows.tolist(), np.argmax(cross[rows], axis=1).tolist())]
     here = d[1:-1]
     vertex = ~signed & ~zero[1:-1] & (d[:-2] > here) & (d[2:] > here) & (here <= typical)
-    for i in np.flatnonzero(vertex.any(axis=1)):
-        e = int(np.argmax(vertex[i]))
-        found.append(_bottom(ts[i], ts[i + 2], lambda u: distance(u)[:, e]))
-    return sorted(found)
+    rows = np.flatnonzero(vertex.any(axis=1))
+    brackets += [("bottom", ts[i], ts[i + 2], e) for i, e in zip(rows.tolist(), np.argmax(vertex[rows], axis=1).tolist())]
+    return found, brackets
 
 
-def _distance_along(tr: Traced, line: Line, eq):
-    """ts -> the signed distance from eq's kink at the points of the line at ts, shape
-    (len(ts), elements): one batched pass over tr's tape (no tangents) per call."""
-    b, over = tr.builder, tr.tape.names[line.over]
-    equations = seeded(tr.tape.equations, [over])
-
-    def distance(ts: np.ndarray) -> np.ndarray:
-        env = dict(b.values)
-        env[over] = line._replace(t=ts).points()
-        eval_equations(equations, env, keep={eq.out, *eq.args})
-        return _kink_distances(eq, env, b.shapes, len(ts))
-    return distance
-
-
-def _zero(lo: float, hi: float, distance) -> float | None:
-    """Where a distance (ts -> values) that changes sign between lo and hi crosses 0: rounds
-    of BISECTIONS points, each keeping the first two between which it changes sign by at
-    most twice the round's typical change (a jump is not a crossing: None if only jumps
-    change its sign), until the bracket stops narrowing; then the simplest number in it."""
+def _located(brackets: list, values, width: float) -> list:
+    """For each bracket (..., rule, lo, hi, element: the last four), the place found in it, or
+    None, by rounds of at least BISECTIONS points between each bracket's ends (more while a
+    round's pass holds at most ROUND_ELEMENTS a value, width being its mean elements a value
+    at one point: _width), every bracket still open
+    in one call values(q, ts) (q: the brackets' positions, ts: their points, one row each ->
+    their values, one row each), until a bracket stops narrowing, or after ROUNDS; then the
+    simplest number in it (0.125 rather than 0.12500000000000003).  The rules, per bracket:
+    "zero", where a distance that changes sign between lo and hi crosses 0: each round keeps
+    the first two points between which it changes sign by at most twice the round's typical
+    change (a jump is not a crossing: None if only jumps change its sign), a point where it is
+    0 is the place; "bottom", where a V has its bottom: the two spacings around the smallest
+    value; "past", where a test (False at lo, True at hi) turns True: the two points around
+    the first True (lo, if it is True at lo)."""
+    n = len(brackets)
+    rule = np.array([b[-4] for b in brackets], dtype=object)
+    lo = np.array([b[-3] for b in brackets], dtype=float)
+    hi = np.array([b[-2] for b in brackets], dtype=float)
+    result: list = [None] * n
+    narrowing = np.ones(n, dtype=bool)  # (brackets whose place is not yet known)
+    settled = np.zeros(n, dtype=bool)  # (brackets whose place is the simplest number in them)
     for _ in range(ROUNDS):
-        ts = np.linspace(lo, hi, BISECTIONS + 1)
-        d = distance(ts)
-        if (d == 0).any():
-            return float(ts[np.argmax(d == 0)]) + 0.0
-        step = np.abs(np.diff(d))
-        typical = np.median(step)
-        crossing = (np.sign(d[:-1]) != np.sign(d[1:])) & ((step <= 2 * typical) | (typical == 0))
-        if not crossing.any():
-            return None
-        k = int(np.argmax(crossing))
-        lo, hi, before = ts[k], ts[k + 1], (lo, hi)
-        if (lo, hi) == before:
+        q = np.flatnonzero(narrowing)
+        if not q.size:
             break
-    return _simplest(lo, hi)
+        spans = BISECTIONS
+        while 2 * spans < KINK_GRID and 2 * spans * len(q) * width <= ROUND_ELEMENTS:
+            spans *= 2
+        ts = np.linspace(lo[q], hi[q], spans + 1, axis=1)
+        v = values(q, ts)
+        new_lo, new_hi, done = lo[q].copy(), hi[q].copy(), np.zeros(len(q), dtype=bool)
+        row = np.arange(len(q))
+        for kind in ("zero", "bottom", "past"):
+            m = np.flatnonzero(rule[q] == kind)
+            if not m.size:
+                continue
+            t_, d = ts[m], v[m]
+            if kind == "zero":
+                with np.errstate(invalid="ignore"):
+                    step = np.abs(np.diff(d, axis=1))
+                    typical = np.median(step, axis=1)[:, None]
+                    crossing = (np.sign(d[:, :-1]) != np.sign(d[:, 1:])) & ((step <= 2 * typical) | (typical == 0))
+                at_zero = (d == 0).any(axis=1)
+                for i in np.flatnonzero(at_zero).tolist():
+                    result[q[m[i]]] = float(t_[i, np.argmax(d[i] == 0)]) + 0.0
+                none = ~at_zero & ~crossing.any(axis=1)
+                done[m[at_zero | none]] = True
+                k = np.argmax(crossing, axis=1)
+                new_lo[m], new_hi[m] = t_[row[:len(m)], k], t_[row[:len(m)], k + 1]
+            elif kind == "bottom":
+                k = np.argmin(d, axis=1)
+                new_lo[m] = t_[row[:len(m)], np.maximum(k - 1, 0)]
+                new_hi[m] = t_[row[:len(m)], np.minimum(k + 1, spans)]
+            else:
+                reached = d.astype(bool)
+                at_lo = reached[:, 0]
+                for i in np.flatnonzero(at_lo).tolist():
+                    result[q[m[i]]] = float(lo[q[m[i]]])
+                done[m[at_lo]] = True
+                k = np.where(reached.any(axis=1), np.argmax(reached, axis=1), spans)
+                k = np.maximum(k, 1)
+                new_lo[m], new_hi[m] = t_[row[:len(m)], k - 1], t_[row[:len(m)], k]
+        still = (new_lo != lo[q]) | (new_hi != hi[q])
+        lo[q[~done]], hi[q[~done]] = new_lo[~done], new_hi[~done]
+        narrowing[q[done | ~still]] = False
+        settled[q[~done & ~still]] = True
+    settled |= narrowing  # (after ROUNDS)
+    for i in np.flatnonzero(settled).tolist():
+        result[i] = _simplest(lo[i], hi[i])
+    return result
 
 
-def _refined(lo: float, hi: float, past) -> float:
-    """Where past (ts -> bools, False at lo, True at hi) turns True: rounds of BISECTIONS
-    points between the bracket's ends, each keeping the two around the first True, until the
-    bracket stops narrowing; then the simplest number in it (0.125 rather than 0.12500000000000003)."""
-    for _ in range(ROUNDS):
-        ts = np.linspace(lo, hi, BISECTIONS + 1)
-        reached = past(ts)
-        if reached[0]:
-            return lo
-        k = int(np.argmax(reached)) if reached.any() else BISECTIONS
-        lo, hi, before = ts[k - 1], ts[k], (lo, hi)
-        if (lo, hi) == before:
-            break
-    return _simplest(lo, hi)
+def _path_changes(tr: Traced, line: Line, rows: np.ndarray, out: str, rows_per_pass: int) -> dict:
+    """{i: (x, note)} for each sample i of rows (tr's path) whose next sample is on another:
+    the decision that changes (check's path notes) and where the path leaves tr's between
+    them (_located, all of them together: one on_tape a round)."""
+    t = line.t
+    leaving = rows[(rows + 1 < len(t)) & ~np.isin(rows + 1, rows)]
+    if not leaving.size:
+        return {}
+    _, first, guards = on_tape(tr, line.over, line._replace(t=t[leaving + 1]).points(), [out])
+    texts = []
+    for f in first.tolist():
+        notes = path_notes(tr, [guards[f]], "sample") if f >= 0 else []
+        texts.append(notes[0].split("; ")[0].removeprefix("near a ") if notes else "change of path")
 
-
-def _bottom(lo: float, hi: float, gap) -> float:
-    """Where a V (gap: ts -> its values) has its bottom between lo and hi: rounds of
-    BISECTIONS points, each keeping the two spacings around the smallest value."""
-    for _ in range(ROUNDS):
-        ts = np.linspace(lo, hi, BISECTIONS + 1)
-        k = int(np.argmin(gap(ts)))
-        lo, hi, before = ts[max(k - 1, 0)], ts[min(k + 1, BISECTIONS)], (lo, hi)
-        if (lo, hi) == before:
-            break
-    return _simplest(lo, hi)
-
-
-def _path_marks(groups: list, line: Line, out: str, max_steps: int) -> list:
-    """A mark between two consecutive samples on different paths, naming the decision that
-    changes (check's path notes), placed where the path changes (_refined: batched passes
-    over points between them)."""
-    t, marks = line.t, []
-    owner = np.full(len(t), -1)
-    for k, (_, rows, _) in enumerate(groups):
-        owner[rows] = k
-    changes = np.flatnonzero((owner[:-1] >= 0) & (owner[1:] >= 0) & (owner[:-1] != owner[1:]))
-    for i in changes.tolist():
-        traced = groups[owner[i]][0]
-        _, first, guards = on_tape(traced, line.over, line._replace(t=t[i + 1:i + 2]).points(), [out])
-        notes = path_notes(traced, [guards[first[0]]], "sample") if first[0] >= 0 else []
-        text = notes[0].split("; ")[0].removeprefix("near a ") if notes else "change of path"
-        x = _refined(t[i], t[i + 1], lambda ts: on_tape(traced, line.over, line._replace(t=ts).points(),
-                                                        [out])[1] >= 0)
-        _add_mark(marks, x, "path", text, t[1] - t[0])
-    return marks
+    def past(q, ts):
+        flat = ts.reshape(-1)
+        left = np.concatenate([on_tape(tr, line.over, line._replace(t=flat[a:a + rows_per_pass]).points(),
+                                       [out])[1] for a in range(0, len(flat), rows_per_pass)])
+        return (left >= 0).reshape(ts.shape)
+    located = _located([("past", t[i], t[i + 1], 0) for i in leaving.tolist()], past, _width(tr, line))
+    return {i: (x, text) for i, x, text in zip(leaving.tolist(), located, texts)}
 
 
 def _simplest(a: float, b: float) -> float:

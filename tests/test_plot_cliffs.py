@@ -1,0 +1,152 @@
+"""plot's marks in loops with many kinks and many changes of path (gradcalc.plots): where they
+lie, checked against closed forms and against a plain-Python run of the same arithmetic, never
+against gradcalc; and how the work grows: every kink of a path located in the same batched
+passes, every change of path of a run refined together, one run held at a time."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from gradcalc import plots
+from gradcalc.plots import plot
+
+
+def kink_loop(n: int) -> str:
+    return (f"input w = 0.5\ns = 0\nfor i in range({n}) {{\n"
+            f"  s = s + relu(1 - (2*(i%2)-1)*w*(i/{n}))\n}}\ns")
+
+
+def ball(n: int) -> str:
+    return (f"input h0 = 1\ny = h0\nv = 0\nfor i in range({n}) {{\n  v = v - 9.81*0.01\n"
+            "  y = y + 0.01*v\n  if y < 0 {\n    y = -y\n    v = -0.9*v\n  }\n}\ny")
+
+
+@pytest.mark.parametrize("n", [20, 60])
+def test_every_kink_of_a_loop_is_marked_at_its_closed_form(n):
+    # relu(1 - c w) has its kink at w = 1/c: c = +-i/n, every i but 0, inside -3:3
+    r = plot(kink_loop(n), "w", -3, 3)
+    want = sorted(1 / c for i in range(1, n) if abs(1 / (c := (2 * (i % 2) - 1) * i / n)) <= 3)
+    xs = sorted(m["x"] for m in r.marks)
+    assert all(m["kind"] == "kink" and "'relu'" in m["note"] for m in r.marks)
+    assert xs == pytest.approx(want, abs=1e-12)
+
+
+def test_every_kink_of_abs_in_a_loop_and_of_an_array_is_marked():
+    n = 40
+    want = [i / n for i in range(n)]  # abs(t - i/n): t = i/n
+    loop = f"input t = 0.5\ns = 0\nfor i in range({n}) {{\n  s = s + abs(t - i/{n})\n}}\ns"
+    for source in (loop, f"input t = 0.5\nsum(abs(t - arange({n})/{n}))"):
+        xs = sorted(m["x"] for m in plot(source, "t", -0.2, 1.2).marks)
+        assert xs == pytest.approx(want, abs=1e-12)
+    # relu(1 - w c_k), c_k = (k + 1)/50: w = 50/(k + 1), inside -3:3 for k + 1 >= 17
+    xs = sorted(m["x"] for m in plot("input w = 0.5\nsum(relu(1 - w*(arange(50)+1)/50))", "w", -3, 3).marks)
+    assert xs == pytest.approx(sorted(50 / k for k in range(17, 51)), abs=1e-12)
+
+
+def test_several_kinds_of_kink_and_branch_are_each_marked_once():
+    r = plot("abs(x) + relu(x - 1) + (x if x < -1 else 2*x) + (x^2 if x > 0.7 else 0) + max([x, 0.3])",
+             "x", -2, 2)
+    got = sorted((m["kind"], m["x"]) for m in r.marks)
+    assert got == [("kink", 0.0), ("kink", 0.3), ("kink", 1.0), ("path", -1.0), ("path", 0.7)]
+
+
+def _decisions(h0: float, n: int) -> tuple:
+    """The ball's if at every step, run in plain Python (the same float operations, in the
+    same order, as the program)."""
+    y, v, taken = h0, 0.0, []
+    for _ in range(n):
+        v = v - 9.81 * 0.01
+        y = y + 0.01 * v
+        taken.append(y < 0)
+        if y < 0:
+            y = -y
+            v = -0.9 * v
+    return tuple(taken)
+
+
+def _leaves(lo: float, hi: float, n: int) -> float:
+    """Where the decisions first differ from those at lo, between lo and hi (bisection of
+    the floats between them down to neighbours): the bracket, for the mark within it."""
+    start = _decisions(lo, n)
+    while np.nextafter(lo, hi) < hi:
+        mid = lo + (hi - lo) / 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if _decisions(mid, n) == start else (lo, mid)
+    return lo, hi
+
+
+@pytest.mark.parametrize("n", [60, 150])
+def test_every_change_of_a_bouncing_balls_path_is_marked_where_a_plain_run_changes(n):
+    r = plot(ball(n), "h0", 0.5, 2, samples=60)
+    t = r["abscissae"]
+    paths = [_decisions(x, n) for x in t]
+    want = []  # (a change within a sample's spacing of one marked, by the same if, adds none)
+    for i in range(len(t) - 1):
+        if paths[i] != paths[i + 1]:
+            lo, hi = _leaves(t[i], t[i + 1], n)
+            if not any(abs(lo - w) <= t[1] - t[0] for w, _ in want):
+                want.append((lo, hi))
+    marks = sorted(m["x"] for m in r.marks)
+    assert all(m["kind"] == "path" and "'y < 0'" in m["note"] for m in r.marks)
+    assert len(want) > 3 and len(marks) == len(want)
+    for x, (lo, hi) in zip(marks, want):
+        assert lo - 1e-15 <= x <= hi + 1e-15
+    # and each sample's value is the plain run's
+    def height(h0):
+        y, v = h0, 0.0
+        for _ in range(n):
+            v = v - 9.81 * 0.01
+            y = y + 0.01 * v
+            if y < 0:
+                y, v = -y, -0.9 * v
+        return y
+    np.testing.assert_array_equal(r["values"], [height(x) for x in t])
+
+
+def _counting(monkeypatch, name: str) -> list:
+    calls = []
+    real = getattr(plots, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(plots, name, counted)
+    return calls
+
+
+def test_the_batched_passes_that_locate_kinks_do_not_grow_with_their_number(monkeypatch):
+    # one pass on the grid, then one a round for every kink together (not a pass per kink)
+    passes = _counting(monkeypatch, "eval_equations")
+    counts = []
+    for n in (10, 80):
+        passes.clear()
+        marks = plot(kink_loop(n), "w", -3, 3).marks
+        assert len(marks) > n // 2
+        counts.append(len(passes))
+    assert max(counts) <= 2 + plots.ROUNDS  # (the samples' pass, the grid's, the rounds)
+
+
+def test_the_changes_of_a_path_are_refined_together_and_one_run_is_held_at_a_time(monkeypatch):
+    calls = _counting(monkeypatch, "on_tape")
+    runs, alive = [], []
+    real_run_at = plots.run_at
+
+    def run_at(tr, *args, **kwargs):
+        gc.collect()  # (the runs alive as another starts: the first, and the one at hand)
+        alive.append(sum(type(o) is type(tr) for o in gc.get_objects()))
+        runs.append(1)
+        return real_run_at(tr, *args, **kwargs)
+    monkeypatch.setattr(plots, "run_at", run_at)
+    # y = x*x at each step decides 'x*x > k/20' for k = 0..19: every sample of a run between
+    # two changes is on one path, whose marks come from one refinement
+    source = "input x = 0\ns = 0\nfor k in range(20) {\n  if x*x > k/20 { s = s + x }\n}\ns"
+    r = plot(source, "x", -1, 1, samples=101)
+    want = sorted({-np.sqrt(k / 20) for k in range(20)} | {np.sqrt(k / 20) for k in range(1, 20)})
+    assert sorted(m["x"] for m in r.marks) == pytest.approx(want, abs=1e-12)
+    paths = len(runs) + 1
+    # per path: the samples' test, the notes' test and the refinement's rounds
+    assert len(calls) <= paths * (2 + plots.ROUNDS)
+    assert len(runs) > 10 and max(alive) <= 2  # no earlier run is kept
