@@ -394,8 +394,9 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
     cols = np.arange(n) if columns is None else np.asarray(columns, dtype=np.intp)
     var = tr.tape.names[wrt]
     largest = largest_batched(seeded(tr.tape.equations, [var]), [var], tr.builder.shapes)  # (a point's)
-    budget = min(FD_BATCH_ELEMENTS, tr.builder.max_elements)
-    per_batch = max(1, budget // (len(scales) * max(largest, n, 1)))
+    width = max(largest, n, 1)  # (a point's numbers in the pass's largest value)
+    budget = min(FD_BATCH_ELEMENTS, tr.builder.max_elements) - centre * width  # (f(x)'s row too)
+    per_batch = max(1, budget // (len(scales) * width))
     rows = {o: np.full((n,) + tr.value(o).shape, np.nan) for o in of}
     errs = {o: np.full((n,) + tr.value(o).shape, np.nan) for o in of} if with_error else None
     flips = [{} for _ in of]  # (per output, its guards by decision, in the order found: a batch
@@ -1298,13 +1299,7 @@ def _complex_step_slack(tr: Traced, o: str, w: str, rev, ad, fd, h, tol, view, m
     NOISE_MARGIN times each is allowed.  Both are needed: reverse mode can sum a cancelling
     element's terms exactly (their slopes folded before the cotangent multiplies them), where
     the quotient rounds by 4e-13."""
-    if rev is None:
-        return None
-    rtol, atol = tol
-    with np.errstate(all="ignore"):
-        gap = np.abs(ad - fd)
-        allowed = atol + rtol * np.abs(fd)
-    if not ((gap <= AD_NOISE_REACH * allowed) | (gap <= allowed)).all():
+    if rev is None or not _within_reach(ad, fd, tol, 0.0):
         return None
     quotients = [fd]
     for c in NOISE_STEPS[::2]:
@@ -1560,12 +1555,8 @@ def _complex_directions_noise(tr: Traced, o: str, w: str, v: np.ndarray, j: np.n
     at every other of NOISE_STEPS times step (see _complex_step_slack).  None where J v and d
     disagree by more than AD_NOISE_REACH times their allowance (tol, and slack) at an element
     that fails, a quotient is not finite or a step takes another path."""
-    rtol, atol = tol
-    with np.errstate(all="ignore"):
-        gap = np.abs(j - d)
-        allowed = atol + rtol * np.abs(d) + slack
-        if not ((gap <= AD_NOISE_REACH * allowed) | (gap <= allowed)).all():
-            return None
+    if not _within_reach(j, d, tol, slack):
+        return None
     k = len(v)
     tangents = np.concatenate([j[None], _rescaled_tangents(tr, o, w, v, NOISE_STEPS)])
     ((quotients, _),), flipped = _differences_at(tr, w, [o], v, "complex", [c * step for c in NOISE_STEPS[::2]],

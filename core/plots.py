@@ -395,23 +395,29 @@ def _distances(tr: Traced, line: Line, ts: np.ndarray, asked: dict, rows_per_pas
     the distance at every point and element, shape (len(ts), elements); else the element
     elements[k] at the point rows[k], shape (len(rows),)), at the points of the line at ts:
     batched passes over tr's tape (no tangents) of at most rows_per_pass points, each computing
-    every asked kink's distance together (a probe after each kinked equation: _Probe)."""
+    every asked kink's distance together (a probe after each kinked equation: _Probe).  The rows
+    of each request ascend, so that a pass takes a slice of them; a pass asks nothing of a kink
+    with no row among its points."""
     b, over = tr.builder, tr.tape.names[line.over]
     equations = seeded(tr.tape.equations, [over])
+    largest = largest_batched(equations, [over], b.shapes)
     found = {j: [] for j in asked}
     for lo in range(0, len(ts), rows_per_pass):
         part = ts[lo:lo + rows_per_pass]
         probes = {}
         for j, (eq, rows, elements) in asked.items():
             if rows is not None:
-                inside = (rows >= lo) & (rows < lo + len(part))
-                rows, elements = rows[inside] - lo, elements[inside]
+                first, last = np.searchsorted(rows, (lo, lo + len(part)))
+                if first == last:
+                    continue
+                rows, elements = rows[first:last] - lo, elements[first:last]
             probes[id(eq)] = Equation(-1 - j, _Probe(eq, rows, elements, b.shapes, len(part), found[j]),
                                       (eq.out, *eq.args), {}, eq.loc)
+        if not probes:
+            continue
         probed = [e for eq in equations for e in ((eq, probes[id(eq)]) if id(eq) in probes else (eq,))]
         env = dict(b.values)
         env[over] = line._replace(t=part).points()
-        largest = largest_batched(equations, [over], b.shapes)
         eval_equations(probed, env, keep=set(), batch_elements=len(part) * largest)
     return {j: np.concatenate(d) if d else np.zeros((0,)) for j, d in found.items()}
 

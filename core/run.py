@@ -750,8 +750,7 @@ class Interpreter:
             self.look_at_memory(loc, what)
 
     def too_many_steps(self, loc=None, what: str = "") -> None:
-        """The error of a run past max_steps, in the loop or call at loc (None: a run of
-        straight-line code, found too long at its end)."""
+        """The error of a run past max_steps, in the loop, call or top-level statement at loc."""
         raise LimitError(f"the program ran more than {option('max_steps')}={self.max_steps} steps "
                          f"(operations recorded plus loop iterations){_in_the(loc, what)}", loc,
                          hint=f"raise {option('max_steps')} if it is meant to run that long",
@@ -1457,6 +1456,9 @@ def _boolean_index(node) -> ShapeError:
                                      "or choose between values with where(cond, a, b)")
 
 
+#: How a step limit's error names a top-level statement that went past it (see trace).
+_STATEMENT_KINDS = {For: "loop", While: "loop"}
+
 _STATEMENTS = {
     Assign: Interpreter.assign, AugAssign: Interpreter.aug_assign, IndexAssign: Interpreter.index_assign,
     Destructure: Interpreter.destructure, ExprStmt: Interpreter.expr_stmt, If: Interpreter.if_,
@@ -1654,11 +1656,11 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
             run = Interpreter(b, env, facts, max_steps=max_steps, replace=replace)
             if release:
                 b.release_unread()
-            statements, operations = _STATEMENTS, b.operations
-            for st in program.statements:  # (run.block's loop, counting as a loop or call counts)
-                statements[type(st)](run, st)
-                if run.iterations + operations() > max_steps:
-                    run.too_many_steps(st.loc, "statement")
+            statements = _STATEMENTS
+            for st in program.statements:  # (run.block's loop, counting as a loop or call counts:
+                statements[type(st)](run, st)  # b.operations(), inlined: a call a statement cost 1%)
+                if len(b.equations) + b.dropped + run.iterations > max_steps:  # (a loop's last
+                    run.too_many_steps(st.loc, _STATEMENT_KINDS.get(type(st), "statement"))  # steps)
         names = {**input_vars, **run.names}
         b.stop_freeing(names.values())  # (before the names' tracers go with env)
         positions = {**{i.name: to_loc(*i.pos) for i in inputs}, **run.positions}

@@ -109,8 +109,21 @@ def distinct_index(idx: tuple) -> bool:
     parts = np.broadcast_arrays(*(np.asarray(idx[k]) for k in advanced))
     if parts[0].size <= 1:
         return True
-    chosen = np.stack([p.reshape(-1) for p in parts], axis=1)
+    columns = [p.reshape(-1) for p in parts]
+    if _ascending(columns):  # (a mask's nonzero arrays: in order, so distinct, in O(n))
+        return True
+    chosen = np.stack(columns, axis=1)
     return len(np.unique(chosen, axis=0)) == len(chosen)
+
+
+def _ascending(columns: list) -> bool:
+    """Whether the tuples (columns[0][i], columns[1][i], ...) strictly ascend in i."""
+    later = np.zeros(len(columns[0]) - 1, dtype=bool)
+    tied = np.ones(len(columns[0]) - 1, dtype=bool)
+    for c in columns:
+        later |= tied & (c[1:] > c[:-1])
+        tied &= c[1:] == c[:-1]
+    return bool(later.all())
 
 
 def all_finite(value) -> bool:

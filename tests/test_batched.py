@@ -586,6 +586,9 @@ def test_add_at_is_the_sum_with_index_put_bit_for_bit(idx):
     ((np.array([0, 1]), np.array([1, 1])), True), ((np.array([0, 0]), np.array([1, 1])), False),
     ((np.array([0, 1]), slice(None), np.array([0, 1])), False),  # (apart: NumPy moves their axes first)
     ((slice(None), np.array([0, 1]), 2), True), ((None, 1), False), ((np.array([0.0]),), False),
+    # (in order, as a mask's nonzero arrays are: decided without sorting; out of order and tied)
+    ((np.array([0, 0, 1, 1]), np.array([0, 2, 0, 1])), True), ((np.array([0, 0, 1]), np.array([2, 2, 0])), False),
+    ((np.array([1, 0, 1]), np.array([0, 2, 0])), False), ((np.array([1, 0, 1]), np.array([0, 2, 1])), True),
 ])
 def test_distinct_index_tells_which_gathers_select_each_element_once(idx, distinct):
     from gradcalc.tape import distinct_index

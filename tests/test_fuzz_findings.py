@@ -146,3 +146,11 @@ def test_an_expectation_of_a_non_finite_derivative_fails(tmp_path, at, stored):
     assert math.isnan(row.max_abs_err) or row.max_abs_err > 0
     cli = run("check", "x^2", "--expect", path, "-f", "json")
     assert cli.exit_code == 1
+
+
+def test_max_steps_past_in_a_top_level_loop_names_the_loop_at_every_limit():
+    # the loop's own count (each iteration) and the statement's (after it) name it alike
+    src = "input x = 1.0\ns = 0\nfor i in range(3) {\n  s = s + x*x\n}\ns"
+    for limit in ("6", "7", "8"):
+        first = user_error("eval", src, "--max-steps", limit).stderr.splitlines()[0]
+        assert first.endswith("in the loop at line 3, column 1"), first

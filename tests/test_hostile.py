@@ -856,7 +856,7 @@ def test_check_through_a_big_intermediate_runs_in_batches_of_columns():
     # the points are now taken a few columns at a time, each batch within the limit
     (res,) = measure([["check", "sum(outer(x, ones(300)))", "--at", "x=ones(300)", "--max-elements", "1000000"]])
     assert res["exit"] == 0, res
-    assert res["maxrss_mb"] < 200, res
+    assert res["maxrss_mb"] < 300, res  # (one batch: 54 M numbers, 430 MB a value)
 
 
 def test_check_of_20000_inputs_runs_in_batches():

@@ -150,3 +150,11 @@ def test_the_changes_of_a_path_are_refined_together_and_one_run_is_held_at_a_tim
     # per path: the samples' test, the notes' test and the refinement's rounds
     assert len(calls) <= paths * (2 + plots.ROUNDS)
     assert len(runs) > 10 and max(alive) <= 2  # no earlier run is kept
+
+
+def test_kinks_with_no_point_in_a_pass_are_asked_nothing():
+    # a 40,000-element value makes passes of 33 points; a kink whose bracket has no point in
+    # one of them made a probe of no rows, whose reshape raised (an internal error, exit 3):
+    # the marks are abs's at 0.3 and relu's at 0.6
+    r = plot("z = sum(zeros(40000) * w)\ny = abs(w - 0.3) + relu(w - 0.6) + z", "w", 0, 1)
+    assert [(m["x"], m["kind"]) for m in r.marks] == [(0.3, "kink"), (0.6, "kink")]
