@@ -158,3 +158,23 @@ def test_kinks_with_no_point_in_a_pass_are_asked_nothing():
     # the marks are abs's at 0.3 and relu's at 0.6
     r = plot("z = sum(zeros(40000) * w)\ny = abs(w - 0.3) + relu(w - 0.6) + z", "w", 0, 1)
     assert [(m["x"], m["kind"]) for m in r.marks] == [(0.3, "kink"), (0.6, "kink")]
+
+
+def test_the_kinks_of_broadcasting_elementwise_operations_are_marked_at_their_closed_forms():
+    # an element's distance is computed from its operands' elements alone (each kept at its
+    # rank: a binary kink aligns its operands by it; passing them flat broadcast them against
+    # each other and moved every mod mark): mod(3 a_k + w, 0.7) jumps at w = 0.7 m - 3 a_k,
+    # minimum(a_k, w) and sign(a_k - w) bend at w = a_k, maximum(w c_j, d_ij) at w = d_ij / c_j
+    a = np.linspace(-1, 1, 7)
+    src = "input a = linspace(-1, 1, 7)\nsum(mod(a * 3 + w, 0.7)) + sum(minimum(a, w)) + sum(sign(a - w))"
+    by_note = {}
+    for m in plot(src, "w", -1, 1).marks:
+        by_note.setdefault(m["note"].split("'")[1], []).append(m["x"])
+    jumps = sorted({round(0.7 * m - 3 * ak, 12) for ak in a for m in range(-10, 11) if -1 <= 0.7 * m - 3 * ak <= 1})
+    assert sorted(by_note["mod"]) == pytest.approx(jumps, abs=1e-9)
+    assert sorted(by_note["minimum"]) == pytest.approx(a, abs=1e-9)
+    assert sorted(by_note["sign"]) == pytest.approx(a, abs=1e-9)
+    d = np.array([[0.1, 0.5, 0.9], [0.3, 0.2, 0.7]])
+    xs = sorted(m["x"] for m in plot("sum(maximum(w * [1, 2, 3], [[0.1, 0.5, 0.9], [0.3, 0.2, 0.7]]))",
+                                     "w", -1, 1).marks)
+    assert xs == pytest.approx(sorted(set(np.round(d / [1, 2, 3], 12).reshape(-1))), abs=1e-9)  # (ties: one mark)
