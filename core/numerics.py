@@ -1322,10 +1322,10 @@ def _input_rounding(tr: Traced, o: str, w: str, first: tuple, sides, max_steps: 
     and the complex step's quotients, or reverse and forward mode's products), in _measured's
     units (sqrt(2) standard deviations of each side, summed): both computed again by
     sides(traced) (each an array, or None where a step takes another path) at
-    INPUT_ROUNDING_DRAWS points whose inputs differ
-    from tr's by an ulp or none, element by element (a fixed draw; w, and the inputs that are
-    not integers: a count or an index stays as it is), first being tr's own.  None where a
-    point takes another path, fails, or gives a value that is not finite.
+    INPUT_ROUNDING_DRAWS points whose inputs differ from tr's by an ulp or none, element by
+    element (a fixed draw; w, and the inputs that are not integers: a count or an index stays
+    as it is), first being tr's own.  None where a point takes another path, fails, or gives a
+    value that is not finite.
 
     The rescaled seeds of _jacobian_noise measure the derivative passes' rounding, linear in
     their seeds, but not the forward pass's, which both sides share: solve(A, b) with A of

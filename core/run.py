@@ -1656,11 +1656,15 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
             run = Interpreter(b, env, facts, max_steps=max_steps, replace=replace)
             if release:
                 b.release_unread()
+            # run.block's loop, counting the steps after each statement as a loop or a call counts
+            # them after each step, so that the error names the statement that went past
+            # (b.operations() inlined: a call a statement cost W3 1%; a loop's last steps are
+            # found here, and named as the loop)
             statements = _STATEMENTS
-            for st in program.statements:  # (run.block's loop, counting as a loop or call counts:
-                statements[type(st)](run, st)  # b.operations(), inlined: a call a statement cost 1%)
-                if len(b.equations) + b.dropped + run.iterations > max_steps:  # (a loop's last
-                    run.too_many_steps(st.loc, _STATEMENT_KINDS.get(type(st), "statement"))  # steps)
+            for st in program.statements:
+                statements[type(st)](run, st)
+                if len(b.equations) + b.dropped + run.iterations > max_steps:
+                    run.too_many_steps(st.loc, _STATEMENT_KINDS.get(type(st), "statement"))
         names = {**input_vars, **run.names}
         b.stop_freeing(names.values())  # (before the names' tracers go with env)
         positions = {**{i.name: to_loc(*i.pos) for i in inputs}, **run.positions}

@@ -77,18 +77,9 @@ def has_nan(x) -> bool:
     return bool(x != x) if x.ndim == 0 else bool(np.isnan(x).any())
 
 
-def plain_index(idx: tuple) -> bool:
-    """Whether an index holds integers and slices alone: it selects no element twice, and
-    NumPy's basic indexing (a view, in the order of its axes) applies."""
-    for i in idx:
-        if type(i) is not int and type(i) is not slice:
-            return False
-    return True
-
-
 def distinct_index(idx: tuple) -> bool:
     """Whether an index selects no element twice and NumPy lays its selection out in the order
-    of its axes, as plain_index's: integers and slices, or else integer arrays that stand
+    of its axes: integers and slices (basic indexing), or else integer arrays that stand
     together with the integers among them (advanced indices, which NumPy then leaves in place)
     and select distinct elements: the gathers x[[i, i + 1]] and take(x, i), a mask's nonzero
     arrays.  (An index's arrays are normalised: non-negative, read-only.)"""
@@ -103,7 +94,7 @@ def distinct_index(idx: tuple) -> bool:
         if t is not slice:
             advanced.append(k)
     if not advanced or all(type(idx[k]) is int for k in advanced):
-        return True  # (plain_index's)
+        return True  # (integers and slices alone)
     if advanced[-1] - advanced[0] + 1 != len(advanced):
         return False  # (apart: NumPy would move their axes first)
     parts = np.broadcast_arrays(*(np.asarray(idx[k]) for k in advanced))
