@@ -680,3 +680,30 @@ def test_output_to_a_full_disk_is_an_error(args):
     with open("/dev/full", "w") as full:
         r = _with_streams(args, stdout=full)
     assert r.returncode == 2 and r.stderr.startswith("error: cannot write the output: No space left"), r.stderr
+
+
+def test_a_tables_widest_lines_bound_its_width_from_above():
+    # _fits takes a table whose longest lines fit as fitting without rich's measure of every
+    # cell (which the print takes again): that is sound only if _widest is never below rich's
+    # own widths, minimum and maximum, for tables like gradcalc's (wrapped and unwrapped
+    # columns, least widths, cells of several lines, empty tables)
+    import random
+
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    from gradcalc.cli.render import _widest
+    rng = random.Random(0)
+    console = Console(width=10 ** 6)
+    for _ in range(500):
+        table = Table()
+        columns = rng.randint(1, 5)
+        for _ in range(columns):
+            table.add_column("h" * rng.randint(0, 12), no_wrap=rng.random() < 0.5,
+                             min_width=rng.choice([None, 1, 8, 15]), overflow=rng.choice(["fold", "ellipsis"]))
+        for _ in range(rng.randint(0, 4)):
+            table.add_row(*[" ".join("w" * rng.randint(1, 15) for _ in range(rng.randint(1, 4)))
+                            + ("\nzz" if rng.random() < 0.2 else "") for _ in range(columns)])
+        measured = Measurement.get(console, console.options, table)
+        assert measured.minimum <= measured.maximum <= _widest(table)
