@@ -950,3 +950,71 @@ def test_jvp_of_a_product_is_the_rules_tangent_within_an_ulp_or_two(src):
     v = np.random.default_rng(0).normal(size=8)
     r = gradcalc.jvp(src, at=at, tangent={"x": v})
     np.testing.assert_allclose(r[r.of], _plain_jvp(src, at, {"x": v}), rtol=4 * np.finfo(float).eps, atol=0)
+
+
+def _forward_rows(src, at, fold: bool):
+    """The batched tangent pass of a Jacobian in forward mode (as session.jacobian_blocks runs it),
+    with JVP_FOLDS or by the rules alone: the output's rows."""
+    from gradcalc.batched import JVP_FOLDS, BatchedBuilder
+    from gradcalc.session import trace_source
+    from gradcalc.transforms import forward
+    with np.errstate(all="ignore"):
+        tr = trace_source(src, at, 10**8)
+        b, names = tr.builder, tr.tape.names
+        wrt = list(tr.tape.inputs)
+        batch = BatchedBuilder(b, sum(tr.value(w).size for w in wrt), what="a test's pass")
+        seeds = batch.seeds([tr.value(w).shape for w in wrt])
+        out = names[tr.tape.output]
+        tan = forward(b, tr.tape.equations, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
+                      keep={out}, fold=JVP_FOLDS if fold else None)
+        return np.array(batch.rows(tan[out]))
+
+
+_GROWING_PROGRAMS = [
+    "z = zeros(0)\nfor i in range(8) {\n  z = append(z, x[i] * c[i])\n}\nz * z",
+    "z = zeros(0)\nfor i in range(4) {\n  z = concat(z, [x[i], x[7 - i]^2 * c[i]])\n}\nz * x",
+    # (two concats of one z: the first extends z's rows, the second finds them written past z's
+    # end and copies; the chain then goes on from the copy)
+    "z = x[0:1]\nfor i in range(7) {\n  w = concat(z, [x[i] * 2])\n  z = concat(z, [x[i + 1] * c[i]])\n}\n"
+    "concat(z * z, w * c[0:8])",
+    # (rows of a matrix, along axis 0 and along axis 1)
+    "Z = zeros((0, 2))\nfor i in range(4) {\n  Z = concat(Z, [[x[i], x[i] * c[i]]])\n}\nZ * Z",
+    "Z = zeros((2, 0))\nfor i in range(4) {\n  Z = concat(Z, [[x[i]], [c[i] * x[i + 4]]], axis=1)\n}\nZ * Z * x[0]",
+    # (prepended: the chain is not the first operand; an operand without a tangent; one read back)
+    "z = x[0:1]\nfor i in range(7) {\n  z = concat([x[i + 1]^2], z)\n}\nz * z",
+    "z = zeros(0)\nfor i in range(8) {\n  z = concat(z, [i * 0.5], [x[i] * c[i]])\n}\nz * z * x[1]",
+    "z = x[0:1]\nfor i in range(7) {\n  z = append(z, z[i] * x[i + 1] + c[i])\n}\nz * z",
+    "z = x * -0.0\nfor i in range(8) {\n  z = append(z, x[i] * -0.0 * c[i])\n}\nz * z",
+]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("src", _GROWING_PROGRAMS)
+def test_concats_that_grow_an_array_are_the_rules_bit_for_bit(src):
+    # A loop growing an array copies its tangent's rows no more (the rows have room after them):
+    # a forward Jacobian's rows, and a Hessian's (whose pass runs over the traced backward pass,
+    # concats among them), are the rules' bit for bit: -0.0, nan and inf among the factors
+    at = inputs_of(src)
+    same_bits(_forward_rows(src, at, True), _forward_rows(src, at, False))
+    loop, out = src.rsplit("\n", 1)
+    src = f"{loop}\nsum({out})"
+    folded, ruled = _tangent_rows(src, at, True), _tangent_rows(src, at, False)
+    for f, r in zip(folded, ruled):
+        assert (f is None) == (r is None)
+        if f is not None:
+            same_bits(f, r)
+
+
+def test_the_jacobian_and_hessian_of_a_loop_that_appends_are_their_closed_forms(monkeypatch):
+    # z_i = 2 sin(x_i), appended a step: J = diag(2 cos x); sum(z^2) = 4 sum(sin^2 x), whose
+    # Hessian is diag(8 cos 2x); and the appends extend one array (no copy of the rows a step)
+    from gradcalc import batched
+    n = 200
+    x = np.linspace(-1.5, 1.5, n)
+    loop = f"z = zeros(0)\nfor i in range({n}) {{\n  z = append(z, sin(x[i]) * 2)\n}}\n"
+    rooms = []
+    real = batched._room
+    monkeypatch.setattr(batched, "_room", lambda *a, **k: rooms.append(1) or real(*a, **k))
+    close(gradcalc.jacobian(loop + "z", at={"x": x}, mode="fwd")["_"]["x"], np.diag(2 * np.cos(x)))
+    assert 0 < len(rooms) <= 12  # (the rows doubled as they filled: log2(200) + the first)
+    close(gradcalc.hessian(loop + "sum(z * z)", at={"x": x})["x"]["x"], np.diag(8 * np.cos(2 * x)))
