@@ -678,6 +678,33 @@ def kinks_near(tr: Traced, wrt_var: int, h: np.ndarray, out_var: int | None = No
     return notes
 
 
+def stopped_notes(tr: Traced, w: str, o: str) -> list[str]:
+    """Notes for a failed comparison: each stop_gradient the program calls on the way from w to o
+    (its argument computed from w, its value used by o).  Finite differences see the value it
+    passes change; the derivative stops there by design, so a comparison across it fails.  Those
+    that built-ins call (logsumexp's, std's) are not the program's: op_name names the built-in."""
+    names, builder = tr.tape.names, tr.builder
+    live, stops = {names[w]}, []
+    for eq in tr.tape.equations:
+        if live.isdisjoint(eq.args):
+            continue
+        live.add(eq.out)
+        if eq.prim.name == "stop_gradient" and builder.op_name(eq.prim, eq.loc) == "stop_gradient":
+            stops.append(eq)
+    if not stops:
+        return []
+    needed, _ = _upstream(tr, names[o])
+    notes = []
+    for eq in stops:
+        if eq.out in needed:
+            where = f" (line {eq.pos.line}, column {eq.pos.col})" if eq.pos else ""
+            note = (f"'stop_gradient'{where} stops the derivative of a value computed from {w}: finite "
+                    "differences see that value change, the derivative does not")
+            if note not in notes:
+                notes.append(note)
+    return notes
+
+
 # ==========================================================================
 # How much f's evaluation rounds
 # ==========================================================================
@@ -1278,6 +1305,8 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
         mabs, mrel = unmeasured_errors(ad, fd, mabs, mrel)
     elif not np.isfinite(fd).all():
         notes.append("finite differences are not finite here (nan or inf near the point)")
+    if not ok:
+        notes += stopped_notes(tr, w, o)
     return CheckResult(name, p, o, w, mabs, mrel, worst, method,
                        float(np.max(h)) if h.size else 0.0, ok, notes, extra)
 
@@ -2375,6 +2404,8 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
         ok2 = False
         notes.append("non-finite derivative")
         mabs, mrel = unmeasured_errors(j, d, mabs, mrel)
+    if not (ok and ok2):
+        notes += stopped_notes(tr, w, o)
     return CheckResult(name, p, o, w, mabs, mrel, worst, directions_label(plan.method, k), hs,
                        ok and ok2, notes, extra, "directions")
 

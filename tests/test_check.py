@@ -80,6 +80,28 @@ def test_every_method_differences_values_through_stop_gradient(method, direction
                           wrt=["x"], directions=directions).ok
 
 
+STOPPED = "'stop_gradient' (line {}, column {}) stops the derivative of a value computed from {}: finite " \
+          "differences see that value change, the derivative does not"
+
+
+@pytest.mark.parametrize("directions", [0, 2])
+@pytest.mark.parametrize("method", ["central", "complex"])
+def test_a_failure_across_stop_gradient_names_it(method, directions):
+    # the failing comparisons say which of the program's stop_gradient calls lie between the
+    # input and the output, where; logsumexp's own (its shift by the maximum) is not named,
+    # nor one whose argument does not come from the input compared (y's, for x)
+    src = "y2 = y * stop_gradient(y * 2)\nsum(x * x) + logsumexp(x * x) + y2 + sum(stop_gradient(x^2))"
+    r = gradcalc.check(src, at={"x": np.array([0.5, -1.0]), "y": 0.75}, method=method, directions=directions,
+                       seed=3)
+    by = {c.wrt: c for c in r.results}
+    assert not by["x"].ok and not by["y"].ok
+    assert [n for n in by["x"].notes if "stop_gradient" in n] == [STOPPED.format(2, 42, "x")]
+    assert [n for n in by["y"].notes if "stop_gradient" in n] == [STOPPED.format(1, 10, "y")]
+    # a passing comparison has no such note; an output that does not use the stopped value neither
+    r = gradcalc.check("a = stop_gradient(x) * 0\nb = x^3\nb", at={"x": 0.5}, method=method, directions=directions)
+    assert r.ok and not any("stop_gradient" in n for c in r.results for n in c.notes)
+
+
 def test_complex_step_refuses_a_non_analytic_primitive_after_stop_gradient():
     # its complex value flows on: abs of it would drop the step, so abs must be refused
     with pytest.raises(gradcalc.GradcalcError) as e:
