@@ -783,7 +783,8 @@ def test_directions_far_from_0_compare_again_at_halved_steps(wrong_by):
     src = f"sum(sin(x)) + stop_gradient({wrong_by!r} * sum(x - {x.tolist()!r}))"
     r = gradcalc.check(src, at={"x": x}, directions=2).results[0]
     assert r.ok == (wrong_by == 0.0), r
-    assert "converge" in r.notes[-1]
+    measured = [n for n in r.notes if not n.startswith("'stop_gradient'")]  # (the wrong slope's, when it fails)
+    assert "converge" in measured[-1]
 
 
 @pytest.mark.parametrize(("src", "x"), [("x", 1e160), ("2*x", [1.0, 1e200]), ("softplus(x)", 1e308)])
