@@ -126,6 +126,8 @@ def console(stderr: bool = False):
                 if not _fits(self, table):
                     _print_stacked(self, table)
                     return
+                if _widest(table) <= self.width:
+                    _join_rows(table)
                 if table.title and table.title_justify == "left":
                     # rich pads a title to the table's width: a line of trailing blanks
                     super().print(table.title, style=table.title_style)
@@ -167,6 +169,41 @@ def _widest(table) -> int:
                for c in table.columns]
     _, right, _, left = table.padding
     return sum(columns) + len(columns) * (left + right + 1) + 1  # (a rule before each column, one after)
+
+
+def _join_rows(table) -> None:
+    """Make a table whose every line fits its column (see _widest) one row of cells of many lines,
+    each column's cells joined, each padded with blank lines to its row's height: rich draws it
+    line for line as it draws the rows (no line wraps; each line is justified on its own), and
+    lays out 6 cells instead of 6 a row (`graph --full`'s 8,000 rows: 4.2 s, most of it rich's
+    drawing of each cell).  Left as it is where rows differ in more than their cells (lines or
+    styles between them) or a cell is not text, or text with a style or layout of its own
+    (styled spans are kept)."""
+    from rich.table import Row
+    from rich.text import Text
+
+    rows = table.rows
+    if len(rows) < 2 or table.show_lines or table.leading or table.row_styles or \
+            any(r.style is not None or r.end_section for r in rows):
+        return
+    columns = [c._cells for c in table.columns]
+    plain = True
+    for cells in columns:
+        for cell in cells:
+            if cell.__class__ is not str:
+                if cell.__class__ is not Text or cell.style or cell.justify or cell.overflow or cell.no_wrap:
+                    return  # (a style or layout of the cell's own: its padding and justification)
+                plain = False
+    texts = [[cell if cell.__class__ is str else cell.plain for cell in cells] for cells in columns]
+    heights = [max(t.count("\n") for t in row) + 1 for row in zip(*texts)]
+    for column, cells, lines in zip(table.columns, columns, texts):
+        pads = ["\n" * (h - 1 - t.count("\n")) for t, h in zip(lines, heights)]
+        if plain:
+            joined = "\n".join(map("".join, zip(cells, pads)))
+        else:
+            joined = Text("\n").join(Text(c) + p if c.__class__ is str else c + p for c, p in zip(cells, pads))
+        column._cells = [joined]
+    table.rows = [Row()]
 
 
 def _print_stacked(out, table) -> None:

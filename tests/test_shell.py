@@ -707,3 +707,63 @@ def test_a_tables_widest_lines_bound_its_width_from_above():
                             + ("\nzz" if rng.random() < 0.2 else "") for _ in range(columns)])
         measured = Measurement.get(console, console.options, table)
         assert measured.minimum <= measured.maximum <= _widest(table)
+
+
+def test_a_table_whose_lines_fit_is_drawn_as_its_rows_joined():
+    # _join_rows draws a table whose every line fits as one row of many-line cells (rich lays
+    # out each cell: 0.5 ms a row): the same characters and escape codes as row by row, for
+    # tables like gradcalc's (justified and wrapped columns, least widths, cells of several
+    # lines and none, styled text, titles and captions); and a table it cannot join is left
+    import random
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from gradcalc.cli.render import _join_rows, _widest
+    rng = random.Random(1)
+
+    def cell():
+        words = " ".join("w" * rng.randint(1, 9) for _ in range(rng.randint(0, 3)))
+        lines = words + "\nzz" * rng.choice([0, 0, 0, 1, 2])
+        if rng.random() < 0.3:  # (styled spans; a cell styled as a whole, or justified, is not joined)
+            text = Text(lines, style="bold" if rng.random() < 0.1 else "",
+                        justify="right" if rng.random() < 0.1 else None)
+            text.stylize("red", 0, rng.randint(0, len(lines)))
+            return text
+        return lines
+
+    def drawn(table, join: bool) -> str:
+        console = Console(width=120, force_terminal=True, color_system="standard", record=False,
+                          highlight=False, markup=False, emoji=False)
+        if join:
+            _join_rows(table)
+        with console.capture() as captured:
+            console.print(table)
+        return captured.get()
+
+    joined = 0
+    for _ in range(400):
+        def make():
+            r = random.Random(seed)
+            table = Table(title="t" if r.random() < 0.3 else None, caption="c" if r.random() < 0.3 else None)
+            for k in range(columns):
+                table.add_column("h" * r.randint(0, 8), justify=r.choice(["left", "right", "center"]),
+                                 no_wrap=r.random() < 0.5, min_width=r.choice([None, 1, 12]))
+            for row in cells:
+                table.add_row(*row)
+            return table
+        seed, columns = rng.random(), rng.randint(1, 5)
+        cells = [[cell() for _ in range(columns)] for _ in range(rng.randint(0, 6))]
+        if _widest(make()) > 120:
+            continue
+        table = make()
+        assert drawn(table, True) == drawn(make(), False)
+        joined += table.row_count == 1 and len(cells) > 1
+    assert joined > 100
+    lines = Table(show_lines=True)
+    lines.add_column("a")
+    lines.add_row("1")
+    lines.add_row("2")
+    _join_rows(lines)
+    assert lines.row_count == 2
