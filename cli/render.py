@@ -123,11 +123,11 @@ def console(stderr: bool = False):
             one field per line, rather than squeezed into ellipses (x…, inp…)."""
             if len(objects) == 1 and isinstance(objects[0], Table):
                 table = objects[0]
-                if not _fits(self, table):
+                if _widest(table) <= self.width:  # (its longest lines fit: so do its words)
+                    _join_rows(table)
+                elif not _fits(self, table):
                     _print_stacked(self, table)
                     return
-                if _widest(table) <= self.width:
-                    _join_rows(table)
                 if table.title and table.title_justify == "left":
                     # rich pads a title to the table's width: a line of trailing blanks
                     super().print(table.title, style=table.title_style)
@@ -145,11 +145,9 @@ def console(stderr: bool = False):
 
 
 def _fits(out, table) -> bool:
-    """Whether every column of the table gets at least its longest word.  Where even its longest
-    lines fit, so do its words, and rich's measure of every cell is not taken twice (the print
-    measures them again): half a second of `graph --full`'s 8,000 rows."""
-    if _widest(table) <= out.width:
-        return True
+    """Whether every column of the table gets at least its longest word (asked where its longest
+    lines do not fit, see _widest: else rich's measure of every cell, which the print takes
+    again, cost half a second of `graph --full`'s 8,000 rows)."""
     from rich.measure import Measurement
     unclamped = out.options.update(width=10 ** 6)  # (a measure is clamped to the width it is given)
     return Measurement.get(out, unclamped, table).minimum <= out.width

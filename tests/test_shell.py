@@ -683,7 +683,7 @@ def test_output_to_a_full_disk_is_an_error(args):
 
 
 def test_a_tables_widest_lines_bound_its_width_from_above():
-    # _fits takes a table whose longest lines fit as fitting without rich's measure of every
+    # a table whose longest lines fit is printed as fitting (joined, see _join_rows) without rich's measure of every
     # cell (which the print takes again): that is sound only if _widest is never below rich's
     # own widths, minimum and maximum, for tables like gradcalc's (wrapped and unwrapped
     # columns, least widths, cells of several lines, empty tables)
