@@ -452,7 +452,7 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     builder.check_finite = False
     if free is None and keep is not None:
         free = _frees(equations, keep)
-    folds = fold or _NO_FOLDS
+    folds = fold if fold is not None else _NO_FOLDS if eager else _recording_folds()
     for i, eq in enumerate(equations):
         if free is not None and i:
             for v in free[i - 1]:  # (those of the equation before: this loop goes on early)
@@ -539,6 +539,29 @@ def _jvp_rules(builder: Builder, eq, ts, eager: bool):
 
 
 _NO_FOLDS: dict = {}  # (forward without folds: never mutated)
+
+
+def _recording_folds() -> dict:
+    """forward's folds for a recorded pass (plot's), made for each pass.  An index update's
+    tangent is recorded as one update of x's tangent, index_update(t_x, 0.0 + t_v), where the
+    rules record index_update(t_x, 0.0) + index_update(zeros, t_v): two arrays of x's size and
+    their sum a step, so that a plot of a loop filling n elements, z[i] = sin(a*i), was O(n^2);
+    an update of a tangent the pass made is written in place (tape.eval_equations).  The same
+    bits: the rules' sum adds 0.0 + t_v on the selection and +0.0 off it, which turns a -0.0 of
+    t_x into +0.0; that sum, t_x + 0.0, is recorded before the first update of a chain only (what
+    an update records holds no -0.0)."""
+    clean: set = set()  # the tangents this pass's updates made
+
+    def update(ts, params, args, values, dying=()):
+        t_x, t_v = ts
+        if t_x.__class__ is not Tracer or t_v.__class__ is not Tracer:
+            return None  # (one tangent: the rules record no sum)
+        if t_x.var not in clean:
+            t_x = t_x + 0.0
+        made = P.index_update(t_x, 0.0 + t_v, idx=params["idx"])
+        clean.add(made.var)
+        return made
+    return {P.index_update: update}
 
 
 def _operands(builder: Builder, eq, eager: bool) -> tuple:

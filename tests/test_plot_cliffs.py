@@ -178,3 +178,67 @@ def test_the_kinks_of_broadcasting_elementwise_operations_are_marked_at_their_cl
     xs = sorted(m["x"] for m in plot("sum(maximum(w * [1, 2, 3], [[0.1, 0.5, 0.9], [0.3, 0.2, 0.7]]))",
                                      "w", -1, 1).marks)
     assert xs == pytest.approx(sorted(set(np.round(d / [1, 2, 3], 12).reshape(-1))), abs=1e-9)  # (ties: one mark)
+
+
+def test_the_derivatives_of_a_loop_filling_an_array_are_their_closed_form():
+    # z[i] = sin(a i), sum(z^2): d/da = sum(2 sin(a i) cos(a i) i) = sum(i sin(2 a i)); and the
+    # second derivative sum(2 i^2 cos(2 a i)), on the plot's samples
+    n = 300
+    src = f"input a = 0.5\nz = zeros({n})\nfor i in range({n}) {{\n  z[i] = sin(a*i)\n}}\nsum(z^2)"
+    r = plot(src, "a", 0, 1, samples=33)
+    a, i = r["abscissae"][:, None], np.arange(n)
+    np.testing.assert_allclose(r["derivatives"], np.sum(i * np.sin(2 * a * i), axis=1), rtol=1e-10, atol=1e-9)
+
+
+def _recorded_tangents(src: str, over: str, at: dict, rows: np.ndarray, rules: bool):
+    """A plot's recording of the tangent (and its tangent) of src's output along over, as
+    plots._recorded makes it, with the recording folds or by the rules alone (fold={}), then
+    evaluated at the abscissae rows as plots._evaluated evaluates it (index updates of what the
+    pass made written in place)."""
+    from gradcalc.session import quiet, trace_source
+    from gradcalc.tape import eval_equations
+    from gradcalc.transforms import forward, seeded
+    with np.errstate(all="ignore"):
+        tr = quiet(trace_source)(src, at, 10**8)
+        b, names = tr.builder, tr.tape.names
+        start = len(b.equations)
+        seed = b.input(np.ones(tr.value(over).shape))
+        fold = {} if rules else None
+        tangent = forward(b, tr.tape.equations, {names[over]: seed}, check=False, fold=fold)[names[tr.tape.output]]
+        seed2 = b.input(np.ones(tr.value(over).shape))
+        second = forward(b, list(tr.tape.equations) + b.equations[start:], {names[over]: seed2}, check=False,
+                         fold=fold)[tangent.var]
+        equations = seeded(list(tr.tape.equations) + b.equations[start:], [names[over]])
+        env = dict(b.values)
+        env[names[over]] = rows
+        wanted = {names[tr.tape.output], tangent.var, second.var}
+        eval_equations(equations, env, keep=wanted)
+        return [np.array(b.values[tangent.var]), np.array(b.values[second.var])] + [env[v] for v in sorted(wanted)]
+
+
+@pytest.mark.parametrize("src", [
+    "z = zeros(6)\nfor i in range(6) {\n  z[i] = sin(a*i) * c[i]\n}\nz * z * c",
+    # (-0.0 in x's tangent before the first update, made +0.0 off the selection; -0.0 written)
+    "z = a * c * -0.0\nfor i in range(4) {\n  z[i] = a * a * -0.0 * c[i]\n}\nz",
+    "z = a * c * -0.0\nz[2] = a^2\nz",
+    # (a recurrence, slices, repeated indices (the last write wins), rows of a matrix)
+    "y = a * c\nfor i in range(5) {\n  y[i + 1] = y[i] * a + c[i]\n}\ny * y",
+    "z = zeros(8)\nfor i in range(4) {\n  z[2*i:2*i + 2] = [a * c[i] * -0.0, a^3]\n}\nz * z",
+    "z = a * c\nz[[1, 3, 1]] = [a, a^2, a^3]\nz * z * c",
+    "Z = zeros((3, 6))\nfor i in range(3) {\n  Z[i] = c * a^(i + 1)\n}\nZ * Z",
+    # (two updates of one tangent: the second is no chain of the first)
+    "z = a * c * -0.0\nu = z\nu[1] = a^2\nz[2] = a^3\nconcat(z, u)",
+])
+def test_a_plots_recorded_updates_are_the_rules_bit_for_bit(src):
+    # plot records an index update's tangent as one update (plus t_x + 0.0 before a chain's
+    # first): the tangent and second tangent, at the traced point and evaluated at a batch of
+    # abscissae, are those of the rules' index_update(t_x, 0) + index_update(zeros, t_v) bit for
+    # bit (zeros of both signs, nan and inf among c)
+    c = np.array([0.0, 1.5, -np.inf, 2.0, np.nan, -0.0])
+    rows = np.array([-1.0, -0.0, 0.0, 0.5, 2.0])
+    folded = _recorded_tangents("input a\n" + src, "a", {"a": 0.75, "c": c}, rows, rules=False)
+    ruled = _recorded_tangents("input a\n" + src, "a", {"a": 0.75, "c": c}, rows, rules=True)
+    for f, r in zip(folded, ruled):
+        f, r = np.asarray(f, dtype=float), np.asarray(r, dtype=float)
+        assert f.shape == r.shape
+        assert np.array_equal(f.view(np.uint64), r.view(np.uint64)), (f, r)
