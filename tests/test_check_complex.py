@@ -46,6 +46,24 @@ def test_complex_step_passes_a_right_derivative_whose_terms_cancel(directions):
     assert failed == []
 
 
+def test_the_complex_steps_rounding_is_measured_at_the_failing_columns_alone(monkeypatch):
+    # sum((x+1)^2 - x^2) with one x_i of 1e5 among small ones: only its element fails within the
+    # quotients' rounding, so the quotients at other steps move its column alone; reverse mode's
+    # 16 rescaled Jacobians are one backward pass; the check passes
+    from gradcalc import numerics
+    columns, passes = [], []
+    estimate, cotangents = numerics.fd_estimate, numerics._cotangents
+    monkeypatch.setattr(numerics, "fd_estimate", lambda *a, **k: columns.append(k.get("columns")) or estimate(*a, **k))
+    monkeypatch.setattr(numerics, "_cotangents", lambda *a, **k: passes.append(1) or cotangents(*a, **k))
+    x = np.linspace(0.5, 2, 40)
+    x[17] = 1e5
+    r = gradcalc.check("sum((x+1)^2 - x^2)", at={"x": x}, method="complex")
+    assert r.ok, breach_text(r.results[0])
+    assert any("complex step round by up to" in n for n in r.results[0].notes)
+    assert columns[0] is None and len(columns) > 1 and all(list(c) == [17] for c in columns[1:])
+    assert len(passes) == 1
+
+
 @pytest.mark.parametrize("directions", [0, 2])
 def test_complex_step_passes_a_zero_derivative_whose_terms_cancel(directions):
     # the derivative is exactly 0, and terms of 2e4 cancel in it: 50 of 50 points failed, both ways
