@@ -319,9 +319,11 @@ def _unit_slice(params: dict, size_param: str):
 
 def _fold_index(b: BatchedBuilder, args: tuple, params: dict):
     x = args[0]
-    span = None if x.band is None else _unit_slice(params, "xshape")
-    if span is None:
+    if x.band is None:
         return None
+    span = _unit_slice(params, "xshape")
+    if span is None:
+        return _fold_gather(x, params)
     start, stop = span  # column j of the slice is column start + j of the operand
     made = {}
     for k, d in x.band.items():
@@ -331,9 +333,11 @@ def _fold_index(b: BatchedBuilder, args: tuple, params: dict):
 
 def _fold_index_put(b: BatchedBuilder, args: tuple, params: dict):
     x = args[0]
-    span = None if x.band is None else _unit_slice(params, "shape")
-    if span is None:
+    if x.band is None:
         return None
+    span = _unit_slice(params, "shape")
+    if span is None:
+        return _fold_scatter(x, params)
     start, stop = span  # column j of the operand lands at column start + j
     size = params["shape"][0]
     made = {}
@@ -341,6 +345,81 @@ def _fold_index_put(b: BatchedBuilder, args: tuple, params: dict):
         placed = np.zeros(size, dtype=d.dtype)
         placed[start:stop] = d
         made[k - start] = placed
+    return _Slot(None, (size,), made)
+
+
+#: The most distinct moves (see _moves) a gather or scatter of a band may make: each of a band's
+#: diagonals becomes one diagonal a move.
+MOST_MOVES = 4
+
+
+def _moves(params: dict, size_param: str):
+    """For an index of a vector by one integer array p (roll's, a shifted take's): p and, for
+    each distinct move d = p[j] - j (roll by s: -s and n - s), the columns j that move so;
+    None for other indices, or more than MOST_MOVES moves."""
+    idx = params["idx"]
+    if len(idx) != 1 or len(params[size_param]) != 1:
+        return None
+    p = idx[0]
+    if p.__class__ is not np.ndarray or p.ndim != 1 or p.dtype.kind not in "iu" or not p.size:
+        return None
+    delta = p - np.arange(p.size)
+    first = delta[0]
+    if (delta == first).all():  # (the usual case: one move)
+        return p, {int(first): None}
+    found = np.unique(delta)
+    if found.size > MOST_MOVES:
+        return None
+    return p, {int(d): delta == d for d in found}
+
+
+def _placed(made: dict, k: int, diagonal, columns) -> None:
+    """Diagonal k of a band made column by column: columns (a mask, or None for all) come from
+    diagonal, which holds +0 elsewhere; where k has some already, their columns are others
+    (a column moves once), so the two are merged, not summed (a -0.0 stays)."""
+    prev = made.get(k)
+    made[k] = diagonal if prev is None else np.where(columns, diagonal, prev)
+
+
+def _fold_gather(x: _Slot, params: dict):
+    """x[p] of a band, p an integer array that moves each column by one of a few offsets (see
+    _moves): column j reads column p[j], whose diagonal k lies on row p[j] + k, diagonal
+    k + p[j] - j of the result; so each diagonal splits by move, +0 on the columns that move
+    otherwise.  The same values as the rules' gather of the written-out rows."""
+    found = _moves(params, "xshape")
+    if found is None:
+        return None
+    p, moves = found
+    made: dict = {}
+    for k, d in x.band.items():
+        picked = d[p]
+        for move, columns in moves.items():
+            _placed(made, k + move, picked if columns is None else np.where(columns, picked, 0.0), columns)
+    return _Slot(None, (p.size,), made)
+
+
+def _fold_scatter(x: _Slot, params: dict):
+    """index_put(g, idx=(p,)) of a band (a gather's adjoint), p distinct positions in a vector of
+    params["shape"] that move by a few offsets (see _moves): column j of g lands at column p[j],
+    its diagonal k on row j + k, diagonal k - (p[j] - j) of the result.  The same values as the
+    rules' scatter of the written-out rows (no position is written twice)."""
+    found = _moves(params, "shape")
+    if found is None or not distinct_index(params["idx"]):
+        return None
+    p, moves = found
+    size = params["shape"][0]
+    made: dict = {}
+    for k, d in x.band.items():
+        for move, columns in moves.items():
+            placed = np.zeros(size, dtype=d.dtype)
+            if columns is None:
+                placed[p] = d
+                _placed(made, k - move, placed, None)
+            else:
+                placed[p[columns]] = d[columns]
+                landed = np.zeros(size, dtype=bool)
+                landed[p[columns]] = True
+                _placed(made, k - move, placed, landed)
     return _Slot(None, (size,), made)
 
 

@@ -454,6 +454,7 @@ def test_folded_tangents_are_the_rules_tangents(src):
     # (gathers of distinct elements, x[[i, j]] and take(x, i), whose cotangents add_at adds in place;
     # one that reads an element twice, x[[i, i]], runs the rules; an update of a gathered pair)
     "s = 0\nfor i in range(7) {\n  s = s + sum(x[[i, i + 1]] * x[[i + 1, i]] * c[[i, 7 - i]])\n}\ns",
+    "y = cumsum(x)\ns = 0\nfor i in range(7) {\n  s = s + sum(y[[i, i + 1]] * y[[i + 1, i]] * c[[i, 7 - i]])\n}\ns",
     "s = 0\nfor i in range(8) {\n  s = s + take(x, i) * x[i] * c[(i + 5) % 8]\n}\ns + sum(x * x)",
     "s = 0\nfor i in range(2) {\n  s = s + sum(C[i, [0, 3, 5]] * x[[1, 4, 6]] * x[[i, 7, 2]])\n}\ns",
     "z = x * 0\nfor i in range(4) {\n  z[[2*i + 1, 2*i]] = [x[i] * c[i], x[i]^2]\n}\nsum(z * z * c)",
@@ -476,8 +477,8 @@ def test_a_loops_reads_add_in_place_what_the_rules_add(src, writes):
     from gradcalc.tape import COUNTS_REFERENCES
     at = inputs_of(src)
     folded = _tangent_rows(src, at, True)
-    if "M[i, :]" not in src:  # (rows were written into, not copied, where that is safe)
-        assert any(writes) == COUNTS_REFERENCES
+    if "M[i, :]" not in src and "x[[i, i + 1]]" not in src:  # (rows were written into, not copied,
+        assert any(writes) == COUNTS_REFERENCES  # where that is safe; x's gathers stay bands: _fold_gather)
     ruled = _tangent_rows(src, at, False)
     assert len(folded) == len(ruled)
     for f, r in zip(folded, ruled):
@@ -1018,3 +1019,57 @@ def test_the_jacobian_and_hessian_of_a_loop_that_appends_are_their_closed_forms(
     close(gradcalc.jacobian(loop + "z", at={"x": x}, mode="fwd")["_"]["x"], np.diag(2 * np.cos(x)))
     assert 0 < len(rooms) <= 12  # (the rows doubled as they filled: log2(200) + the first)
     close(gradcalc.hessian(loop + "sum(z * z)", at={"x": x})["x"]["x"], np.diag(8 * np.cos(2 * x)))
+
+
+def test_the_hessian_of_a_ring_and_a_shifted_take_are_their_closed_forms(monkeypatch):
+    # E = sum_i x_i x_(i-1) x_(i-2) (indices mod n, by roll): each pair of a term's three
+    # variables has the third as its second derivative; and sum_j x_(j+1)^2 x_j by take; both
+    # kept as bands of diagonals through the gathers and their adjoints (no dense rows)
+    from gradcalc import batched
+    folded = []
+    real = batched._fold_gather
+    monkeypatch.setattr(batched, "_fold_gather", lambda *a: folded.append(1) or real(*a))
+    n = 40
+    x = np.linspace(-1.5, 2, n)
+    want = np.zeros((n, n))
+    for i in range(n):
+        term = (i, (i - 1) % n, (i - 2) % n)
+        for a in term:
+            for b in term:
+                if a != b:
+                    want[a, b] += x[[t for t in term if t not in (a, b)][0]]
+    close(gradcalc.hessian("sum(x*roll(x,1)*roll(x,2))", at={"x": x})["x"]["x"], want)
+    assert folded
+    want = np.zeros((n, n))
+    j = np.arange(n - 1)
+    want[j + 1, j + 1] += 2 * x[j]
+    want[j + 1, j] += 2 * x[j + 1]
+    want[j, j + 1] += 2 * x[j + 1]
+    close(gradcalc.hessian(f"sum(take(x, arange(1, {n}))^2 * x[:-1])", at={"x": x})["x"]["x"], want)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("src", [
+    "sum(x*roll(x,1)*roll(x,2))", "sum(x * roll(x, -3)^2 * c)", "sum(take(x, [1, 2, 3, 4, 5, 6, 7, 0])^2 * c)",
+    "sum(roll(x * c, 4) * x)", "sum(x[[7, 0, 1, 2, 3, 4, 5, 6]] * x * -0.0)", "sum(take(x, [3, 3, 4]) * x[0:3])",
+    "y = roll(x, 2)\nsum(y[1:] * y[:-1]) + sum(roll(y, -1)^3 * c)", "sum(take(x, [7, 6, 5, 4, 3, 2, 1, 0]) * x)",
+    "sum(roll(x, 1) * roll(x, 2) * roll(x, 5) * c)", "sum(x[[0, 2, 4, 6]] * x[[1, 3, 5, 7]])",
+])
+def test_gathers_of_bands_are_the_dense_passes_values(src, monkeypatch):
+    # a gather or its adjoint that moves each element by one of a few offsets (roll's two, a
+    # shifted take's one) keeps a band a band: the Hessian and both Jacobians hold the values of
+    # the passes without that fold (dense rows), nan and inf where they are; a zero's sign may
+    # differ (a band adds no +0.0 of other terms, see batched.py); eight moves stay dense
+    from gradcalc import batched
+    at = inputs_of(src)
+    vector = src.replace("sum(", "(", 1) if src.startswith("sum(") else src
+
+    def passes():
+        return [gradcalc.hessian(src, at=at)["x"]["x"], gradcalc.jacobian(vector, at=at, mode="fwd")["_"]["x"],
+                gradcalc.jacobian(vector, at=at, mode="rev")["_"]["x"]]
+    with np.errstate(all="ignore"):
+        folded = passes()
+        monkeypatch.setattr(batched, "_moves", lambda *a: None)
+        dense = passes()
+    for f, d in zip(folded, dense):
+        np.testing.assert_array_equal(f, d)
