@@ -22,11 +22,26 @@ MAX_SHOWN = 64
 
 def dump_json(payload: dict, out=None) -> None:
     """One JSON object on stdout; floats keep full round-trip precision (repr), and
-    non-finite ones are spelt as the codec spells them ("nan", "inf", "-inf")."""
+    non-finite ones are spelt as the codec spells them ("nan", "inf", "-inf").
+
+    Written a top-level key at a time, and a list's items one at a time, each converted as it
+    is written: the same bytes as one json.dumps of the whole, which held every array as a
+    Python list and the whole text at once (graph -f json of a loop filling 4,000 elements, 16
+    million numbers: 1.3 GB)."""
     import json  # (here: table output, a one-liner's default, loads no json)
     out = out or sys.stdout
-    doc = {"schema": SCHEMA, **to_json(payload)}
-    out.write(json.dumps(doc, allow_nan=False) + "\n")
+    write, dumps = out.write, json.dumps
+    write("{")
+    for i, (key, value) in enumerate({"schema": SCHEMA, **payload}.items()):
+        write(f"{', ' if i else ''}{dumps(str(key))}: ")
+        if isinstance(value, list) and value:
+            write("[")
+            for j, item in enumerate(value):
+                write(f"{', ' if j else ''}{dumps(to_json(item), allow_nan=False)}")
+            write("]")
+        else:
+            write(dumps(to_json(value), allow_nan=False))
+    write("}\n")
 
 
 # -- plain ------------------------------------------------------------------
