@@ -39,6 +39,8 @@ def array_to_json(value):
     """An array (or anything NumPy makes a float64 array of) as JSON data: nested lists of
     numbers, a plain number for a scalar."""
     a = np.asarray(value, dtype=np.float64)
+    if not a.ndim:  # (one number: a Hessian of n scalar inputs has n² of them)
+        return number_to_json(float(a))
     if np.isfinite(a).all():
         return a.tolist()  # (made in C: the common case of a large array stays fast)
     return _spelled(a.tolist())

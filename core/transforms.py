@@ -653,12 +653,16 @@ def jacobian_row(rows, yshape: tuple, xshapes: list) -> list:
     """rows_to_jacobian of several inputs side by side (rows: one per element of each input, in
     order) -> a block of shape yshape + xshape for each, made by one transpose of all the rows: a
     Hessian of n scalar inputs has n² blocks, one slice each."""
-    sizes = [math.prod(xshape) for xshape in xshapes]
+    sizes = [math.prod(xshape) if xshape else 1 for xshape in xshapes]
     rows = np.asarray(rows).reshape((sum(sizes),) + tuple(yshape))
     columns = rows.transpose((*range(1, rows.ndim), 0))
     blocks, start = [], 0
     for xshape, k in zip(xshapes, sizes):
-        blocks.append(columns[..., start:start + k].reshape(tuple(yshape) + tuple(xshape)))
+        if xshape:
+            blocks.append(columns[..., start:start + k].reshape(tuple(yshape) + tuple(xshape)))
+        else:  # (a scalar input's column, one index where a slice and a reshape cost twice as much,
+            # n² times for n scalar inputs; [start, ...] of a vector is a 0-d array, not a scalar)
+            blocks.append(columns[..., start] if yshape else columns[start, ...])
         start += k
     return blocks
 

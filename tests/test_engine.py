@@ -720,16 +720,18 @@ def test_a_loop_of_updates_writes_in_place(monkeypatch):
     assert seen.count(True) >= 99
 
 
-@pytest.mark.parametrize("yshape, xshapes", [((), [(), (3,), (2, 2)]), ((2,), [(3,), ()]), ((2, 3), [(1,), (2, 1, 2)])])
+@pytest.mark.parametrize("yshape, xshapes", [((), [(), (3,), (2, 2)]), ((2,), [(3,), ()]), ((2, 3), [(1,), (2, 1, 2)]),
+                                             ((), [(), (), ()]), ((3,), [(), (), (2,)])])
 def test_a_jacobian_row_is_each_inputs_block(yshape, xshapes):
     """jacobian_row cuts the rows of a batched pass (one per element of the inputs, in order) into
-    blocks of shape yshape + xshape: block[y][x] is the row of x's element at y."""
+    blocks of shape yshape + xshape: block[y][x] is the row of x's element at y; every block an
+    array, a scalar's and a scalar input's of a scalar output 0-d (not a NumPy scalar)."""
     from gradcalc.transforms import jacobian_row
     n = sum(math.prod(s) for s in xshapes)
     rows = np.arange(n * math.prod(yshape), dtype=float).reshape((n,) + yshape) * 1.5
     start = 0
     for block, xshape in zip(jacobian_row(rows, yshape, xshapes), xshapes):
-        assert block.shape == yshape + xshape
+        assert type(block) is np.ndarray and block.shape == yshape + xshape
         for k, x in enumerate(np.ndindex(*xshape)):
             for y in np.ndindex(*yshape):
                 assert block[y + x] == rows[(start + k,) + y]

@@ -3,6 +3,7 @@ files and pipes, --save, --wrt a,b, and the rough edges a new user hits."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -798,3 +799,16 @@ def test_json_is_written_piece_by_piece_as_one_dumps_writes_it():
         out = io.StringIO()
         dump_json(payload, out=out)
         assert out.getvalue() == json.dumps({"schema": SCHEMA, **to_json(payload)}, allow_nan=False) + "\n"
+
+
+@pytest.mark.parametrize("x", [1.5, -0.0, 0.0, float("nan"), float("inf"), -float("inf"), 1e-310, 3, True, 2**60])
+def test_a_single_number_is_written_as_one_element_of_an_array_is(x):
+    # array_to_json takes a 0-d array as one number (a Hessian of n scalar inputs writes n² of
+    # them): as SPEC §6 spells it, the same as the element of a 1-element array, sign of 0 kept
+    from gradcalc.codec import array_to_json
+    one, listed = array_to_json(np.array(x)), array_to_json(np.array([x]))[0]
+    assert type(one) is type(listed) and (one == listed or one != one and listed != listed)
+    if isinstance(one, float):
+        assert math.copysign(1.0, one) == math.copysign(1.0, float(x))
+    else:
+        assert one == {math.inf: "inf", -math.inf: "-inf"}.get(float(x), "nan")
