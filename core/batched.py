@@ -691,10 +691,7 @@ def _jvp_concat(ts, params, args, values, dying=()):
     array is filled up to, writes the other operands after it, with no copy (the array doubled
     when full, as a list's).  A view that ends before that (a second concat of the same z) is
     copied into an array of its own: no write ever reaches rows that a view already shows.  The
-    same bits as the rule's: a copy of each operand's rows, zeros where it has no tangent.  A
-    chain starts where the first operand is as long as the others together and no band: not at
-    an array literal's or a stack's operands, which one concatenate of the rules copies faster
-    than a write an operand."""
+    same bits as the rule's: a copy of each operand's rows, zeros where it has no tangent."""
     b = shape = None
     for t in ts:
         if t is not None:
@@ -702,17 +699,13 @@ def _jvp_concat(ts, params, args, values, dying=()):
                 return None
             b, shape = t.builder, list(t.var.shape)  # (an operand's: the axis's length below)
     axis, sizes = params["axis"], params["sizes"]
-    total = sum(sizes)
-    first = ts[0]
-    grows = first.var.grows if first is not None else None
-    extends = grows is not None and grows[1] == axis and grows[2][0] == sizes[0]
-    if not extends and (2 * sizes[0] < total or first is not None and first.var.band is not None):
-        return None
     parts = [None if t is None else b.rows(t) for t in ts]
     if any(r is not None and r.dtype is not F64 for r in parts):
         return None
+    total = sum(sizes)
+    grows = ts[0].var.grows if ts[0] is not None else None
     start = 0
-    if extends:
+    if grows is not None and grows[1] == axis and grows[2][0] == sizes[0]:
         rows, _, filled = grows  # (extended in place, or copied into a longer array)
         start = sizes[0]
         if rows.shape[axis] < total:
