@@ -53,7 +53,7 @@ class _Slot:
     a fixed value; ``band``, {offset k: d_k} for a band of diagonals (row b holds d_k[j] at
     column j = b - k); ``offset``, k for a block of the identity basis."""
 
-    __slots__ = ("value", "shape", "band", "batched", "offset", "made", "loose", "zeroed", "grows")
+    __slots__ = ("value", "shape", "band", "batched", "offset", "made", "loose", "zeroed")
 
     def __init__(self, value, shape: tuple, band=None, batched: bool = True, offset=None):
         self.value, self.shape, self.band, self.batched, self.offset = value, shape, band, batched, offset
@@ -64,9 +64,6 @@ class _Slot:
         # (record, depth, loose): value not made yet, a copy of the record's rows with zeros on
         # its selections of this depth or less (see _zeroed_later), and the loose it will have
         self.zeroed = None
-        # (rows, axis, filled): value is rows[..., :L] along axis, a concat's, with room after it
-        # (see _jvp_concat); filled, [how far the rows are written], shared by the chain
-        self.grows = None
 
 
 class _Shapes:
@@ -683,64 +680,6 @@ def _aligned(v, rank: int, nd: int):
     return v.reshape(v.shape[:1] + (1,) * (rank - nd) + v.shape[1:])
 
 
-def _jvp_concat(ts, params, args, values, dying=()):
-    """concat, with the room to grow: a loop growing an array, z = append(z, v) or concat(z, [v]),
-    made the rules copy z's tangent rows each step, O(batch x n) a step for n steps.  The fold
-    writes each operand's rows into an array longer than the result along the axis, and the
-    result is a view of its start; a concat whose first operand is such a view, ending where the
-    array is filled up to, writes the other operands after it, with no copy (the array doubled
-    when full, as a list's).  A view that ends before that (a second concat of the same z) is
-    copied into an array of its own: no write ever reaches rows that a view already shows.  The
-    same bits as the rule's: a copy of each operand's rows, zeros where it has no tangent."""
-    b = shape = None
-    for t in ts:
-        if t is not None:
-            if t.__class__ is not Tracer or t.var.__class__ is not _Slot:
-                return None
-            b, shape = t.builder, list(t.var.shape)  # (an operand's: the axis's length below)
-    axis, sizes = params["axis"], params["sizes"]
-    parts = [None if t is None else b.rows(t) for t in ts]
-    if any(r is not None and r.dtype is not F64 for r in parts):
-        return None
-    total = sum(sizes)
-    grows = ts[0].var.grows if ts[0] is not None else None
-    start = 0
-    if grows is not None and grows[1] == axis and grows[2][0] == sizes[0]:
-        rows, _, filled = grows  # (extended in place, or copied into a longer array)
-        start = sizes[0]
-        if rows.shape[axis] < total:
-            old, rows = rows, _room(b, shape, axis, total)
-            _along(rows, axis, 0, start)[...] = _along(old, axis, 0, start)
-            filled = [start]
-    else:
-        rows, filled = _room(b, shape, axis, total, exact=True), [0]
-    at = 0
-    for part, size in zip(parts, sizes):
-        if at >= start:
-            _along(rows, axis, at, at + size)[...] = 0.0 if part is None else part
-        at += size
-    filled[0] = total
-    shape[axis] = total
-    made = _batched(_along(rows, axis, 0, total), tuple(shape))
-    made.grows = rows, axis, filled
-    return _tracer(b, made)
-
-
-def _room(b: BatchedBuilder, shape: list, axis: int, length: int, exact: bool = False):
-    """Uninitialised rows of the logical shape with the axis of twice the given length (room to
-    grow), or of the length itself where exact or where twice would pass the element budget."""
-    shape = list(shape)
-    shape[axis] = length
-    if not exact and b.n * 2 * math.prod(shape) <= b.base.max_elements:
-        shape[axis] = 2 * length
-    return np.empty((b.n,) + tuple(shape))
-
-
-def _along(rows, axis: int, start: int, stop: int):
-    """rows[..., start:stop] on the (negative) axis: a view."""
-    return rows[(Ellipsis, slice(start, stop)) + (_ALL,) * (-axis - 1)]
-
-
 EVERYWHERE = (Ellipsis,)  # (a slot's loose: an array that was copied, not summed)
 
 
@@ -974,8 +913,7 @@ _SOLE_ARRAY_REFERENCES = 2
 JVP_FOLDS = {P.neg: _jvp_of(_fold_neg), P.index: _jvp_index,
              P.index_put: _jvp_of(_fold_index_put), P.copy: _jvp_copy, P.add: _jvp_add,
              P.mul: _jvp_product, P.safe_mul: _jvp_product, P.pow_const: _jvp_pow_const,
-             P.add_at: _jvp_add_at, P.index_update: _jvp_index_update, P.index_add: _jvp_index_add,
-             P.concat: _jvp_concat}
+             P.add_at: _jvp_add_at, P.index_update: _jvp_index_update, P.index_add: _jvp_index_add}
 
 
 # The batched backward pass's folds (handed to transforms.backward as its fold=): each takes the
