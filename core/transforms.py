@@ -441,7 +441,8 @@ def forward(builder: Builder, equations, tangents: dict, *, eager: bool = False,
     ``fold`` (an eager batched pass: ``batched.JVP_FOLDS``), {prim: fold(tangents, params,
     args, values, dying)}, gives an equation's tangent where it makes, without running the rules,
     what they would make; None where it does not, and the rules run (dying: the variables whose
-    tangents no later equation reads, when known: a fold may write into theirs).
+    tangents no later equation reads, when known: a fold may write into theirs).  Without one, a
+    traced pass records with _recording_folds; ``fold={}`` runs the rules alone.
     """
     tan = dict(tangents)
     get = tan.get
