@@ -775,7 +775,6 @@ def test_json_is_written_piece_by_piece_as_one_dumps_writes_it():
     # held 1.3 GB as one text): the same bytes as json.dumps of the whole converted document,
     # for payloads of nested dicts and lists, arrays and scalars (nan, inf, -0.0), empty lists
     import io
-    import json
     import random
 
     from gradcalc.cli.render import SCHEMA, dump_json
