@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import math
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from .lower import DEFAULT_MAX_STEPS, Traced, trace
 from .syntax import Program
 from .syntax import parse as parse_text
 from .tape import all_finite
-from .transforms import ancestors, backward, forward, jacobian_row
+from .transforms import backward, forward, jacobian_row, reaching
 
 
 def quiet(fn):
@@ -214,43 +215,93 @@ def _memory_holder(v: np.ndarray):
 
 
 def jacobian_blocks(tr: Traced, outs: list, wrt: list, mode: str) -> dict:
-    """{of: {wrt: block or None}} for a traced program, by one batched pass per output
-    (mode "rev") or one batched tangent pass (mode "fwd"); None means unconnected."""
-    names, b = tr.tape.names, tr.builder
-    out_size = sum(tr.value(o).size for o in outs)
-    wrt_size = sum(tr.value(w).size for w in wrt)
+    """{of: {wrt: block or None}} for a traced program, by batched passes over groups of outputs
+    (mode "rev", see _output_groups) or one batched tangent pass (mode "fwd"); None means
+    unconnected: no differentiable path leads from that input to that output."""
+    names, b, eqs = tr.tape.names, tr.builder, tr.tape.equations
+    reach = reaching(eqs, [names[w] for w in wrt])
+    connected = {o: [reach.get(names[o], 0) >> i & 1 for i in range(len(wrt))] for o in outs}
     blocks: dict = {o: {} for o in outs}
     if mode == "rev":
-        for o in outs:
-            yshape = tr.value(o).shape
-            m = tr.value(o).size
-            if m == 0:  # an empty output has an empty Jacobian
-                blocks[o] = {w: np.zeros(yshape + tr.value(w).shape) for w in wrt}
-                continue
-            b.check_size((m, max(wrt_size, 1)), what=f"the Jacobian of '{o}'")
-            # One eager backward pass on every row of the identity at once (see batched.py).
-            batch = BatchedBuilder(b, m, what=f"the reverse pass for the Jacobian of '{o}'")
-            (seed,) = batch.seeds([yshape])
-            found = backward(b, tr.tape.equations, {names[o]: seed}, [names[w] for w in wrt], eager=True,
-                             check=False, fold=VJP_FOLDS)
-            for w in wrt:
-                r = found[names[w]]
-                blocks[o][w] = None if r is None else batch.rows(r).reshape(yshape + tr.value(w).shape)
-    elif wrt_size == 0:  # nothing to differentiate with respect to: empty blocks
-        blocks = {o: {w: np.zeros(tr.value(o).shape + tr.value(w).shape) for w in wrt} for o in outs}
-    else:
-        n = wrt_size
-        b.check_size((n, max(out_size, 1)), what="the Jacobian")
-        # One eager tangent pass on every column of the identity at once (see batched.py).
-        batch = BatchedBuilder(b, n, what="the forward pass for the Jacobian")
-        seeds = batch.seeds([tr.value(w).shape for w in wrt])
-        tan = forward(b, tr.tape.equations, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
-                      keep={names[o] for o in outs}, fold=JVP_FOLDS)
-        cols = [None if tan.get(names[o]) is None else batch.rows(tan[names[o]]) for o in outs]
-        shapes = [tr.value(w).shape for w in wrt]
-        for o, c in zip(outs, cols):
-            reach = ancestors(tr.tape.equations, [names[o]])
-            row = [None] * len(wrt) if c is None else jacobian_row(c, tr.value(o).shape, shapes)
-            # (None: no differentiable path, unconnected)
-            blocks[o] = {w: block if names[w] in reach else None for w, block in zip(wrt, row)}
+        for group in _output_groups(tr, outs, wrt):
+            for o, row in zip(group, _reverse_rows(tr, group, wrt)):
+                blocks[o] = {w: block if linked else None for w, block, linked in zip(wrt, row, connected[o])}
+        return blocks
+    out_size = sum(tr.value(o).size for o in outs)
+    n = sum(tr.value(w).size for w in wrt)
+    if n == 0:  # nothing to differentiate with respect to: empty blocks
+        return {o: {w: np.zeros(tr.value(o).shape + tr.value(w).shape) for w in wrt} for o in outs}
+    b.check_size((n, max(out_size, 1)), what="the Jacobian")
+    # One eager tangent pass on every column of the identity at once (see batched.py).
+    batch = BatchedBuilder(b, n, what="the forward pass for the Jacobian")
+    seeds = batch.seeds([tr.value(w).shape for w in wrt])
+    tan = forward(b, eqs, {names[w]: s for w, s in zip(wrt, seeds)}, eager=True, check=False,
+                  keep={names[o] for o in outs}, fold=JVP_FOLDS)
+    shapes = [tr.value(w).shape for w in wrt]
+    for o in outs:
+        t = tan.get(names[o])
+        row = [None] * len(wrt) if t is None else jacobian_row(batch.rows(t), tr.value(o).shape, shapes)
+        blocks[o] = {w: block if linked else None for w, block, linked in zip(wrt, row, connected[o])}
     return blocks
+
+
+#: Rows a reverse pass of several outputs stacks at most (see _output_groups).
+GROUP_ROWS = 256
+
+
+def _output_groups(tr: Traced, outs: list, wrt: list) -> list:
+    """The outputs of a reverse-mode Jacobian in groups, each group one batched backward pass
+    (a row for each of its outputs' elements): a pass walks the whole tape, so that a pass per
+    output would make a thousand scalar outputs of a long program cost a thousand walks.  A
+    group holds up to GROUP_ROWS rows, fewer where the tape's widest value times the rows would
+    pass an eighth of the element budget (a pass's values are rows × their size), and never two
+    outputs of one variable (their seeds would land on one).  An output larger than that, or
+    an empty one, is a group of its own."""
+    if len(outs) == 1:
+        return [outs]
+    names = tr.tape.names
+    widest = max(map(math.prod, tr.builder.shapes.values()), default=1)
+    cap = max(1, min(GROUP_ROWS, tr.builder.max_elements // 8 // max(widest, 1)))
+    groups: list = []
+    rows, taken = cap, set()  # the last group's rows (a full group: start one) and variables
+    for o in outs:
+        m = tr.value(o).size
+        if rows + m > cap or m == 0 or names[o] in taken:
+            groups.append([])
+            rows, taken = 0, set()
+        groups[-1].append(o)
+        taken.add(names[o])
+        rows += m or cap  # (an empty output: a group of its own)
+    return groups
+
+
+def _reverse_rows(tr: Traced, group: list, wrt: list) -> list:
+    """[[block of (output, input) for each input] for each output of group]: one eager backward
+    pass on every row of the identity over the group's outputs at once (see batched.py).  A
+    row reads only its own output's seed, so its numbers are those of a pass of that output
+    alone (the other outputs' rows add zeros to it: a -0.0 there may come out +0.0)."""
+    names, b = tr.tape.names, tr.builder
+    shapes = [tr.value(o).shape for o in group]
+    m = sum(map(math.prod, shapes))
+    if m == 0:  # an empty output has an empty Jacobian (a group of its own)
+        return [[np.zeros(shapes[0] + tr.value(w).shape) for w in wrt]]
+    what = f"the Jacobian of {_listed(group)}"
+    b.check_size((m, max(sum(tr.value(w).size for w in wrt), 1)), what=what)
+    batch = BatchedBuilder(b, m, what=f"the reverse pass for {what}")
+    seeds = batch.seeds(shapes)
+    found = backward(b, tr.tape.equations, {names[o]: s for o, s in zip(group, seeds)}, [names[w] for w in wrt],
+                     eager=True, check=False, fold=VJP_FOLDS)
+    found = [None if found[names[w]] is None else batch.rows(found[names[w]]) for w in wrt]
+    rows, start = [], 0
+    for shape in shapes:
+        size = math.prod(shape)
+        rows.append([None if r is None else r[start:start + size].reshape(shape + tr.value(w).shape)
+                     for w, r in zip(wrt, found)])
+        start += size
+    return rows
+
+
+def _listed(names: list) -> str:
+    """'a', or 'a' and 2 other outputs."""
+    rest = len(names) - 1
+    return f"'{names[0]}'" + (f" and {rest} other output{'s' * (rest > 1)}" if rest else "")

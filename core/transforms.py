@@ -54,18 +54,22 @@ def depends(equations, sources) -> set:
     return live
 
 
-def ancestors(equations, targets) -> set:
-    """Variables with a differentiable path to any of targets (the targets included): depends()
-    run backwards, one sweep for every source at once."""
-    live = set(targets)
-    add = live.add
-    for eq in reversed(equations):
-        if eq[0] in live:
+def reaching(equations, sources) -> dict:
+    """{variable: bits}: bit i set where a differentiable path leads from sources[i] to the
+    variable (a source reaches itself); variables no source reaches are absent.  One sweep
+    for every source at once, so that which of many outputs depends on which of many inputs
+    costs one pass over the tape, not one per output."""
+    bits = {v: 1 << i for i, v in enumerate(sources)}
+    get = bits.get
+    for eq in equations:
+        reached = 0
+        for a in eq[2]:
+            reached |= get(a, 0)
+        if reached:
             prim = eq[1]
             if prim.differentiable and prim.vjp is not None:
-                for a in eq[2]:
-                    add(a)
-    return live
+                bits[eq[0]] = get(eq[0], 0) | reached
+    return bits
 
 
 def backward(builder: Builder, equations, cotangents: dict, wrt, *, eager: bool = False,
