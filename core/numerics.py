@@ -28,7 +28,7 @@ from .stencil import METHODS, default_step
 from .tape import DEFAULT_MAX_ELEMENTS, Guard, by_row, eval_equations
 from .tape import _scalar_or_array as scalar_or_array
 from .transforms import fit_to_shape
-from .transforms import backward, forward, largest_batched, rows_to_jacobian, seeded
+from .transforms import backward, forward, largest_batched, needed, rows_to_jacobian, seeded
 
 
 # ==========================================================================
@@ -98,18 +98,17 @@ def _on_tape(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str],
     downstream whose primitive has a branch, the rows where it chose otherwise."""
     names, b = tr.tape.names, tr.builder
     var = names[wrt]
-    downstream = seeded(tr.tape.equations, [var])
+    out_vars = tuple(names[o] for o in outs)
+    downstream, guards, branched, keep, _ = _pass_from(tr, var, out_vars, facts)
+    if switched is None:
+        branched = []
     largest = largest_batched(downstream, [var], b.shapes)
     b.check_size((len(batch), largest), what=f"a batch of {len(batch)} perturbed points "
                                              f"through {largest}-element values")
-    guards = _guards_reached(tr, var, downstream)
-    out_vars = [names[o] for o in outs]
-    branched = [] if switched is None else _equations_with(tr, var, None, "branch", facts)
     # values that do not depend on var stay as traced (those the trace freed: computed again)
     env = dict(restored(tr, _operands_upstream(downstream, [var]) | {eq.out for eq in branched}))
     env[var] = batch
-    eval_equations(downstream, env, keep=set(out_vars) | {g.var for g in guards} | {eq.out for eq in branched},
-                   batch_elements=len(batch) * largest)
+    eval_equations(downstream, env, keep=keep, batch_elements=len(batch) * largest)
     for eq in branched:
         rows = eq.prim.branch(b.values[eq.out], np.broadcast_to(env[eq.out], batch.shape[:1] + b.shapes[eq.out]))
         switched.append((eq, rows))
@@ -393,7 +392,7 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
     centre = stencil.needs_centre(method)  # forward differences also need f(x): one more row
     cols = np.arange(n) if columns is None else np.asarray(columns, dtype=np.intp)
     var = tr.tape.names[wrt]
-    largest = largest_batched(seeded(tr.tape.equations, [var]), [var], tr.builder.shapes)  # (a point's)
+    largest = _pass_from(tr, var, tuple(tr.tape.names[o] for o in of), facts).widest  # (a point's)
     width = max(largest, n, 1)  # (a point's numbers in the pass's largest value)
     budget = min(FD_BATCH_ELEMENTS, tr.builder.max_elements) - centre * width  # (f(x)'s row too)
     per_batch = max(1, budget // (len(scales) * width))
@@ -623,9 +622,43 @@ def _upstream(tr: Traced, var: int) -> tuple[set, set]:
 
 def facts_on_tape(tr: Traced) -> dict:
     """{fact: whether some equation on tr's tape has it} for "kink" and "branch": most programs
-    have neither, and a caller that asks for each of many inputs (check) asks this once."""
-    return {fact: any(getattr(eq.prim, fact) is not None for eq in tr.tape.equations)
-            for fact in ("kink", "branch")}
+    have neither (worked out once a tape: check asks for each of many inputs and steps)."""
+    key = ("facts", len(tr.tape.equations))
+    facts = tr.derived.get(key)
+    if facts is None:
+        facts = tr.derived[key] = {fact: any(getattr(eq.prim, fact) is not None for eq in tr.tape.equations)
+                                   for fact in ("kink", "branch")}
+    return facts
+
+
+class _Pass(NamedTuple):
+    """What a batched pass from one variable to some outputs runs (see _pass_from)."""
+
+    equations: list  # those downstream of the variable that the kept variables are computed from
+    guards: list  # the guards the variable reaches (_guards_reached)
+    branched: list  # the equations downstream with a branch (LAPACK's sign choices)
+    keep: set  # the outputs', the guards' and the branched equations' variables
+    widest: int  # the largest value downstream of the variable (largest_batched), kept or not
+
+
+def _pass_from(tr: Traced, var: int, out_vars: tuple, facts: dict | None) -> _Pass:
+    """The pass of finite differences from var to out_vars (_on_tape's): the equations that
+    depend on var, less those that only the other outputs read (the derivative of one of a
+    thousand outputs need not run the other 999).  The last one made is kept (tr.derived): a
+    search over steps (_halved) estimates one block at twenty steps, and the sweeps of the
+    tape that find a pass cost more than the pass of a small output."""
+    key = (var, out_vars, len(tr.tape.equations))
+    last = tr.derived.get(_Pass)
+    if last is not None and last[0] == key:
+        return last[1]
+    downstream = seeded(tr.tape.equations, [var])
+    guards = _guards_reached(tr, var, downstream)
+    branched = _equations_with(tr, var, None, "branch", facts)
+    keep = set(out_vars) | {g.var for g in guards} | {eq.out for eq in branched}
+    found = _Pass(needed(downstream, keep), guards, branched, keep,
+                  largest_batched(downstream, [var], tr.builder.shapes))
+    tr.derived[_Pass] = (key, found)
+    return found
 
 
 def kinked_equations(tr: Traced, wrt_var: int, out_var: int | None = None, facts: dict | None = None) -> list:
@@ -642,7 +675,7 @@ def _equations_with(tr: Traced, wrt_var: int, out_var: int | None, fact: str, fa
     """The equations downstream of wrt whose primitive has fact ("kink", "branch"), on the
     way to the output as kinked_equations says (none, without a sweep, where facts, the
     answer of facts_on_tape, says the tape has none)."""
-    if facts is not None and not facts[fact]:
+    if not (facts or facts_on_tape(tr))[fact]:
         return []
     live = {wrt_var}
     found = []

@@ -364,13 +364,16 @@ def _sequence(fn, args: tuple, kwargs: dict) -> tuple:
 class Traced:
     """A program traced at one point: its tape and the builder holding its values."""
 
-    __slots__ = ("program", "tape", "builder", "inputs", "output_error")
+    __slots__ = ("program", "tape", "builder", "inputs", "output_error", "derived")
 
     def __init__(self, program: Program, tape: Tape, builder: Builder, inputs: list, output_error=None):
         self.program, self.tape, self.builder = program, tape, builder
         self.inputs = inputs  # of InputInfo
         # Why tape.output is None when the text has an output statement (it never ran).
         self.output_error = output_error
+        # What callers work out from the tape and ask for again and again (check's searches over
+        # steps: the equations downstream of an input, at every step), by their own keys.
+        self.derived: dict = {}
 
     def value(self, name: str) -> np.ndarray:
         return self.builder.values[self.tape.names[name]]

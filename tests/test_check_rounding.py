@@ -145,3 +145,30 @@ def test_taylor_fails_a_wrong_rule_when_f_is_scaled_down_afterwards(monkeypatch)
     (x, _) = gradcalc.check(src, at=at, taylor=True).results
     assert not x.ok and x.extra["taylor_order"] == pytest.approx(1.0, abs=0.1)
     assert "Taylor remainder order 1.00, expected 2" in x.notes
+
+
+def test_many_outputs_at_the_rounding_limit_each_pass_on_their_own_equations():
+    """y_i = x_i^2 + 1e6: at the default step the rounding of 1e6 (2.9e-5 a quotient) fails each
+    output, and larger steps, where x^2's central differences are exact, pass it.  The search over
+    steps for y_i runs the equations y_i is computed from (numerics._pass_from), not the program's
+    4 n (a pass per step over every output's equations: 100 outputs took 34 s), and each result is
+    the one its output's check alone gives."""
+    from gradcalc.numerics import _pass_from
+    from gradcalc.session import trace_source
+    n = 60
+    src = f"input x = linspace(0.5, 1, {n})\n" + "\n".join(f"y{i} = x[{i}]^2 + 1e6" for i in range(n))
+    of = [f"y{i}" for i in range(n)]
+    r = gradcalc.check(src, of=of)
+    assert r.ok and len(r.results) == n
+    x = np.linspace(0.5, 1, n)
+    for i, res in enumerate(r.results):
+        assert res.of == f"y{i}" and res.max_abs_err <= 1e-6 * 2 * x[i]
+    searched = [res for res in r.results if res.notes]  # (the others' rounding happened to pass)
+    assert len(searched) > n // 2 and all("converge (within" in res.notes[0] for res in searched)
+    for i in (0, 1, 7, n - 2):
+        (alone,) = gradcalc.check(src, of=[f"y{i}"]).results
+        assert alone == r.results[i]
+    tr = trace_source(src, None, 10**8)
+    names = tr.tape.names
+    found = _pass_from(tr, names["x"], (names["y7"],), None)
+    assert [eq.prim.name for eq in found.equations] == ["index", "pow_const", "add"]
