@@ -197,6 +197,15 @@ def did_you_mean(name: str, candidates) -> str | None:
     return f"did you mean '{match[0]}'?" if match else None
 
 
+def listed(names, most: int = 12) -> str:
+    """Names as a hint lists them: all, or the first ``most`` and how many more (a hint that
+    listed the 2,001 names of a long program ran to 20 KB)."""
+    names = list(names)
+    if len(names) <= most:
+        return ", ".join(names)
+    return ", ".join(names[:most]) + f", ... ({len(names) - most} more)"
+
+
 def flag(option_name: str) -> str:
     """The command-line flag of a library option: exec_timeout -> --exec-timeout."""
     return "--" + option_name.replace("_", "-")

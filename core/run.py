@@ -25,7 +25,7 @@ from .alloc import EQUATION_BYTES, MEMORY_LOOK_EVERY, MEMORY_RESERVE, memory
 from .builtins import (CONSTANTS, FUNCTIONS, NotStatic, fold_literal, is_constructor, stack,
                        static_value, usage, whole)
 from .errors import (GradcalcError, LimitError, NameError_, Pos, ShapeError, SyntaxError_,
-                     UsageError, ValueError_, did_you_mean, option, to_loc, to_pos)
+                     UsageError, ValueError_, did_you_mean, listed, option, to_loc, to_pos)
 from .syntax import (Apply, ArrayLit, Assign, AugAssign, Binary, Bool, Break, Call, CondExpr,
                      Continue, Def, Destructure, EllipsisLit, ExprStmt, For, If, Index,
                      IndexAssign, Inputs, Name, NoneLit, Num, Program, Return, Slice, Str,
@@ -1605,7 +1605,7 @@ def _not_an_input(name: str, known: dict, assigned: dict, bare: dict) -> UsageEr
             p = to_pos(loc)
             return UsageError(f"'{name}' is not an input of the program: it names the value of the expression at "
                               f"line {p.line}, column {p.col}", name=name,
-                              hint=f"the inputs are: {', '.join(known) or 'none'}")
+                              hint=f"the inputs are: {listed(known) or 'none'}")
     if name in assigned:
         p = to_pos(assigned[name])
         return UsageError(f"'{name}' is not an input of the program: it is assigned at line {p.line}, "
@@ -1613,7 +1613,7 @@ def _not_an_input(name: str, known: dict, assigned: dict, bare: dict) -> UsageEr
                           hint=f"an input is a name the program reads and never assigns; read the "
                                f"given value under a name of its own (e.g. {name}0) and assign "
                                f"{name} = {name}0 first")
-    listing = ", ".join(known) or "none"
+    listing = listed(known) or "none"
     hint = did_you_mean(name, known) or f"the inputs are: {listing}"
     return UsageError(f"'{name}' is not an input of the program", hint=hint, name=name)
 

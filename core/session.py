@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from .batched import JVP_FOLDS, VJP_FOLDS, BatchedBuilder
-from .errors import GradcalcError, LimitError, Source, UsageError, ValueError_, did_you_mean, option, to_pos
+from .errors import (GradcalcError, LimitError, Source, UsageError, ValueError_, did_you_mean, listed, option,
+                     to_pos)
 from .lower import DEFAULT_MAX_STEPS, Traced, trace
 from .syntax import Program
 from .syntax import parse as parse_text
@@ -144,7 +145,7 @@ def _no_such_name(tr: Traced, n: str, what: str, known, kind: str, key) -> Usage
         return UsageError(f"{what} '{n}' has no value: it is assigned at line {p.line}, column {p.col}, which did "
                           "not run at this point", name=n, option=key,
                           hint="its branch or loop did not run here").located(tr.program.source)
-    hint = did_you_mean(n, known) or (f"the {kind} are: {', '.join(known)}" if known else f"the program has no {kind}")
+    hint = did_you_mean(n, known) or (f"the {kind} are: {listed(known)}" if known else f"the program has no {kind}")
     return UsageError(f"{what} '{n}' is not a name in the program", hint=hint, name=n,
                       option=key).located(tr.program.source)
 
@@ -285,7 +286,7 @@ def _reverse_rows(tr: Traced, group: list, wrt: list) -> list:
     m = sum(map(math.prod, shapes))
     if m == 0:  # an empty output has an empty Jacobian (a group of its own)
         return [[np.zeros(shapes[0] + tr.value(w).shape) for w in wrt]]
-    what = f"the Jacobian of {_listed(group)}"
+    what = f"the Jacobian of {_outputs_named(group)}"
     b.check_size((m, max(sum(tr.value(w).size for w in wrt), 1)), what=what)
     batch = BatchedBuilder(b, m, what=f"the reverse pass for {what}")
     seeds = batch.seeds(shapes)
@@ -301,7 +302,7 @@ def _reverse_rows(tr: Traced, group: list, wrt: list) -> list:
     return rows
 
 
-def _listed(names: list) -> str:
+def _outputs_named(names: list) -> str:
     """'a', or 'a' and 2 other outputs."""
     rest = len(names) - 1
     return f"'{names[0]}'" + (f" and {rest} other output{'s' * (rest > 1)}" if rest else "")

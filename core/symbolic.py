@@ -65,7 +65,7 @@ import time
 
 import numpy as np
 
-from .errors import GradcalcError, ShapeError, UsageError, ValueError_, did_you_mean, option
+from .errors import GradcalcError, ShapeError, UsageError, ValueError_, did_you_mean, listed, option
 
 SIZE_LIMIT = 64
 """Most elements in any one value (input, constant or intermediate) for --symbolic."""
@@ -777,7 +777,7 @@ def _names_in(tr, names, which: str) -> list:
     out = []
     for n in ([names] if isinstance(names, str) else names):
         if n not in tr.tape.names:
-            hint = did_you_mean(n, tr.tape.names) or f"the named values are: {', '.join(tr.tape.names)}"
+            hint = did_you_mean(n, tr.tape.names) or f"the named values are: {listed(tr.tape.names)}"
             raise _located(UsageError(f"{option(which)} '{n}' is not a name in the program", hint=hint,
                                       name=n, option=which), tr)
         if n not in out:

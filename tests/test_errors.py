@@ -345,6 +345,18 @@ def test_unknown_of(fn):
     check(err, "usage", "--of 'b' is not a name in the program", None, "the named values are: x, y, a, _")
 
 
+def test_a_hint_lists_twelve_names_and_counts_the_rest():
+    # (a program of 2,001 names listed every one: a 20 KB hint)
+    src = "\n".join(f"y{i} = x * {i}" for i in range(30))
+    err = raised(gradcalc.jacobian, src, at={"x": 1.0}, of=["nope"])
+    check(err, "usage", "--of 'nope' is not a name in the program", None,
+          "the named values are: x, y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, ... (19 more)")
+    src = " + ".join(f"a{i}" for i in range(13))
+    err = raised(gradcalc.evaluate, src, at={"zzz": 1.0})
+    check(err, "usage", "'zzz' is not an input of the program", None,
+          "the inputs are: " + ", ".join(f"a{i}" for i in range(12)) + ", ... (1 more)")
+
+
 def test_unknown_of_did_you_mean():
     err = raised(gradcalc.grad, "a = x * y; a + 1", at={"x": 1.0, "y": 2.0}, of="aa")
     check(err, "usage", "--of 'aa' is not a name in the program", None, "did you mean 'a'?")
