@@ -170,7 +170,8 @@ def _first_differing(guards: list, env: dict, shapes: dict, n: int) -> np.ndarra
             # a broadcast_to per guard cost half the pass of a 500-step loop's plot)
             values = np.empty((n, len(part), size), dtype=np.result_type(*found))
             for j, v in enumerate(found):
-                values[:, j] = np.reshape(v, (-1, size))
+                if size:  # (an empty guard has nothing to write, nor a row count to read)
+                    values[:, j] = np.reshape(v, (-1, size))
             expected = np.stack([np.asarray(guards[k].expected).reshape(size) for k in part])
             changed = _differing(values, expected, truth)
             hit = changed.any(axis=1)
