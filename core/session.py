@@ -255,14 +255,16 @@ def _output_groups(tr: Traced, outs: list, wrt: list) -> list:
     (a row for each of its outputs' elements): a pass walks the whole tape, so that a pass per
     output would make a thousand scalar outputs of a long program cost a thousand walks.  A
     group holds up to GROUP_ROWS rows, fewer where the tape's widest value times the rows would
-    pass an eighth of the element budget (a pass's values are rows × their size), and never two
-    outputs of one variable (their seeds would land on one).  An output larger than that, or
-    an empty one, is a group of its own."""
+    pass an eighth of the element budget (a pass's values are rows × their size) or the rows of
+    the Jacobian the budget (a group is refused only where one of its outputs alone would be),
+    and never two outputs of one variable (their seeds would land on one).  An output larger
+    than that, or an empty one, is a group of its own."""
     if len(outs) == 1:
         return [outs]
-    names = tr.tape.names
+    names, budget = tr.tape.names, tr.builder.max_elements
     widest = max(map(math.prod, tr.builder.shapes.values()), default=1)
-    cap = max(1, min(GROUP_ROWS, tr.builder.max_elements // 8 // max(widest, 1)))
+    width = sum(tr.value(w).size for w in wrt)  # (a row of the Jacobian)
+    cap = max(1, min(GROUP_ROWS, budget // 8 // max(widest, 1), budget // max(width, 1)))
     groups: list = []
     rows, taken = cap, set()  # the last group's rows (a full group: start one) and variables
     for o in outs:
@@ -286,9 +288,10 @@ def _reverse_rows(tr: Traced, group: list, wrt: list) -> list:
     m = sum(map(math.prod, shapes))
     if m == 0:  # an empty output has an empty Jacobian (a group of its own)
         return [[np.zeros(shapes[0] + tr.value(w).shape) for w in wrt]]
-    what = f"the Jacobian of {_outputs_named(group)}"
-    b.check_size((m, max(sum(tr.value(w).size for w in wrt), 1)), what=what)
-    batch = BatchedBuilder(b, m, what=f"the reverse pass for {what}")
+    width = max(sum(tr.value(w).size for w in wrt), 1)
+    for o, shape in zip(group, shapes):  # (each output's own: a group stays within the budget, see _output_groups)
+        b.check_size((math.prod(shape), width), what=f"the Jacobian of '{o}'")
+    batch = BatchedBuilder(b, m, what=f"the reverse pass for the Jacobian of {_outputs_named(group)}")
     seeds = batch.seeds(shapes)
     found = backward(b, tr.tape.equations, {names[o]: s for o, s in zip(group, seeds)}, [names[w] for w in wrt],
                      eager=True, check=False, fold=VJP_FOLDS)

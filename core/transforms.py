@@ -56,19 +56,23 @@ def depends(equations, sources) -> set:
 
 def reaching(equations, sources) -> dict:
     """{variable: bits}: bit i set where a differentiable path leads from sources[i] to the
-    variable (a source reaches itself); variables no source reaches are absent.  One sweep
-    for every source at once, so that which of many outputs depends on which of many inputs
-    costs one pass over the tape, not one per output."""
+    variable (a source reaches itself), through the operands that derivative rules follow (not
+    a where's condition: a reverse pass gives it no cotangent); variables no source reaches are
+    absent.  One sweep for every source at once, so that which of many outputs depends on
+    which of many inputs costs one pass over the tape, not one per output."""
     bits = {v: 1 << i for i, v in enumerate(sources)}
     get = bits.get
     for eq in equations:
+        prim = eq[1]
+        if not prim.differentiable or prim.vjp is None:
+            continue
         reached = 0
-        for a in eq[2]:
-            reached |= get(a, 0)
+        for i, a in enumerate(eq[2]):
+            found = get(a)
+            if found and prim.vjp_rule(i) is not None:
+                reached |= found
         if reached:
-            prim = eq[1]
-            if prim.differentiable and prim.vjp is not None:
-                bits[eq[0]] = get(eq[0], 0) | reached
+            bits[eq[0]] = get(eq[0], 0) | reached
     return bits
 
 

@@ -684,6 +684,25 @@ def test_a_jacobian_of_many_outputs_is_each_outputs_own(mode):
         assert all(np.array_equal(alone[w], r[o][w]) if alone[w] is not None else r[o][w] is None for w in ("x", "a"))
 
 
+@pytest.mark.parametrize("mode", ["rev", "fwd"])
+def test_an_output_that_an_input_reaches_only_through_a_where_condition_is_unconnected(mode):
+    # where's condition has no derivative rule: a's pass alone gave x no cotangent; with b, which
+    # x does reach, stacked in the same pass, a's block must still be None, not zeros
+    r = gradcalc.jacobian("a = where(x, 1, 2); b = x*3", at={"x": 0.5}, of=["a", "b"], mode=mode,
+                          unconnected="none")
+    assert r["a"]["x"] is None and float(r["b"]["x"]) == 3.0
+
+
+def test_outputs_stacked_in_one_pass_are_held_to_max_elements_each_on_its_own():
+    # each row has 90 elements (nine inputs of ten): one output's Jacobian is within 160, two
+    # stacked are not, so they take a pass each
+    src = "o0 = sum(p0)\no1 = sum(p1) + sum(" + " + ".join(f"p{i}" for i in range(2, 9)) + ")"
+    at = {f"p{i}": np.ones(10) for i in range(9)}
+    r = gradcalc.jacobian(src, at=at, of=["o0", "o1"], mode="rev", max_elements=160)
+    assert all(np.array_equal(r["o0"][f"p{i}"], np.ones(10) * (i == 0)) for i in range(9))
+    assert all(np.array_equal(r["o1"][f"p{i}"], np.ones(10) * (i > 0)) for i in range(9))
+
+
 def test_a_long_array_literal_differentiates_to_its_closed_form():
     """An array literal of n elements is a concat of n operands, whose rules read none of them:
     each rule gets none (transforms._vjp_step), in the eager pass (grad) and the traced one
