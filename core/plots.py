@@ -35,7 +35,7 @@ import numpy as np
 from .checks import kink_text
 from .errors import GradcalcError, LimitError, ShapeError, UsageError, did_you_mean, option
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
-from .numerics import kinked_equations, on_tape, path_notes, run_at
+from .numerics import kinked_equations, on_tape, path_notes
 from .results import Result
 from .session import as_arrays, parse, quiet, select_names, select_output
 from .tape import DEFAULT_MAX_ELEMENTS, Equation, _frees, eval_equations
@@ -114,7 +114,9 @@ def plot(source, over: str, lo: float, hi: float, *, samples: int = DEFAULT_SAMP
         raise UsageError(f"{option('over')} {lo:g}:{hi:g} is wider than a float can span", option="over",
                          hint="make the interval narrower than about 1.8e308")
     at = as_arrays(at)
-    line, tr = _line(program, over, lo, direction, at, dict(max_elements=max_elements, max_steps=max_steps))
+    limits = dict(max_elements=max_elements, max_steps=max_steps)
+    line, point = _line(program, over, lo, direction, at, limits)
+    tr, start = _first_run(program, line, point, limits, hi, samples)
     out = select_output(tr, of)
     if tr.value(out).size != 1:
         raise ShapeError(f"plot draws a scalar output, but '{out}' has shape {tr.value(out).shape}",
@@ -130,7 +132,7 @@ def plot(source, over: str, lo: float, hi: float, *, samples: int = DEFAULT_SAMP
     first = _recorded(tr, line, out, w, hessian)
     _check_memory(first, samples, max_elements)
     line = line._replace(t=np.linspace(lo, hi, samples))
-    curves, marks = _sampled(tr, first, line, out, w, hessian, max_steps)
+    curves, marks = _sampled(tr, first, line, out, w, hessian, max_steps, start)
     data = {"abscissae": line.t, "values": curves[0], "derivatives": curves[1]}
     if hessian:
         data["second_derivatives"] = curves[2]
@@ -184,9 +186,9 @@ def _point(tr: Traced, line: Line) -> dict:
             if k != line.over or line.v is not None}
 
 
-def _line(program, over: str, lo: float, direction, at: dict, limits: dict) -> tuple[Line, Traced]:
-    """The line through the point (its abscissae: lo alone, for now), and the program
-    traced at its first sample."""
+def _line(program, over: str, lo: float, direction, at: dict, limits: dict) -> tuple[Line, dict]:
+    """The line through the point (its abscissae: lo alone, for now), and the point: the
+    inputs' values the plot is made at."""
     inputs = {i.name: i for i in find_inputs(program)}
     if over not in inputs:
         hint = did_you_mean(over, inputs) or (f"the inputs are: {', '.join(inputs)}" if inputs
@@ -202,9 +204,10 @@ def _line(program, over: str, lo: float, direction, at: dict, limits: dict) -> t
                          hint=f"give it with {option('at')} {over}=X0")
     if v is not None and not np.isfinite(v).all():
         raise UsageError(f"{option('direction')} must be finite, not {_shown(v)}", option="direction")
-    if free and inputs[over].shape is None:
-        point[over] = np.asarray(lo)  # a free scalar input: it needs no value of its own
-    x0 = trace(program, point, **limits).value(over)
+    if free and inputs[over].shape is None:  # a free scalar input: it needs no value of its own (nor
+        x0 = np.asarray(float(lo))           # a run at lo, where the program may fail: _first_run)
+    else:
+        x0 = trace(program, point, **limits).value(over)
     if v is None and x0.size != 1:
         raise ShapeError(f"{option('over')} '{over}' has shape {x0.shape}: a plot runs along one "
                          "line", name=over, option="over",
@@ -213,8 +216,26 @@ def _line(program, over: str, lo: float, direction, at: dict, limits: dict) -> t
     if v is not None and v.shape != x0.shape:
         raise ShapeError(f"{option('direction')} has shape {v.shape}, but '{over}' has shape {x0.shape}",
                          name=over, option="direction")
-    line = Line(over, np.array([float(lo)]), x0, v)
-    return line, trace(program, {**point, over: line.points()[0]}, **limits)
+    return Line(over, np.array([float(lo)]), x0, v), point
+
+
+def _first_run(program, line: Line, point: dict, limits: dict, hi: float, samples: int) -> tuple[Traced, int]:
+    """The program traced at the first of the samples (line's lo to hi) where it runs, and that
+    sample's number: where it fails, a sample has no value (nan), the first one as any other;
+    where it fails at every sample, the first one's error.  A run past a limit is the plot's
+    error, naming the sample.  (The samples are made only when the first one fails: a plot of
+    too many is refused before they are, see _check_memory.)"""
+    first_error = None
+    for i in range(samples):
+        if i == 1:
+            line = line._replace(t=np.linspace(line.t[0], hi, samples))
+        try:
+            return trace(program, {**point, line.over: line.points()[i]}, **limits), i
+        except LimitError as err:
+            raise _at_sample(err, line, i, samples)
+        except GradcalcError as err:
+            first_error = first_error or err
+    raise first_error
 
 
 def _shown(v: np.ndarray) -> str:
@@ -295,15 +316,16 @@ def _check_memory(first: Pass, samples: int, max_elements: int) -> None:
                                                 f"{option('max_elements')}")
 
 
-def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: bool, max_steps: int):
-    """([values, derivatives(, second derivatives)], marks): every sample, one batched pass
-    per path; a mark where the path changes between two samples and where a kink lies.  Each
-    path's marks are located while its run is at hand (_path_changes, _kinks_of_path), so one
-    run is held at a time, not every path's."""
+def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: bool, max_steps: int,
+             start: int = 0):
+    """([values, derivatives(, second derivatives)], marks): every sample from start on (tr's,
+    the first where the program runs), one batched pass per path; a mark where the path
+    changes between two samples and where a kink lies.  Each path's marks are located while its
+    run is at hand (_path_changes, _kinks_of_path), so one run is held at a time, not every path's."""
     xs = line.points()
     curves = np.full((2 + hessian, len(xs)), np.nan)
     owner = np.full(len(xs), -1)
-    pending, traced, paths = np.arange(len(xs)), tr, 0
+    pending, traced, paths = np.arange(start, len(xs)), tr, 0
     changes, kinks = {}, []  # sample i -> (x, note) where the path leaves i's; (x, note) of kinks
     while pending.size:
         if traced is None:  # the program fails at this sample: no value there
@@ -320,8 +342,7 @@ def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: boo
                 kinks += _kinks_of_path(traced, recorded.kinked, line, rows, rows_per_pass)
             pending = pending[first_change >= 0]
         if pending.size:
-            traced = run_at(tr, {**{n: tr.value(n) for n in tr.tape.inputs}, line.over: xs[pending[0]]},
-                            max_steps)
+            traced = _run_sample(tr, line, pending[0], max_steps)
     t, marks, placed = line.t, [], {}
     for i in sorted(changes):  # (a sample next to one where the program fails has no mark)
         if owner[i + 1] >= 0:
@@ -330,6 +351,33 @@ def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: boo
     for x, text in kinks:
         _add_mark(marks, placed, x, "kink", text, grid[1] - grid[0])
     return list(curves), marks
+
+
+def _run_sample(tr: Traced, line: Line, i: int, max_steps: int) -> Traced | None:
+    """The program run at sample i, within --max-steps as at the first sample (a sample may lie
+    far from it, where a loop runs many more times: check's runs a step away, whose loops rarely
+    run longer, have a budget of their own, and a plot of 26,000 iterations at x = 26 took it for
+    a failure); None where the program fails there (its value is nan), but a run past a limit
+    is the plot's error, naming the sample."""
+    point = {**{n: tr.value(n) for n in tr.tape.inputs}, line.over: line.points()[i]}
+    try:
+        return trace(tr.program, point, max_elements=tr.builder.max_elements, max_steps=max_steps,
+                     check_finite=False)
+    except LimitError as err:
+        raise _at_sample(err, line, i, len(line.t))
+    except GradcalcError:
+        return None
+
+
+def _at_sample(err: LimitError, line: Line, i: int, samples: int) -> LimitError:
+    """A limit that a run at sample i (of samples) reached, worded with that sample (where it
+    lies, and how to leave it out or allow it)."""
+    t = float(line.t[i])
+    where = f"{line.over} = {t:.6g}" if line.v is None else f"t = {t:.6g} on the line {line.over} + t V"
+    err.message = f"at the sample {where} ({i + 1} of {samples}), {err._message}"
+    err.hint = (f"plot an interval where the program stays within the limit ({option('over')} "
+                f"{line.over}=LO:HI), or raise {option(err.option)}" if err.option else err.hint)
+    return err
 
 
 def _rows_per_pass(tr: Traced, recorded: Pass) -> int:

@@ -132,14 +132,14 @@ def test_the_batched_passes_that_locate_kinks_do_not_grow_with_their_number(monk
 def test_the_changes_of_a_path_are_refined_together_and_one_run_is_held_at_a_time(monkeypatch):
     calls = _counting(monkeypatch, "on_tape")
     runs, alive = [], []
-    real_run_at = plots.run_at
+    real_run_sample = plots._run_sample
 
-    def run_at(tr, *args, **kwargs):
+    def run_sample(tr, *args, **kwargs):
         gc.collect()  # (the runs alive as another starts: the first, and the one at hand)
         alive.append(sum(type(o) is type(tr) for o in gc.get_objects()))
         runs.append(1)
-        return real_run_at(tr, *args, **kwargs)
-    monkeypatch.setattr(plots, "run_at", run_at)
+        return real_run_sample(tr, *args, **kwargs)
+    monkeypatch.setattr(plots, "_run_sample", run_sample)
     # y = x*x at each step decides 'x*x > k/20' for k = 0..19: every sample of a run between
     # two changes is on one path, whose marks come from one refinement
     source = "input x = 0\ns = 0\nfor k in range(20) {\n  if x*x > k/20 { s = s + x }\n}\ns"
@@ -242,3 +242,39 @@ def test_a_plots_recorded_updates_are_the_rules_bit_for_bit(src):
         f, r = np.asarray(f, dtype=float), np.asarray(r, dtype=float)
         assert f.shape == r.shape
         assert np.array_equal(f.view(np.uint64), r.view(np.uint64)), (f, r)
+
+
+def test_a_sample_whose_loop_runs_far_longer_than_the_first_ones_has_its_value():
+    # 52,000 iterations at the last sample (two steps each: an operation and an iteration): past the
+    # 10^5 steps that check allows a run a step away, within --max-steps; that budget made it nan
+    r = plot("s = 0\nfor i in range(round(x)) { s = s + x }\ns", "x", 1, 52000, samples=2)
+
+    def run(x):
+        s = 0.0
+        for _ in range(round(x)):
+            s = s + x
+        return s
+    np.testing.assert_array_equal(r["values"], [run(1.0), run(52000.0)])
+    np.testing.assert_array_equal(r["derivatives"], [1.0, 52000.0])
+
+
+def test_a_run_past_max_steps_at_a_sample_is_the_plots_error_naming_the_sample():
+    from gradcalc.errors import LimitError
+    with pytest.raises(LimitError) as info:  # (no value past 0: the loop never ends there)
+        plot("y = 0\nwhile x > 0 { y = y + 1 }\ny + x", "x", -1, 1, samples=5, max_steps=10**4)
+    assert str(info.value.message).startswith("at the sample x = 0.5 (4 of 5), the program ran more than ")
+    assert "plot an interval where the program stays within the limit" in info.value.hint
+
+
+def test_samples_where_the_program_fails_have_no_value_the_first_ones_too():
+    # z[round(x)] for z of 3 elements: out of range below x = -3.5 (round half to even) and above 2.5
+    r = plot("z = [1, 2, 3]\nz[round(x)] * x", "x", -5, 4, samples=10)
+    t = r["abscissae"]
+    inside = (t >= -3.5) & (t < 2.5)
+    z = [1.0, 2.0, 3.0]
+    want = [z[round(x)] * x if ok else np.nan for x, ok in zip(t, inside)]
+    np.testing.assert_array_equal(r["values"], want)
+    assert np.isnan(r["values"][0]) and not np.isnan(r["values"][3])
+    from gradcalc.errors import GradcalcError
+    with pytest.raises(GradcalcError, match="index -9 is out of range"):  # (at every sample: the first's error)
+        plot("z = [1, 2, 3]\nz[round(x)] * x", "x", -9, -5, samples=4)
