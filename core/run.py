@@ -36,6 +36,12 @@ from .transforms import backward
 
 #: Calls of the program's functions that may be active at once (SPEC §2.2).
 MAX_CALL_DEPTH = 100
+#: The Python frames a run may take: MAX_CALL_DEPTH calls, each through expressions nested up to
+#: syntax.MAX_DEPTH levels, a few frames a level (Python's default 1,000 stopped a one-expression
+#: recursion f(n - 1) inside a conditional expression at 97 calls).  Python 3.11 runs a call of
+#: Python code without recursing in C, so the C stack holds it (100 calls through 90 nested
+#: negations or conditional expressions ran within 8 MB).
+RUN_FRAMES = 40_000
 
 _BOOLEANS = frozenset(("true", "false", "True", "False"))
 _DERIVATIVES = ("grad", "jacobian")  # grad(f)(x), jacobian(f)(x): SPEC §2.4
@@ -746,11 +752,29 @@ class Interpreter:
         self.iterations += 1
         if len(self.masks) > self.masks_bound:
             self.forget_masks()
+        self.watch(loc, what)
+
+    def watch(self, loc, what: str) -> None:
+        """Stop a run past max_steps, or about to take the last of the memory (see step): after
+        each step, and after each derivative pass of grad(f) or jacobian(f), which records
+        operations with no step between them (grad(f) nested in f 16 deep recorded 2^16 times
+        f's operations, 1.3 GB, past --max-steps=100000 before a call looked)."""
         operations = self.b.operations()
         if self.iterations + operations > self.max_steps:
             self.too_many_steps(loc, what)
         if operations * EQUATION_BYTES + self.b.made > self.next_look:
             self.look_at_memory(loc, what)
+
+    def passes_within(self, passes: int, operations: int, loc, what: str) -> None:
+        """Refuse, before they run, backward passes (a Jacobian's, one per row) that would go over
+        more operations than max_steps allows: each recorded little (jacobian(f) nested in f 12
+        deep ran 10,000 passes over 3,600 operations, 24 s, within --max-steps=100000)."""
+        work = passes * operations
+        if self.iterations + self.b.operations() + work > self.max_steps:
+            raise LimitError(f"the {what} would run {passes:,} backward passes over {operations:,} operations "
+                             f"({work:,} steps), more than {option('max_steps')}={self.max_steps}", loc,
+                             hint=f"raise {option('max_steps')} if it is meant to run that long",
+                             option="max_steps")
 
     def too_many_steps(self, loc=None, what: str = "") -> None:
         """The error of a run past max_steps, in the loop, call or top-level statement at loc."""
@@ -1394,19 +1418,24 @@ class Interpreter:
             if callee.func == "grad" and out.shape != () and out.value.size != 1:
                 raise ShapeError(f"grad({fdef.name}) needs '{fdef.name}' to give one element; it gives shape "
                                  f"{out.shape}", node.pos, hint=f"use jacobian({fdef.name}) for several")
-            result = self.derivative_value(callee.func, b.equations[start:], out, leaf, node.loc)
+            result = self.derivative_value(callee.func, b.equations[start:], out, leaf, node.loc, fdef.name)
             return result if b.owns(result) else P.copy(result)
 
-    def derivative_value(self, kind: str, equations: list, out: Tracer, leaf: Tracer, loc) -> Tracer:
+    def derivative_value(self, kind: str, equations: list, out: Tracer, leaf: Tracer, loc, name: str) -> Tracer:
         """The derivative (kind "grad" or "jacobian") of out with respect to leaf, by traced
-        backward passes over the equations that lead from one to the other."""
+        backward passes over the equations that lead from one to the other (one per element of
+        out for a Jacobian: each a step for every operation it goes over, see passes_within)."""
         b = self.b
         rows = []
+        what = f"derivative of {kind}({name})"
+        if kind == "jacobian":
+            self.passes_within(out.value.size, len(equations), loc, what)
         for k in np.ndindex(*out.shape) if kind == "jacobian" else [None]:
             seed = np.ones(out.shape) if k is None else np.zeros(out.shape)
             if k is not None:
                 seed[k] = 1.0
             found = backward(b, equations, {out.var: b.const(seed)}, [leaf.var])
+            self.watch(loc, what)
             g = found[leaf.var]
             rows.append(g if g is not None else b.const(np.zeros(leaf.shape)))
         b.pos = loc
@@ -1635,6 +1664,8 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
     that value (a run at the same point numbers its variables alike up to there).
     """
     at = dict(at or {})
+    frames = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(frames, RUN_FRAMES))
     try:
         if not program.statements:
             raise SyntaxError_("empty program", Pos(1, 1), hint="write an expression, e.g. sin(x)*y")
@@ -1677,9 +1708,11 @@ def trace(program: Program, at: dict | None = None, *, max_elements: int = DEFAU
         return Traced(program, tape, b, inputs, _output_error(program, facts, output, run.several))
     except GradcalcError as err:
         raise err.located(program.source)
-    except RecursionError:  # (100 calls deep, each in expressions nested deep: past Python's stack)
+    except RecursionError:  # (100 calls deep, each in expressions nested deep: past RUN_FRAMES)
         raise LimitError(f"the program nests calls inside deeply nested expressions past what can run "
                          f"(calls are limited to {MAX_CALL_DEPTH} deep)").located(program.source) from None
+    finally:
+        sys.setrecursionlimit(frames)
 
 
 def _output_error(program: Program, facts: Facts, output, several: dict):

@@ -1059,6 +1059,32 @@ def test_a_call_depth_of_100_is_allowed():
     assert (float(r.value), float(r["x"])) == (50.0, 100.0)
 
 
+@pytest.mark.parametrize("nesting", [1, 30, 90])
+def test_a_call_depth_of_100_is_allowed_for_one_expression_bodies_nested_deep(nesting):
+    # f(x, 99) nests 100 calls, each inside `nesting` negations and a conditional expression:
+    # Python's 1,000 frames stopped the one-negation form at 97 calls (run.RUN_FRAMES)
+    src = f"def f(t, n) = t if n == 0 else {'-' * nesting}f(t, n - 1) + t\ny = f(x, 99)"
+    sign = -1.0 if nesting % 2 else 1.0  # each level: y_k = s y_(k-1) + x, y_0 = x
+    value = 0.5
+    for _ in range(99):
+        value = sign * value + 0.5
+    r = grad(src, x=0.5)
+    assert float(r.value) == value
+    assert float(r["x"]) == (100.0 if sign > 0 else 0.0)
+
+
+def test_derivative_passes_in_a_program_are_held_to_max_steps():
+    # grad(f) nested 16 deep records 2^16 times f's operations between two calls; jacobian(f)
+    # nested so runs a backward pass per element of a 2^k-element value (refused before they run)
+    src = "def f(x, n) = sum(sin(x)*cos(x)) if n == 0 else sum(grad(f)(x, n-1))\ny = f(ones(3), 16)"
+    err = raised(gradcalc.evaluate, src, max_steps=100_000)
+    assert err.kind == "limit" and "in the derivative of grad(f) at line 1" in err.message
+    src = "def f(x, n) = x if n == 0 else jacobian(f)(x, n-1)\ny = f(ones(2), 16)"
+    err = raised(gradcalc.evaluate, src, max_steps=100_000)
+    assert err.kind == "limit" and "the derivative of jacobian(f) would run 512 backward passes" in err.message
+    assert err.pos == (1, 43)
+
+
 @pytest.mark.parametrize("src", [DEPTH.replace("N", "100"), DEPTH.replace("N", "5000"), "def f(t) = f(t)\nf(x)"])
 def test_deeper_recursion_is_a_limit_error_naming_the_call(src):
     err = raised(gradcalc.evaluate, src, at={"x": 0.5})
