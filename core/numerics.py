@@ -1342,7 +1342,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
         ok, worst = fail_non_finite(ad, fd, ok, worst, tol, notes, extra)
         mabs, mrel = unmeasured_errors(ad, fd, mabs, mrel)
     elif not np.isfinite(fd).all():
-        notes.append("finite differences are not finite here (nan or inf near the point)")
+        notes.append(NOT_FINITE_DIFFERENCES)
     if not ok:
         notes += stopped_notes(tr, w, o)
     return CheckResult(name, p, o, w, mabs, mrel, worst, method,
@@ -1944,6 +1944,8 @@ def _larger_steps_note(rounding: str, larger: _Smaller) -> str:
 def _halvings(x: np.ndarray) -> int:
     """How many times _halved may halve the default step at x (see REFINE_HALVINGS)."""
     largest = max(1.0, float(np.max(np.abs(x), initial=1.0)))
+    if not largest < 2.0 ** REFINE_MAX_HALVINGS:  # (an input of inf or nan: its steps are not finite either)
+        return REFINE_MAX_HALVINGS
     return min(REFINE_MAX_HALVINGS, REFINE_HALVINGS + int(np.log2(largest)))
 
 
@@ -2449,10 +2451,16 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
         ok2 = False
         notes.append("non-finite derivative")
         mabs, mrel = unmeasured_errors(j, d, mabs, mrel)
+    elif not np.isfinite(d).all():  # (as the full check says it: an input of inf, 1/x beside 0)
+        notes.append(NOT_FINITE_DIFFERENCES)
     if not (ok and ok2):
         notes += stopped_notes(tr, w, o)
     return CheckResult(name, p, o, w, mabs, mrel, worst, directions_label(plan.method, k), hs,
                        ok and ok2, notes, extra, "directions")
+
+
+#: A failure's note where the differences are nan or inf (the full check's and --directions').
+NOT_FINITE_DIFFERENCES = "finite differences are not finite here (nan or inf near the point)"
 
 
 #: How many times its estimate the rounding error of a difference quotient is allowed to be

@@ -1120,3 +1120,14 @@ def test_an_input_reaching_cholesky_or_eigh_is_checked_at_half_its_step(src, mon
     np.testing.assert_allclose(g, np.cos(S) * np.sin(h) / h, rtol=1e-12)
     (r,) = gradcalc.check(src, at={"S": S}).results
     assert not r.ok and any("still disagree" in n for n in r.notes), r.notes
+
+
+@pytest.mark.parametrize("src, at, options", [
+    ("s*2", {"s": math.inf}, {"directions": 1}),
+    ("s*2", {"s": -math.inf}, {"directions": 2, "taylor": True}),
+    ("x", {"x": [1.0, math.inf]}, {"rtol": 0.0, "atol": 0.0}),
+])
+def test_an_infinite_input_fails_its_check_as_a_point_that_is_not_finite(src, at, options):
+    # (the search over smaller steps took log2 of the largest |x|: int(inf) raised, an internal error)
+    r = gradcalc.check(src, at=at, **options)
+    assert not r.ok and any("not finite" in " ".join(x.notes) for x in r.results)
