@@ -22,7 +22,7 @@ from gradcalc.errors import GradcalcError, LimitError, UsageError
 from gradcalc.tape import DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_STEPS
 
 from . import views
-from .errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, report_internal_error, report_user_error
+from .errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USER, report_internal_error, report_user_error
 from .views import Format, Shown
 
 COMMANDS: dict = {}  # name -> (command function, its --precision default), in the order of the help text
@@ -370,18 +370,26 @@ def _reader_gone(code: int) -> int:
 
 
 def _unwritable_output(err: OSError) -> int:
-    """stdout refused what was written (a full disk: ``> /dev/full``): say so on stderr and exit
-    2, as an unwritable --save or --junit-xml file does; what is still buffered goes nowhere."""
+    """stdout (or stderr) refused what was written (a full disk: ``> /dev/full``): say so on
+    stderr and exit 2, as an unwritable --save or --junit-xml file does; what is still buffered
+    goes nowhere, and where stderr refuses the words too, the exit code says it alone."""
     _reader_gone(0)
-    return report_user_error(UsageError(f"cannot write the output: {err.strerror or err}",
-                                        hint="free some space, or write the output elsewhere"), False)
+    try:
+        return report_user_error(UsageError(f"cannot write the output: {err.strerror or err}",
+                                            hint="free some space, or write the output elsewhere"), False)
+    except OSError:
+        return EXIT_USER
 
 
 def _pipe_safe(write: Callable[[], int], code: int) -> int:
+    """write() (an error's words), kept to its exit code whatever the streams do: a reader gone
+    (quiet), a stream that refuses them (said where it can, exit 2; a traceback before)."""
     try:
         return write()
     except BrokenPipeError:
         return _reader_gone(code)
+    except OSError as err:
+        return _unwritable_output(err)
 
 
 # -- reading what the commands share --------------------------------------------
@@ -837,6 +845,8 @@ def main() -> None:
         code = EXIT_INTERRUPTED
     except BrokenPipeError:
         code = _reader_gone(0)
+    except OSError as err:  # (click writing help or the version to a stream that refuses it)
+        code = _unwritable_output(err)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         code = EXIT_INTERRUPTED

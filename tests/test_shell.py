@@ -683,6 +683,22 @@ def test_output_to_a_full_disk_is_an_error(args):
     assert r.returncode == 2 and r.stderr.startswith("error: cannot write the output: No space left"), r.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args, where", [
+    (["grad", "sine(x)", "--at", "x=1", "-f", "json"], "stdout"),  # (an error's JSON: a traceback, exit 1)
+    (["--version"], "stdout"), (["--help"], "stdout"), (["grad", "--help"], "stdout"), ([], "stdout"),
+    (["grad", "sine(x)", "--at", "x=1"], "stderr"), (["check", "sine(x)"], "stderr"),  # (exit 1: "mismatch")
+    (["grad", "x^2", "--at", "x=1"], "both"),
+])
+def test_streams_that_refuse_writes_are_exit_2_without_a_traceback(args, where):
+    with open("/dev/full", "w") as full:
+        r = _with_streams(args, stdout=full if where in ("stdout", "both") else subprocess.PIPE,
+                          stderr=full if where in ("stderr", "both") else subprocess.PIPE)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    if where == "stdout":
+        assert "Traceback" not in r.stderr and "cannot write the output: No space left" in r.stderr, r.stderr
+
+
 def test_a_tables_widest_lines_bound_its_width_from_above():
     # a table whose longest lines fit is printed as fitting (joined, see _join_rows) without rich's measure of every
     # cell (which the print takes again): that is sound only if _widest is never below rich's
