@@ -55,6 +55,10 @@ DEFAULT_TIMEOUT = 60.0
 FD_METHODS = stencil.REAL_METHODS
 #: The end of a program's stderr quoted in an error: at most this many lines and characters.
 STDERR_LINES, STDERR_CHARS = 10, 1000
+#: The most a program may print on stdout for one request (some ten million numbers), and the
+#: end of its stderr kept: `yes` as a black box filled 24 GB before the kernel killed gradcalc.
+MAX_ANSWER_BYTES = 1 << 28
+STDERR_KEPT_BYTES = 1 << 16
 _PROTOCOL_HINT = ('the program must print one JSON object {"results": [{"value": V, '
                   '"gradient": {NAME: G, ...}}, ...]} with one result per point; '
                   'see samples/blackbox/README.md')
@@ -190,15 +194,20 @@ class BlackBox:
         self.requests += 1
         try:
             try:
-                out, err = proc.communicate(data, timeout=self.timeout)
-            except subprocess.TimeoutExpired:
+                out, err = _exchange(proc, data, self.timeout)
+            except subprocess.TimeoutExpired as late:
                 _kill(proc)
-                out, err = _drain(proc)
-                self.last_stderr = _text(err)
+                err = (late.stderr or b"") + _drain(proc)[1]  # (what it wrote, then what the pipe held)
+                self.last_stderr = _text(err[-STDERR_KEPT_BYTES:])
                 # (the message and hint are pinned by tests/test_blackbox.py, flag and all)
                 raise self._fail(f"ran past --exec-timeout {self.timeout:g} seconds and was stopped",
                                  self.last_stderr,
                                  hint="give it more time with --exec-timeout SECONDS") from None
+            except _TooMuch as much:
+                _kill(proc)
+                self.last_stderr = _text(much.stderr)
+                raise self._fail(f"printed more than {MAX_ANSWER_BYTES >> 20} MiB on stdout and was stopped",
+                                 self.last_stderr, hint=_PROTOCOL_HINT) from None
         finally:
             if proc.poll() is None:  # interrupted (Ctrl-C) or failed: leave no process behind
                 _kill(proc)
@@ -303,15 +312,79 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _drain(proc: subprocess.Popen) -> tuple[bytes, bytes]:
-    """What a killed program wrote before it died; reaps it."""
+    """What a killed program wrote before it died (what is left in the pipes, within the same
+    bounds); reaps it."""
     try:
-        return proc.communicate(timeout=5)
-    except subprocess.TimeoutExpired:  # a process outside the group holds the pipes
-        for f in (proc.stdout, proc.stderr):
-            if f:
+        return _exchange(proc, b"", 5.0)
+    except (subprocess.TimeoutExpired, _TooMuch):  # a process outside the group holds the pipes
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            if f and not f.closed:
                 f.close()
         proc.wait()
         return b"", b""
+
+
+class _TooMuch(Exception):
+    """A program printed more than MAX_ANSWER_BYTES on stdout; ``stderr``: the end of its stderr."""
+
+    def __init__(self, stderr: bytes):
+        super().__init__()
+        self.stderr = stderr
+
+
+def _exchange(proc: subprocess.Popen, data: bytes, timeout: float) -> tuple[bytes, bytes]:
+    """proc.communicate(data, timeout), within bounds: stdout up to MAX_ANSWER_BYTES (past it,
+    _TooMuch), the last STDERR_KEPT_BYTES of stderr, and the time: TimeoutExpired past it,
+    whether the program is still writing or has closed its pipes and not exited.  One loop over
+    the three pipes (as communicate's), so that neither side waits on a full pipe."""
+    import select
+    import selectors
+    import time
+    piece = getattr(select, "PIPE_BUF", 512)  # (what a write to a pipe select calls writable takes whole)
+    deadline = time.monotonic() + timeout
+    out, err, sent = bytearray(), bytearray(), 0
+    with selectors.DefaultSelector() as pipes:
+        if proc.stdin and not proc.stdin.closed:
+            if data:
+                pipes.register(proc.stdin, selectors.EVENT_WRITE)
+            else:
+                proc.stdin.close()
+        for f in (proc.stdout, proc.stderr):
+            if f and not f.closed:
+                pipes.register(f, selectors.EVENT_READ)
+        while pipes.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout, bytes(out), bytes(err[-STDERR_KEPT_BYTES:]))
+            for key, _ in pipes.select(left):
+                f = key.fileobj
+                if f is proc.stdin:
+                    try:
+                        sent += os.write(f.fileno(), data[sent:sent + piece])
+                    except BrokenPipeError:  # (it stopped reading: its answer says why)
+                        sent = len(data)
+                    if sent >= len(data):
+                        pipes.unregister(f)
+                        f.close()
+                    continue
+                chunk = os.read(f.fileno(), 1 << 16)
+                if not chunk:
+                    pipes.unregister(f)
+                    f.close()
+                elif f is proc.stdout:
+                    out += chunk
+                    if len(out) > MAX_ANSWER_BYTES:
+                        raise _TooMuch(bytes(err))
+                else:
+                    err += chunk
+                    if len(err) > 2 * STDERR_KEPT_BYTES:
+                        del err[:-STDERR_KEPT_BYTES]
+    try:
+        proc.wait(max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired as late:  # (its pipes closed, but it has not exited)
+        late.stderr = bytes(err[-STDERR_KEPT_BYTES:])
+        raise
+    return bytes(out), bytes(err[-STDERR_KEPT_BYTES:])
 
 
 # ==========================================================================

@@ -206,6 +206,34 @@ def test_timeout_kills_the_program_and_its_children(script, tmp_path):
         assert not _alive(pid), pid
 
 
+def test_a_program_that_prints_without_end_is_stopped_at_the_answers_bound(script, monkeypatch):
+    # (`yes` as a black box filled 24 GB before the kernel killed gradcalc)
+    import gradcalc.blackbox as bb
+    monkeypatch.setattr(bb, "MAX_ANSWER_BYTES", 1 << 20)
+    box = BlackBox(script("""
+        print("writing", file=sys.stderr, flush=True)
+        while True:
+            sys.stdout.write("y" * 65536)
+    """), timeout=30)
+    start = time.monotonic()
+    with pytest.raises(ExecError) as info:
+        box.run([AT])
+    assert time.monotonic() - start < 10
+    assert "printed more than 1 MiB on stdout and was stopped" in info.value.message
+    assert info.value.message.endswith("  | writing")
+
+
+def test_a_program_that_floods_stderr_keeps_its_end_alone(script):
+    box = BlackBox(script("""
+        for i in range(10 ** 9):
+            print(f"line {i}", file=sys.stderr)
+    """), timeout=1)
+    with pytest.raises(ExecError) as info:
+        box.run([AT])
+    assert "ran past --exec-timeout 1 seconds" in info.value.message
+    assert len(box.last_stderr) <= 1 << 16 and box.last_stderr.rstrip().split("\n")[-1].startswith("line ")
+
+
 def _alive(pid: int) -> bool:
     """True if pid runs (a zombie left to init, whose parent we are not, counts as gone)."""
     try:
