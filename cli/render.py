@@ -7,6 +7,7 @@ imported only when a table is printed.
 from __future__ import annotations
 
 import math
+import os
 import sys
 
 import numpy as np
@@ -122,8 +123,6 @@ def inline_text(a, precision: int) -> str:
 
 
 def console(stderr: bool = False):
-    import os
-
     from rich.console import Console
     from rich.table import Table
 
@@ -150,13 +149,34 @@ def console(stderr: bool = False):
             super().print(*objects, **kwargs)
 
     stream = sys.stderr if stderr else sys.stdout
-    # Piped output (CI logs, files) has no terminal width to fit: allow wide tables.
-    width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
+    width = table_width(stream)
     colours = colour_system(stream)
     # markup and emoji off: values and names are printed as text ("[nan  1]" would read as a
     # style tag, and a file named "a:x:.grad" as "a❌.grad"); nor is rich's emoji table loaded
     return _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, markup=False, emoji=False,
                     color_system=colours, force_terminal=colours is not None, no_color=colours is None)
+
+
+#: The narrowest COLUMNS taken: rich drew nothing at all at COLUMNS=0, a character a line at 1.
+MIN_COLUMNS = 20
+
+
+def table_width(stream) -> int:
+    """The width tables fit: COLUMNS where it is a width (MIN_COLUMNS or more), else the
+    terminal's; piped output (CI logs, files) has no terminal width to fit: 160, for wide tables."""
+    given = os.environ.get("COLUMNS", "").strip()
+    if given:
+        try:
+            if int(given) >= MIN_COLUMNS:
+                return int(given)
+        except ValueError:
+            pass
+    if not stream.isatty():
+        return 160
+    try:
+        return max(MIN_COLUMNS, os.get_terminal_size(stream.fileno()).columns)
+    except (OSError, ValueError):
+        return 80
 
 
 def _fits(out, table) -> bool:
@@ -245,7 +265,6 @@ def colour_system(stream) -> str | None:
     """Escape codes (bold, colours) or none (SPEC §6): NO_COLOR (any value) turns every one of
     them off, bold included; else FORCE_COLOR (non-empty) turns them on, even into a pipe or
     on a dumb terminal; else a terminal that is not TERM=dumb gets them."""
-    import os
     env = os.environ
     dumb = env.get("TERM", "").lower() in ("dumb", "unknown")
     if "NO_COLOR" in env:

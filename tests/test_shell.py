@@ -827,3 +827,14 @@ def test_a_single_number_is_written_as_one_element_of_an_array_is(x):
         assert math.copysign(1.0, one) == math.copysign(1.0, float(x))
     else:
         assert one == {math.inf: "inf", -math.inf: "-inf"}.get(float(x), "nan")
+
+
+@pytest.mark.parametrize("columns", ["0", "1", "19", "abc", "-5"])
+def test_a_columns_too_narrow_to_draw_in_is_not_taken(columns):
+    # (COLUMNS=0 printed nothing at all, exit 0; COLUMNS=1 a character a line)
+    env = {**os.environ, "COLUMNS": columns, "NO_COLOR": "1"}
+    r = subprocess.run([SCRIPT, "grad", "x^2*y", "--at", "x=1,y=2"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    plain = subprocess.run([SCRIPT, "grad", "x^2*y", "--at", "x=1,y=2"], capture_output=True, text=True,
+                           env={k: v for k, v in env.items() if k != "COLUMNS"}, timeout=60)
+    assert r.returncode == 0 and r.stdout == plain.stdout and "d_/dx" in r.stdout
