@@ -657,7 +657,7 @@ def read_expect(path: str) -> dict:
     """A stored grad/jacobian JSON object."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            data = json.load(f, parse_float=_finite_float)
         _through_codec(data)
     except FileNotFoundError:  # (a missing file is a file error, worded as values words one)
         raise FileError(f"expectation file '{path}' cannot be read: the file does not exist",
@@ -677,6 +677,15 @@ def read_expect(path: str) -> dict:
                           f"schema {JSON_SCHEMA}", hint=f"refresh it with {option('update_expect')}, or store "
                           "this gradcalc's grad or jacobian -f json", option="expect")
     return data
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, refused where it overflows (1e400 read as inf, and checked the
+    point at x = inf; a values file refuses it so)."""
+    x = float(text)
+    if math.isinf(x):
+        raise ValueError(f"it holds a number too large for a float: {text[:40]}")
+    return x
 
 
 def _through_codec(data) -> None:

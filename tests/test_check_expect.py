@@ -110,6 +110,15 @@ def test_a_stored_grad_sum_output_is_an_error_that_says_so(tmp_path):
     assert "error: expectation file" in stderr and "hint:" in stderr
 
 
+def test_a_stored_number_too_large_for_a_float_is_refused_as_a_values_file_refuses_it(tmp_path):
+    # (1e400 read as inf: check ran at x = inf and reported two failures, exit 1)
+    path = tmp_path / "e.json"
+    path.write_text('{"schema": 1, "command": "grad", "of": "_", "at": {"x": 1e400}, "gradient": {"x": 2}}')
+    r = run("check", "x^2", "--expect", path, "-f", "json")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    assert "cannot be read: it holds a number too large for a float: 1e400" in r.stderr
+
+
 def test_a_hand_edited_expectation_of_the_wrong_shape_names_the_shapes(tmp_path):
     doc = {"schema": 1, "command": "jacobian", "of": ["_"], "at": {"x": [1.0, 2.0]},
            "jacobian": {"_": {"x": [[2.0, 0.0, 0.0], [0.0, 4.0, 0.0]]}}}
