@@ -1306,7 +1306,7 @@ def _index_array(item, axis: int, size: int):
         low, high = int(arr.min()), int(arr.max())
         if low < -size or high >= size:
             raise ShapeError(f"index {low if low < -size else high} is out of range for axis {axis} "
-                             f"with size {size}")
+                             f"with size {size}", hint=_indices_of(size))
     arr = np.where(arr < 0, arr + size, arr).astype(np.intp)  # (a fresh array: safe to freeze)
     arr.setflags(write=False)
     return arr
@@ -1315,8 +1315,15 @@ def _index_array(item, axis: int, size: int):
 def _index_int(item, axis: int, size: int) -> int:
     if not -size <= item < size:
         shown = item if abs(item) < 10**16 else f"{float(item):g}"  # (1e300 written as such, not in 301 digits)
-        raise ShapeError(f"index {shown} is out of range for axis {axis} with size {size}")
+        raise ShapeError(f"index {shown} is out of range for axis {axis} with size {size}", hint=_indices_of(size))
     return int(item) % size
+
+
+def _indices_of(size: int) -> str:
+    """The hint of an index out of range: the indices an axis of that size has."""
+    if size == 0:
+        return "the axis is empty: it has no index"
+    return f"its indices are 0 to {size - 1} (or -{size} to -1 from the end)"
 
 
 def _index_mask(item, axis: int, xshape: tuple) -> tuple:
@@ -1324,7 +1331,8 @@ def _index_mask(item, axis: int, xshape: tuple) -> tuple:
     covered = xshape[axis:axis + item.ndim]
     if item.ndim == 0 or item.shape != covered:
         raise ShapeError(f"a mask of shape {item.shape} does not match the indexed axes {covered} "
-                         f"(from axis {axis})")
+                         f"(from axis {axis})", hint="a mask selects from an array of its own shape: compare "
+                                                     "the array indexed itself, e.g. x[x > 0]")
     return tuple(_index_array(a, axis + k, xshape[axis + k]) for k, a in enumerate(np.nonzero(item)))
 
 

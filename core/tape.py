@@ -603,7 +603,8 @@ class Builder:
             else:
                 message = f"array of shape {dims} has {_count(size)} elements"
             raise LimitError(f"{message}, more than {option('max_elements')}={self.max_elements}", self.pos,
-                             option="max_elements")
+                             option="max_elements",
+                             hint=f"raise {option('max_elements')} if it is meant to be that large")
 
     # -- recording ------------------------------------------------------------
     def bind(self, prim, args: tuple, params: dict) -> Tracer:

@@ -139,7 +139,7 @@ def parse_value(text: str, label: str, max_elements: int = DEFAULT_MAX_ELEMENTS)
     """A single value: a constant expression, or @FILE."""
     text = text.strip()
     if not text:
-        raise UsageError(f"{label}: empty value")
+        raise UsageError(f"{label}: empty value", hint="give a number, an array or @FILE, e.g. 1.5 or [1, 2]")
     if text.startswith("@"):
         return _within(load_array(text[1:], label, max_elements), label, max_elements)
     return constant_value(text, label, max_elements)

@@ -491,7 +491,8 @@ def test_error_hierarchy():
      "the output statement (line 2) calls 'f', which ended without 'return', so the program has no output",
      (2, 1), "end its body with return ..., or name the value to show with --of NAME"),
     # a huge index is written as a number, not in 301 digits
-    ("y = ones(3)[x * 1e300]", "index 1e+300 is out of range for axis 0 with size 3", (1, 12), None),
+    ("y = ones(3)[x * 1e300]", "index 1e+300 is out of range for axis 0 with size 3", (1, 12),
+     "its indices are 0 to 2 (or -3 to -1 from the end)"),
 ])
 def test_function_and_index_errors_are_worded_for_what_was_written(src, message, pos, hint):
     check(raised(gradcalc.evaluate, src, at={"x": 1.0}), "usage" if "index" not in message else "shape",

@@ -536,9 +536,9 @@ def test_unknown_names_with_did_you_mean(args, first, hint_text):
 
 AT_EXAMPLE = "for example: --at x=1.5,y=[1, 2]"
 MALFORMED_AT = [
-    ("x=", "error: --at x: empty value", None),
+    ("x=", "error: --at x: empty value", "give a number, an array or @FILE, e.g. 1.5 or [1, 2]"),
     ("=3", "error: --at expects NAME=VALUE, got '=3'", AT_EXAMPLE),
-    ("x=,y=2", "error: --at x: empty value", None),
+    ("x=,y=2", "error: --at x: empty value", "give a number, an array or @FILE, e.g. 1.5 or [1, 2]"),
     ("x=[1,2", "error: --at x:1:1: '[' is never closed", "add ']'"),
     ("x=foo(", "error: --at x:1:4: '(' is never closed", "add ')'"),
     ("x=1]", "error: --at x:1:2: unmatched ']'", None),
@@ -723,7 +723,8 @@ TANGENTS = [
      "error: <expr>: no cotangent for output 'b'", "give --cotangent b=..."),
     (["vjp", "a = x*x; b = sum(x)", "--at", "x=[1,2]", "--of", "a", "--of", "b", "--cotangent", "a=[1,2],b=[1,2]"],
      "error: <expr>: the cotangent for 'b' has shape (2,), but 'b' has shape ()", CT_HINT),
-    (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", ""], "error: --cotangent: empty value", None),
+    (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", ""], "error: --cotangent: empty value",
+     "give a number, an array or @FILE, e.g. 1.5 or [1, 2]"),
     (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", "[1,"], "error: --cotangent:1:1: '[' is never closed", "add ']'"),
     (["jvp", "x*x", "--at", "x=[1,2]", "--tangent", "x=[1,2,3]"],
      "error: <expr>: the tangent for 'x' has shape (3,), but 'x' has shape (2,)", ...),
