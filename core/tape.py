@@ -831,6 +831,12 @@ class Builder:
         """Warn that prim made value's nan or inf: the first to produce it (its operands are
         finite) or, elementwise, where the operands' elements are finite (log([nan, -1]))."""
         operands = [self.values[a.var] for a in args]
+        if value.__class__ is F64_SCALAR and all(x.__class__ is F64_SCALAR for x in operands):
+            # (the scalar case of the rules below, without arrays: a loop on an inf, y = y * 2,
+            # spent half its time here)
+            if all(map(_isfinite, operands)):
+                self.note_nonfinite(f"'{self.op_name(prim, self.pos)}'", value)
+            return
         if all(map(all_finite, operands)):
             self.note_nonfinite(f"'{self.op_name(prim, self.pos)}'", value)
         elif prim.elementwise:
