@@ -333,6 +333,28 @@ def _decision_text(text: str, pos: Pos, longest: int = 40) -> str:
     return found if len(found) <= longest else found[:longest - 1] + "…"
 
 
+#: The numbers a full check's finite differences of one input may compute, in all its batches,
+#: as a multiple of --max-elements (of its default, at least: a lower one bounds each batch's
+#: arrays, and more batches do the same work): past it (an input of 300 x 300: 180,000 points
+#: through 90,000-element values, 1.6e10 numbers, hours) check refuses and points to --directions.
+FD_WORK_FACTOR = 20
+
+
+def _within_work(tr: Traced, wrt: str, points: int, width: int) -> None:
+    """Refuse, before the first batch, finite differences of wrt at points points through values
+    of width elements that would compute more than FD_WORK_FACTOR times --max-elements numbers."""
+    work, limit = points * width, FD_WORK_FACTOR * max(tr.builder.max_elements, DEFAULT_MAX_ELEMENTS)
+    if work > limit:
+        n = tr.value(wrt).size
+        raise LimitError(f"the finite differences of the full Jacobian with respect to '{wrt}' ({n:,} elements) "
+                         f"would evaluate the program at {points:,} points through values of up to {width:,} "
+                         f"elements: {work:.2g} numbers, more than {FD_WORK_FACTOR} x {option('max_elements')} "
+                         f"({limit:.2g})",
+                         name=wrt, option="max_elements",
+                         hint=f"check along random directions instead, with {option('directions')} K (one "
+                              f"point pair a direction), or raise {option('max_elements')}")
+
+
 def _check_batch(tr: Traced, rows: int, n: int) -> None:
     """Refuse, before it is made, a batch of rows perturbed copies of an n-element input."""
     tr.builder.check_size((rows, n), what=f"a batch of {rows} perturbed copies of a {n}-element input")
@@ -399,6 +421,7 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
     var = tr.tape.names[wrt]
     largest = _pass_from(tr, var, tuple(tr.tape.names[o] for o in of), facts).widest  # (a point's)
     width = max(largest, n, 1)  # (a point's numbers in the pass's largest value)
+    _within_work(tr, wrt, len(scales) * cols.size + centre, width)
     budget = min(FD_BATCH_ELEMENTS, tr.builder.max_elements) - centre * width  # (f(x)'s row too)
     per_batch = max(1, budget // (len(scales) * width))
     rows = {o: np.full((n,) + tr.value(o).shape, np.nan) for o in of}

@@ -1131,3 +1131,16 @@ def test_an_infinite_input_fails_its_check_as_a_point_that_is_not_finite(src, at
     # (the search over smaller steps took log2 of the largest |x|: int(inf) raised, an internal error)
     r = gradcalc.check(src, at=at, **options)
     assert not r.ok and any("not finite" in " ".join(x.notes) for x in r.results)
+
+
+def test_a_full_check_too_large_to_finish_is_refused_before_it_starts_and_points_to_directions():
+    # 90,000 inputs: 180,000 points through 90,000-element values (1.6e10 numbers) took hours
+    import time
+    start = time.monotonic()
+    src = "input x[300, 300]\ny = sum(sin(x))"
+    with pytest.raises(gradcalc.errors.LimitError) as info:
+        gradcalc.check(src, points=1)
+    assert time.monotonic() - start < 20
+    assert "would evaluate the program at 180,000 points" in info.value.message
+    assert "directions K" in info.value.hint  # (the API words options as keywords; the CLI as --directions)
+    assert gradcalc.check(src, points=1, directions=2).ok  # (the way it points to)
