@@ -175,7 +175,16 @@ def _read_error(path, label, err):
     if isinstance(err, UnicodeDecodeError):
         return ValueError_(f"{label}: cannot read '{path}': it is not UTF-8 text (byte {err.start})",
                            hint="a value file is .json, .csv or .txt (text) or .npy, .npz (NumPy's binary)")
-    return ValueError_(f"{label}: cannot read '{path}': {err}")
+    import json
+    if isinstance(err, json.JSONDecodeError):  # (its own words, "Expecting value: line 1 column 1 (char 0)", reworded)
+        what = "it is empty" if not err.doc.strip() else f"it is not JSON ({err.msg} at line {err.lineno}, " \
+                                                           f"column {err.colno})"
+        return ValueError_(f"{label}: cannot read '{path}': {what}", hint=_VALUE_FILES)
+    return ValueError_(f"{label}: cannot read '{path}': {err}", hint=_VALUE_FILES)
+
+
+_VALUE_FILES = ("a value file holds one array: JSON ([1, 2] or 1.5), CSV or whitespace-separated text, or "
+                "NumPy's .npy or .npz")
 
 
 def load_array(path: str, label: str = "value", max_elements: int = DEFAULT_MAX_ELEMENTS) -> np.ndarray:

@@ -254,3 +254,15 @@ def test_a_program_of_up_to_16_mib_is_read(tmp_path):
         f.write(b"#" * 20)
     assert first(user_error("grad", str(p), "--at", "x=3")) == \
         f"error: '{p}' holds more than 16 MiB, more than gradcalc reads as a program"
+
+
+def test_an_empty_or_broken_json_value_file_says_so_and_what_a_value_file_holds(tmp_path):
+    # (json's own words before: "Expecting value: line 1 column 1 (char 0)", no hint)
+    empty, broken = tmp_path / "e.json", tmp_path / "b.json"
+    empty.write_text("")
+    broken.write_text("[1, 2")
+    for path, words in ((empty, "it is empty"), (broken, "it is not JSON (Expecting ',' delimiter at line 1, column 6)")):
+        r = user_error("eval", "x*1", "--at", f"x=@{path}")
+        lines = r.stderr.splitlines()
+        assert lines[0] == f"error: --at x: cannot read '{path}': {words}"
+        assert lines[1].startswith("hint: a value file holds one array")
