@@ -367,6 +367,23 @@ def _check_npy_header(f, path: str, label: str, max_elements: int, member: str |
     if any(d < 0 for d in shape):
         raise _not_numbers(f"its header gives the shape {shape}", member)
     _check_shape(shape, label, max_elements)
+    _check_npy_length(f, shape, dtype, member)
+
+
+def _check_npy_length(f, shape: tuple, dtype, member: str | None) -> None:
+    """Refuse an .npy file whose data is shorter than its header says (a file cut short: NumPy's
+    own words were 'Failed to read all data for array ... (file seems not fully written?)'),
+    where the file can be measured (an .npz member's stream is left to NumPy)."""
+    try:
+        here = f.tell()
+        end = f.seek(0, 2)
+        f.seek(here)
+    except (OSError, ValueError, AttributeError):
+        return
+    needed = math.prod(shape) * dtype.itemsize
+    if end - here < needed:
+        raise _not_numbers(f"it is cut short: its header gives shape {tuple(shape)}, {needed:,} bytes of data, "
+                           f"and {end - here:,} follow", member)
 
 
 def _not_numbers(why: str, member: str | None) -> ValueError:
@@ -416,6 +433,8 @@ def _load_text(text: str, delimiter) -> np.ndarray:
     """numpy.loadtxt of the text; a first line of names (a header: x,y) is skipped."""
     import warnings
     lines = text.splitlines()
+    if not any(ln.strip() and not ln.lstrip().startswith("#") for ln in lines):
+        raise ValueError("it holds no value (it is empty, or only comments)")  # (loadtxt: 'input contained no data: "[]"')
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "input contained no data" is an error here
         try:

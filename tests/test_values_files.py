@@ -266,3 +266,19 @@ def test_an_empty_or_broken_json_value_file_says_so_and_what_a_value_file_holds(
         lines = r.stderr.splitlines()
         assert lines[0] == f"error: --at x: cannot read '{path}': {words}"
         assert lines[1].startswith("hint: a value file holds one array")
+
+
+def test_a_value_file_cut_short_or_holding_nothing_says_so(tmp_path):
+    # (NumPy's "Failed to read all data for array ... (file seems not fully written?)", and
+    # loadtxt's 'input contained no data: "[]"')
+    whole = tmp_path / "w.npy"
+    np.save(whole, np.ones(5))
+    cut = tmp_path / "c.npy"
+    cut.write_bytes(whole.read_bytes()[:-8])
+    r = user_error("eval", "x*1", "--at", f"x=@{cut}")
+    assert r.stderr.splitlines()[0] == (f"error: --at x: cannot read '{cut}': not a .npy file of numbers: it is cut "
+                                        "short: its header gives shape (5,), 40 bytes of data, and 32 follow")
+    comments = tmp_path / "c.txt"
+    comments.write_text("# x\n\n")
+    r = user_error("eval", "x*1", "--at", f"x=@{comments}")
+    assert r.stderr.splitlines()[0] == f"error: --at x: cannot read '{comments}': it holds no value (it is empty, or only comments)"
