@@ -649,13 +649,15 @@ def _upstream(tr: Traced, var: int) -> tuple[set, set]:
 
 
 def facts_on_tape(tr: Traced) -> dict:
-    """{fact: whether some equation on tr's tape has it} for "kink" and "branch": most programs
-    have neither (worked out once a tape: check asks for each of many inputs and steps)."""
+    """{fact: whether some equation on tr's tape has it} for "kink" and "branch", and "stop":
+    whether one is a stop_gradient; most programs have none (worked out once a tape: check asks
+    for each of many inputs and steps)."""
     key = ("facts", len(tr.tape.equations))
     facts = tr.derived.get(key)
     if facts is None:
         facts = tr.derived[key] = {fact: any(getattr(eq.prim, fact) is not None for eq in tr.tape.equations)
                                    for fact in ("kink", "branch")}
+        facts["stop"] = any(eq.prim.name == "stop_gradient" for eq in tr.tape.equations)  # (stopped_notes)
     return facts
 
 
@@ -672,20 +674,32 @@ class _Pass(NamedTuple):
 def _pass_from(tr: Traced, var: int, out_vars: tuple, facts: dict | None) -> _Pass:
     """The pass of finite differences from var to out_vars (_on_tape's): the equations that
     depend on var, less those that only the other outputs read (the derivative of one of a
-    thousand outputs need not run the other 999).  The last one made is kept (tr.derived): a
-    search over steps (_halved) estimates one block at twenty steps, and the sweeps of the
-    tape that find a pass cost more than the pass of a small output."""
+    thousand outputs need not run the other 999).  The last one made is kept (tr.derived), and
+    what it is made from, for the last var: a search over steps (_halved) estimates one block at
+    twenty steps, one output after another, and the sweeps of the tape that find a pass cost
+    more than the pass of a small output."""
     key = (var, out_vars, len(tr.tape.equations))
     last = tr.derived.get(_Pass)
     if last is not None and last[0] == key:
         return last[1]
-    downstream = seeded(tr.tape.equations, [var])
-    guards = _guards_reached(tr, var, downstream)
-    branched = _equations_with(tr, var, None, "branch", facts)
+    downstream, guards, branched, widest = _downstream_of(tr, var, facts)
     keep = set(out_vars) | {g.var for g in guards} | {eq.out for eq in branched}
-    found = _Pass(needed(downstream, keep), guards, branched, keep,
-                  largest_batched(downstream, [var], tr.builder.shapes))
+    found = _Pass(needed(downstream, keep), guards, branched, keep, widest)
     tr.derived[_Pass] = (key, found)
+    return found
+
+
+def _downstream_of(tr: Traced, var: int, facts: dict | None) -> tuple:
+    """(the equations that depend on var, the guards and the branched equations among them, the
+    widest value they compute): _pass_from's sweeps, kept for the last var (tr.derived)."""
+    key = (var, len(tr.tape.equations))
+    last = tr.derived.get(_downstream_of)
+    if last is not None and last[0] == key:
+        return last[1]
+    downstream = seeded(tr.tape.equations, [var])
+    found = (downstream, _guards_reached(tr, var, downstream), _equations_with(tr, var, None, "branch", facts),
+             largest_batched(downstream, [var], tr.builder.shapes))
+    tr.derived[_downstream_of] = (key, found)
     return found
 
 
@@ -745,6 +759,8 @@ def stopped_notes(tr: Traced, w: str, o: str) -> list[str]:
     passes change; the derivative stops there by design, so a comparison across it fails.  Those
     that built-ins call (logsumexp's, std's) are not the program's: op_name names the built-in."""
     names, builder = tr.tape.names, tr.builder
+    if not (facts_on_tape(tr)["stop"]):  # (most programs: no sweep a failing output)
+        return []
     live, stops = {names[w]}, []
     for eq in tr.tape.equations:
         if live.isdisjoint(eq.args):
