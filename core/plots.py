@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .checks import kink_text
-from .errors import GradcalcError, LimitError, ShapeError, UsageError, did_you_mean, option
+from .errors import GradcalcError, LimitError, ShapeError, UsageError, did_you_mean, listed, option
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .numerics import kinked_equations, on_tape, path_notes
 from .results import Result
@@ -191,7 +191,7 @@ def _line(program, over: str, lo: float, direction, at: dict, limits: dict) -> t
     inputs' values the plot is made at."""
     inputs = {i.name: i for i in find_inputs(program)}
     if over not in inputs:
-        hint = did_you_mean(over, inputs) or (f"the inputs are: {', '.join(inputs)}" if inputs
+        hint = did_you_mean(over, inputs) or (f"the inputs are: {listed(inputs)}" if inputs
                                               else "the program has no inputs")
         raise UsageError(f"{option('over')} '{over}' is not an input of the program", name=over,
                          option="over", hint=hint)
