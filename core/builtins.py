@@ -663,10 +663,16 @@ def _spectral_norm(y, order):
     gaps, tiny = _singular_gaps(values)
     nonzero = values[..., :1] > 0
     if order == "nuc":
-        n, bad = P.reduce_sum(s, axis=-1), nonzero & (values[..., -1:] <= tiny)
+        # a zero singular value adds nothing to the derivative (abs'(0) = 0: nuc(diag(1, h)) is
+        # 1 + |h|; svd_s's rule gave it the +1 of whatever singular vectors LAPACK chose)
+        n = P.reduce_sum(P.where(P.eq(s, 0.0), 0.0, s), axis=-1)
+        bad = nonzero & (values[..., -1:] <= tiny)
         why = "a zero singular value (the matrix is not of full rank)"
     else:
-        n = P.index(s, idx=(Ellipsis, 0 if order == 2 else -1))
+        # the largest (smallest) singular value as max's (min's) reduction: tied values share the
+        # derivative equally, as max(svd(A)) does (indexing the first gave u1 v1^T alone, which
+        # depends on the basis LAPACK chose for the tied ones)
+        n = (P.reduce_max if order == 2 else P.reduce_min)(s, axis=-1)
         if order == 2:
             bad = nonzero & (gaps[..., :1] <= tiny)
         else:  # (at a smallest singular value of 0 the derivative is 0, as abs'(0))

@@ -532,6 +532,38 @@ def test_spectral_norms_warn_where_their_derivative_is_not_defined(src, at, warn
     assert any(warned in w for w in doc["warnings"]), doc
 
 
+@pytest.mark.parametrize("order", [2, -2])
+@pytest.mark.parametrize("A", [np.eye(2), np.array([[0.6, -0.8], [0.8, 0.6]]), 3 * np.eye(3)])
+def test_tied_extreme_singular_values_share_the_spectral_norms_derivative(order, A):
+    # every singular value tied: the derivative is (1/k) sum u_i v_i^T = U V^T / k (independent of
+    # the basis LAPACK picks for the tied ones), as max's and min's ties share (README conventions)
+    # and as max(svd(A)) gives; the first pair alone (u1 v1^T) before
+    U, _, Vt = np.linalg.svd(A)
+    want = U @ Vt / len(A)
+    for mode in ("rev", "fwd"):
+        got = gradcalc.jacobian(f"norm(A, ord={order})", at={"A": A}, mode=mode)["_"]["A"]
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    other = "max" if order == 2 else "min"
+    np.testing.assert_array_equal(gradcalc.grad(f"norm(A, ord={order})", at={"A": A})["A"],
+                                  gradcalc.grad(f"{other}(svd(A, compute_uv=false))", at={"A": A})["A"])
+    # check flags the kink (a tie of k values shares 1/k; central differences see 1/2: they agree
+    # for a pair, as max's ties do)
+    (r,) = gradcalc.check(f"norm(A, ord={order})", at={"A": A}).results
+    assert "near the kink of 'norm' (line 1, column 1)" in r.notes and r.ok == (len(A) == 2)
+
+
+def test_a_zero_singular_value_adds_nothing_to_the_nuclear_norms_derivative():
+    # nuc(diag(1, h)) = 1 + |h|: abs'(0) = 0 gives diag(1, 0) (svd_s's rule gave the zero its +1)
+    A = np.array([[1.0, 0.0], [0.0, 0.0]])
+    assert gradcalc.grad("norm(A, ord='nuc')", at={"A": A})["A"].tolist() == [[1.0, 0.0], [0.0, 0.0]]
+    (r,) = gradcalc.check("norm(A, ord='nuc')", at={"A": A}).results
+    assert r.ok and "near the kink of 'norm' (line 1, column 1)" in r.notes
+    # and away from it, the closed form U V^T
+    B = np.array([[3.0, 1.0], [0.0, 2.0]])
+    U, _, Vt = np.linalg.svd(B)
+    np.testing.assert_allclose(gradcalc.grad("norm(A, ord='nuc')", at={"A": B})["A"], U @ Vt, rtol=1e-14)
+
+
 def test_spectral_norms_away_from_degenerate_points_do_not_warn():
     doc = ok_json("grad", "norm(A, ord=2) + norm(A, ord=-2) + norm(A, ord='nuc')", "--at", "A=[[2,0],[0,1]]")
     assert doc["warnings"] == []
