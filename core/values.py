@@ -47,8 +47,10 @@ def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX
     A later option overrides an earlier one (--at @defaults.json --at lr=0.1); a name given
     twice in one option is a mistake, and an error, and so is an empty item (x=1,,y=2, a comma
     at either end, an empty option): "$A,$B" with $A empty lost a value silently, and an input
-    with a default took the default."""
+    with a default took the default.  Without files (--tangent, --cotangent: no defaults to
+    override), a name given in two options is an error too: the first value was lost silently."""
     out = Point()
+    earlier: set = set()  # (the names of the options before, without files)
     for item in items or ():
         seen = set()
         if item.strip().startswith("@") and allow_files:
@@ -69,9 +71,14 @@ def parse_assignments(items, what: str = "--at", max_elements: int = DEFAULT_MAX
             if name in seen:
                 raise UsageError(f"{what} gives '{name}' twice in '{item}'",
                                  hint=f"give each name once (a later {what} option overrides an earlier one)")
+            if name in earlier:
+                raise UsageError(f"{what} gives '{name}' twice, in two options", name=name,
+                                 hint=f"give each name once: {what} {name}=VALUE")
             seen.add(name)
             out[name] = parse_value(value, f"{what} {name}", max_elements)
             out.from_files.pop(name, None)
+        if not allow_files:
+            earlier |= seen
     return out
 
 

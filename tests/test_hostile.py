@@ -726,6 +726,11 @@ TANGENTS = [
     (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", ""], "error: --cotangent: empty value",
      "give a number, an array or @FILE, e.g. 1.5 or [1, 2]"),
     (["vjp", "x*x", "--at", "x=[1,2]", "--cotangent", "[1,"], "error: --cotangent:1:1: '[' is never closed", "add ']'"),
+    # (a name in two options: the first value was lost silently)
+    (["vjp", "h = x^2; z = h*3", "--at", "x=2", "--cotangent", "z=2", "--cotangent", "z=3"],
+     "error: --cotangent gives 'z' twice, in two options", "give each name once: --cotangent z=VALUE"),
+    (["jvp", "x*y", "--at", "x=1,y=2", "--tangent", "x=1", "--tangent", "x=2"],
+     "error: --tangent gives 'x' twice, in two options", "give each name once: --tangent x=VALUE"),
     (["jvp", "x*x", "--at", "x=[1,2]", "--tangent", "x=[1,2,3]"],
      "error: <expr>: the tangent for 'x' has shape (3,), but 'x' has shape (2,)", ...),
     (["jvp", "x*x", "--at", "x=[1,2]", "--tangent", "[1,2]"], "error: --tangent expects NAME=VALUE, got '[1,2]'",
