@@ -345,8 +345,8 @@ def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: boo
             traced = _run_sample(tr, line, pending[0], max_steps)
     t, marks, placed = line.t, [], {}
     for i in sorted(changes):  # (a sample next to one where the program fails has no mark)
-        if owner[i + 1] >= 0:
-            _add_mark(marks, placed, changes[i][0], "path", changes[i][1], t[1] - t[0])
+        if owner[i + 1] >= 0:  # each change between two samples its own mark: one a sample apart from
+            _add_mark(marks, placed, changes[i][0], "path", changes[i][1], 0.0)  # another was dropped
     grid = _kink_grid(t)
     for x, text in kinks:
         _add_mark(marks, placed, x, "kink", text, grid[1] - grid[0])

@@ -83,12 +83,10 @@ def test_every_change_of_a_bouncing_balls_path_is_marked_where_a_plain_run_chang
     r = plot(ball(n), "h0", 0.5, 2, samples=60)
     t = r["abscissae"]
     paths = [_decisions(x, n) for x in t]
-    want = []  # (a change within a sample's spacing of one marked, by the same if, adds none)
+    want = []  # (every change between two samples: one a sample from another was dropped before)
     for i in range(len(t) - 1):
         if paths[i] != paths[i + 1]:
-            lo, hi = _leaves(t[i], t[i + 1], n)
-            if not any(abs(lo - w) <= t[1] - t[0] for w, _ in want):
-                want.append((lo, hi))
+            want.append(_leaves(t[i], t[i + 1], n))
     marks = sorted(m["x"] for m in r.marks)
     assert all(m["kind"] == "path" and "'y < 0'" in m["note"] for m in r.marks)
     assert len(want) > 3 and len(marks) == len(want)
@@ -278,3 +276,13 @@ def test_samples_where_the_program_fails_have_no_value_the_first_ones_too():
     from gradcalc.errors import GradcalcError
     with pytest.raises(GradcalcError, match="index -9 is out of range"):  # (at every sample: the first's error)
         plot("z = [1, 2, 3]\nz[round(x)] * x", "x", -9, -5, samples=4)
+
+
+@pytest.mark.parametrize("source, lo, hi, samples, want", [
+    # the loop runs 0, 1, ..., 5 times at the samples 0.5, ..., 5.5: a change in every interval
+    ("y = x\nwhile y > 1 { y = y - 1 }\ny*y", 0.5, 5.5, 6, [1.0, 2.0, 3.0, 4.0, 5.0]),
+    ("s = 0\nfor i in range(6) { if x > i + 0.5 { s = s + x } }\ns*s", 0, 6, 7, [0.5, 1.5, 2.5, 3.5, 4.5, 5.5]),
+])
+def test_a_change_of_path_in_every_interval_is_marked_in_every_interval(source, lo, hi, samples, want):
+    # (a change a sample's spacing from one marked by the same decision was dropped: every other one)
+    assert sorted(m["x"] for m in plot(source, "x", lo, hi, samples=samples).marks) == want
