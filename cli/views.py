@@ -523,7 +523,7 @@ def _graph_dot(result) -> str:
 #: check --sweep draws the curves of this many results, the worst first; the others get a row.
 SWEEPS_DRAWN = 3
 _SWEEP_RANK = {"wrong derivative": 0, "finite differences are not finite here": 1,
-               "step too small or too large": 2, "a kink within every step": 3}
+               "step too small or too large": 2, "a kink within every step": 3, "steps not small beside x": 3}
 
 
 def _sweep_section(results, precision: int) -> None:
@@ -594,6 +594,10 @@ def _sweep_verdict(w: dict) -> str:
     if verdict == "a kink within every step":
         return (f"verdict: a kink within every step: a kink or branch lies within even the smallest step, "
                 f"so no step can tell (best error {w['best_error']:.2g}); see the notes")
+    if verdict == "steps not small beside x":
+        return (f"verdict: steps not small beside x: the steps the sweep could use are not small beside "
+                f"the element |x| (they follow max(1, |x|)), so none can tell (best step {w['best_step']:.2g}, "
+                f"error {w['best_error']:.2g}); the check compares at steps relative to |x| there")
     if verdict == "step too small or too large":
         return (f"verdict: step too small or too large: the check's step {w['default_step']:.2g} is on "
                 f"the {w['side'] or 'wrong'} side of the V; the best step is {w['best_step']:.2g}")

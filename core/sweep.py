@@ -56,6 +56,12 @@ NOT_FINITE = "finite differences are not finite here"
 #: (abs at 1e-14): differences disagree with the derivative taken there at every step, which is
 #: no sign of a wrong rule.
 AT_KINK = "a kink within every step"
+#: A point whose element x is small but not 0 (0 < |x| < 1, where the sweep's steps are not
+#: scaled: STEPS times 1), and where every usable step is more than COARSE_FRACTION of |x|:
+#: log(x) at 1e-12 has finite differences at its two smallest steps alone, 10-30% of x, so no
+#: step of the sweep measures the derivative (check's own compares at steps relative to |x|).
+COARSE = "steps not small beside x"
+COARSE_FRACTION = 0.01
 
 
 class Sweep(NamedTuple):
@@ -117,6 +123,8 @@ def sweep(tr: Traced, of: str, wrt: str, method: str = "central", *, element=Non
     found = _judged(steps, errors, usable, scale, default, at_default, tol, passed)
     if found.verdict == WRONG and _at_a_branch(tr, wrt, of, steps[-1], changed[:-1] & usable, usable):
         found = found._replace(verdict=AT_KINK)
+    elif found.verdict == WRONG and x.size and _coarse_beside(float(abs(x.ravel()[j])), steps[usable]):
+        found = found._replace(verdict=COARSE)
     return found._replace(element=[int(i) for i in np.unravel_index(j, x.shape)] if x.ndim else [],
                           slope=_truncation_slope(steps, errors, usable, scale,
                                                   np.maximum(noise, stencil.EPS * scale)),
@@ -128,6 +136,11 @@ def _at_a_branch(tr: Traced, wrt: str, of: str, smallest: float, changed, usable
     another path, or a kink the output follows lies within the smallest step."""
     return bool(usable.any() and changed[usable].all()) or bool(
         kinks_near(tr, tr.tape.names[wrt], np.array([smallest]), tr.tape.names[of]))
+
+
+def _coarse_beside(x: float, usable_steps: np.ndarray) -> bool:
+    """Whether no usable step is small beside the element's |x| (see COARSE)."""
+    return 0.0 < x < 1.0 and bool(usable_steps.size) and float(usable_steps.min()) > COARSE_FRACTION * x
 
 
 def _flat_element(element, shape) -> int:

@@ -242,3 +242,16 @@ def test_check_sweep_reports_absolute_steps_as_the_check_does():
     assert doc["results"][0]["sweep"]["default_step"] == doc["results"][0]["step"] == 2.0 ** -17
     plain = run("check", "sin(x)", "--at", "x=1000", "--sweep", "-f", "plain").stdout
     assert "check_step=0.0078 " in plain
+
+
+@pytest.mark.parametrize("src", ["log(x)", "sqrt(x)"])
+def test_a_point_whose_sweep_steps_are_coarse_beside_x_is_not_called_wrong(src):
+    # at 1e-12 only the two smallest steps (10-30% of x) give finite differences: "wrong
+    # derivative" contradicted the check's own pass, at steps relative to |x|, in the same output
+    import gradcalc
+    r = gradcalc.check(src, at={"x": 1e-12}, sweep=True)
+    (x,) = r.results
+    assert x.ok and x.extra["sweep"]["verdict"] == "steps not small beside x"
+    # a wrong derivative at an ordinary point is still called so
+    tr = trace(parse("sin(x)"), {"x": np.array(0.5)})
+    assert sweep(tr, "_", "x", ad=np.array(np.cos(0.5) * 1.01)).verdict == WRONG
