@@ -578,8 +578,9 @@ def _against_differences(label, p, of, w, ad, fd, e, method, step, tol) -> Check
         i = tuple(worst)
         uncertain, fdi = float(e[i]), float(fd[i])
         if uncertain > tol[1] + tol[0] * abs(fdi) and uncertain >= 0.1 * abs(float(ad[i]) - fdi):
-            notes.append(f"the finite differences are themselves uncertain by ~{uncertain:.2g} "
-                         "here: are the program's values noisy, or printed with too few digits?")
+            notes.append(f"the finite differences are themselves uncertain by up to ~{uncertain:.2g} here (a "
+                         "bound), as much as the mismatch, so they cannot tell it from their own error: the bound "
+                         "is wide where the program's values are noisy or printed with too few digits")
     fd_err = float(np.max(e)) if e.size else 0.0
     extra = {"fd_error_estimate": fd_err} | (extra or ({} if ok else breach(ad, fd, worst, *tol)))
     return CheckResult(label, p, of, w, mabs, mrel, worst, method, step, ok, notes, extra)
