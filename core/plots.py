@@ -170,8 +170,10 @@ def _warnings_at(tr: Traced, line: Line, row: int, out: str, w: str, max_steps: 
     point = {**{n: tr.value(n) for n in tr.tape.inputs}, line.over: line.points()[row]}
     try:
         there = trace(tr.program, point, max_elements=tr.builder.max_elements, max_steps=max_steps)
-    except GradcalcError:
-        return []  # (the program fails there: its batched pass gave nan, as check's runs do)
+    except GradcalcError as err:  # (its batched pass gave nan, as check's runs do: say why)
+        t = float(line.t[row])
+        where = f"{line.over} = {t:.6g}" if line.v is None else f"t = {t:.6g}"
+        return [f"the program fails at the sample {where}, which has no value: {err.message}"]
     names = there.tape.names
     if out in names and w in names:
         seed = line.v if line.v is not None and w == line.over else np.ones(there.value(w).shape)

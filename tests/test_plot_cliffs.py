@@ -273,6 +273,9 @@ def test_samples_where_the_program_fails_have_no_value_the_first_ones_too():
     want = [z[round(x)] * x if ok else np.nan for x, ok in zip(t, inside)]
     np.testing.assert_array_equal(r["values"], want)
     assert np.isnan(r["values"][0]) and not np.isnan(r["values"][3])
+    # (a warning says why: nan with no word before)
+    assert r.warnings == ["the program fails at the sample x = -5, which has no value: index -5 is out of range "
+                          "for axis 0 with size 3"]
     from gradcalc.errors import GradcalcError
     with pytest.raises(GradcalcError, match="index -9 is out of range"):  # (at every sample: the first's error)
         plot("z = [1, 2, 3]\nz[round(x)] * x", "x", -9, -5, samples=4)
