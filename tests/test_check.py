@@ -1140,7 +1140,7 @@ def test_a_full_check_too_large_to_finish_is_refused_before_it_starts_and_points
     src = "input x[300, 300]\ny = sum(sin(x))"
     with pytest.raises(gradcalc.errors.LimitError) as info:
         gradcalc.check(src, points=1)
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 60  # (a hang guard: it ran for hours)
     assert "would evaluate the program at 180,000 points" in info.value.message
     assert "directions K" in info.value.hint  # (the API words options as keywords; the CLI as --directions)
     assert gradcalc.check(src, points=1, directions=2).ok  # (the way it points to)
