@@ -56,9 +56,16 @@ def _figure(x_label: str, y_label: str, width: int, height: int, with_colour: bo
     return fig
 
 
-def _legend(symbol: str, text: str, lc: str | None, with_colour: bool) -> str:
+def _legend(symbol: str, text: str, lc: str | None, with_colour: bool, width: int | None = None) -> str:
+    """A legend line: the symbol, then the text, wrapped within width (if given) under itself."""
     import plotille
-    return "  " + plotille.color(symbol, fg=lc, no_color=not with_colour) + " " + text
+    lead = "  " + plotille.color(symbol, fg=lc, no_color=not with_colour) + " "
+    indent = 3 + len(symbol)  # (the lead's cells: its colour codes take none)
+    if width is None or len(text) + indent <= width:
+        return lead + text
+    import textwrap
+    lines = textwrap.wrap(text, max(20, width - indent), break_on_hyphens=False) or [""]
+    return lead + ("\n" + " " * indent).join(lines)
 
 
 def _limits(curves) -> tuple[float, float, float]:
@@ -114,7 +121,8 @@ def function_picture(samples: dict, marks: list, labels: list[str], x_label: str
     rows = ylo + (np.arange(PLOT_HEIGHT) + 0.5) * (yhi / PLOT_HEIGHT - ylo / PLOT_HEIGHT)  # (no overflow)
     for k, m in enumerate(marks[:MARKS_DRAWN], 1):
         fig.text([m["x"]] * PLOT_HEIGHT, rows, [_MARK] * (PLOT_HEIGHT - 1) + [str(k % 10)], lc="yellow")
-        legend.append(_legend(f"{_MARK}{k}", f"{x_label} = {m['x']:.4g}: {m['note']}", "yellow", with_colour))
+        legend.append(_legend(f"{_MARK}{k}", f"{x_label} = {m['x']:.4g}: {m['note']}", "yellow", with_colour,
+                              total))
     if len(marks) > MARKS_DRAWN:
         legend.append(f"  ... and {len(marks) - MARKS_DRAWN} more marks (-f json lists them all)")
     return _fitted(fig.show(), total) + "\n".join(legend) + "\n"

@@ -412,3 +412,16 @@ def test_a_direction_plots_title_names_the_line_with_names_it_does_not_show(src,
     assert r.exit_code == 0, r.output
     t, v = names
     assert r.stdout.splitlines()[0].startswith(f"{of} along {over} + {t} {v}, {v} = [1  0], {t} from 0 to 1")
+
+
+def test_mark_legend_lines_wrap_within_the_columns():
+    # (a legend line of 117 characters at COLUMNS=40, where the picture itself fits)
+    from gradcalc.cli.pictures import function_picture
+    r = plot("abs(x - 0.5) + (x^2 if x > 0 else 0)", "x", -1, 1)
+    samples = {"abscissae": r["abscissae"], "values": r["values"], "derivatives": r["derivatives"]}
+    for width in (40, 60, 80):
+        text = function_picture(samples, r.marks, ["_", "d_/dx"], "x", width=width, with_colour=False)
+        lines = text.splitlines()
+        legend = lines[next(i for i, ln in enumerate(lines) if ln.startswith("  ┊1 x = ")):]
+        assert max(map(len, legend)) <= width, legend
+        assert " ".join(" ".join(legend).split()).count("change of path: a sample step flips the condition") == 1
