@@ -380,7 +380,7 @@ def _check_npy_header(f, path: str, label: str, max_elements: int, member: str |
 def _check_npy_length(f, shape: tuple, dtype, member: str | None) -> None:
     """Refuse an .npy file whose data is shorter than its header says (a file cut short: NumPy's
     own words were 'Failed to read all data for array ... (file seems not fully written?)'),
-    where the file can be measured (an .npz member's stream is left to NumPy)."""
+    where the stream can be measured (a pipe cannot: it is left to NumPy)."""
     try:
         here = f.tell()
         end = f.seek(0, 2)
