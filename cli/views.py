@@ -342,8 +342,9 @@ def write_junit(path: str, results) -> None:
     _, failures, errors = counts(results)
     suite = ET.Element("testsuite", name="gradcalc.check", tests=str(len(results)),
                        failures=str(failures), errors=str(errors))
+    classes = _junit_classes([x.source for x in results])
     for x in results:
-        case = ET.SubElement(suite, "testcase", classname=_xml_text(_junit_class(x.source)),
+        case = ET.SubElement(suite, "testcase", classname=_xml_text(classes[x.source]),
                              name=_xml_text(_junit_name(x)), file=_xml_text(x.source))
         if _is_error(x):
             _junit_error(case, x)
@@ -400,11 +401,30 @@ def _junit_class(source: str) -> str:
     then the folders and the name without .grad, joined by dots (examples/ci/cube.grad ->
     gradcalc.check.examples.ci.cube).  Jenkins splits a classname at its last dot into package
     and class, and GitLab shows it as the suite, so a dot inside a name becomes '_' (my.model.grad
-    -> my_model, not package my, class model).  The path as written is the testcase's file."""
-    import re
+    -> my_model, not package my, class model).  Only this system's separators part folders: on
+    Linux a backslash is a character of the name.  The path as written is the testcase's file."""
+    import os
     stem = source[:-len(".grad")] if source.endswith(".grad") else source
-    parts = [p.replace(".", "_") for p in re.split(r"[\\/]", stem) if p not in ("", ".")]
+    if os.altsep:
+        stem = stem.replace(os.altsep, os.sep)
+    parts = [p.replace(".", "_") for p in stem.split(os.sep) if p not in ("", ".")]
     return ".".join(["gradcalc.check", *parts])
+
+
+def _junit_classes(sources) -> dict:
+    """Each source's classname, one per source: where two files would share one (a.b.grad and
+    a_b.grad are both gradcalc.check.a_b), the later in the report gets _2, _3..., so that a CI
+    system never merges two files' testcases into one."""
+    classes, taken = {}, set()
+    for source in dict.fromkeys(sources):
+        base = name = _junit_class(source)
+        copy = 1
+        while name in taken:
+            copy += 1
+            name = f"{base}_{copy}"
+        classes[source] = name
+        taken.add(name)
+    return classes
 
 
 def _junit_name(x) -> str:

@@ -889,3 +889,16 @@ def test_comments_that_are_not_check_lines_are_left_alone(tmp_path, monkeypatch)
                                "#check: after the first statement, a comment like any other\n")
     r = ok("check", "c.grad", "-f", "plain")
     assert "read as a comment" not in r.stderr
+
+
+def test_junit_classnames_of_two_files_never_collide(tmp_path, monkeypatch):
+    # a.b.grad and a_b.grad were both gradcalc.check.a_b with the same testcase names, which a CI
+    # system merges into one test; a backslash, a name's character on Linux, parted folders
+    monkeypatch.chdir(tmp_path)
+    for name in ["a.b.grad", "a_b.grad", "a_b_2.grad", "c\\d.grad"]:
+        write(tmp_path / name, "x^2\n")
+    run("check", ".", "--at", "x=1", "--junit-xml", "r.xml")
+    cases = ET.parse(tmp_path / "r.xml").getroot().findall("testcase")
+    classes = {c.get("file"): c.get("classname") for c in cases}
+    assert classes == {"a.b.grad": "gradcalc.check.a_b", "a_b.grad": "gradcalc.check.a_b_2",
+                       "a_b_2.grad": "gradcalc.check.a_b_2_2", "c\\d.grad": "gradcalc.check.c\\d"}
