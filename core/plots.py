@@ -87,8 +87,10 @@ def parse_over(text: str) -> tuple[str, float, float]:
         raise UsageError(f"{option('over')} takes NAME=LO:HI, not '{text}'", option="over",
                          hint="e.g. --over x=-2:2")
     ends = [parse_value(v, f"{option('over')} {name.strip()}") for v in (lo, hi)]
-    if any(e.size != 1 for e in ends):
-        raise UsageError(f"{option('over')}: LO and HI are numbers, not arrays", option="over")
+    if any(e.ndim for e in ends):  # (a 1-element array too: NumPy's float() of it is deprecated)
+        raise UsageError(f"{option('over')}: LO and HI are numbers, not arrays", option="over",
+                         hint=f"for an array input, --over {name.strip()}=0:1 --direction V plots along "
+                              f"{name.strip()} + t V, t from 0 to 1")
     lo_, hi_ = (float(e.reshape(())) for e in ends)
     return name.strip(), lo_, hi_  # (plot checks that LO < HI)
 

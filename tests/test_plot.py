@@ -129,6 +129,15 @@ def test_parse_over_takes_constant_expressions():
         parse_over("x=[1, 2]:3")
 
 
+@pytest.mark.parametrize("over", ["x=[0]:1", "x=0:[[1]]", "x=[0]:[1]"])
+def test_over_refuses_a_one_element_array_as_an_end(over):
+    # LO = [0] was taken as the number 0 (NumPy's float() of a 1-element array), HI = [1, 2] not
+    r = user_error("plot", "sum(x^2)", "--over", over)
+    assert r.stderr.splitlines() == ["error: --over: LO and HI are numbers, not arrays",
+                                     "hint: for an array input, --over x=0:1 --direction V plots along x + t V, "
+                                     "t from 0 to 1"]
+
+
 def _axes_and_size(text: str, columns: int) -> list[str]:
     lines = text.rstrip("\n").split("\n")
     assert all(len(line) <= columns for line in lines), max(len(line) for line in lines)
