@@ -777,3 +777,47 @@ def test_a_scaled_norm_is_a_numpy_scalar_as_every_number_is(x):
     # np.where's 0-d array came back where a slice was scaled (the review's find)
     v = gradcalc.evaluate("norm(x)", at={"x": np.array(x)})["_"]
     assert type(v) is np.float64
+
+
+# ==========================================================================
+# solve with one matrix and many right-hand sides (a batched pass's rows)
+# ==========================================================================
+
+def test_a_hessian_through_solve_factors_its_fixed_matrix_once(monkeypatch):
+    # A Hessian's tangent rows met NumPy's solve as a broadcast stack: a (n, n) matrix against
+    # (n, n, 1) right-hand sides, factored once per row, O(n^4) (n = 800: 18 s, JAX 0.15 s).
+    # Now every row is a column of one system; the closed form is 2 A^-T A^-1.
+    import gradcalc.primitives as P
+    rng = np.random.default_rng(5)
+    n = 40
+    A = rng.standard_normal((n, n)) + 7 * np.eye(n)
+    x = rng.standard_normal(n)
+    calls = []
+    real = np.linalg.solve
+
+    def spy(a, b):
+        calls.append((a.shape, b.shape))
+        return real(a, b)
+    monkeypatch.setattr(P.np.linalg, "solve", spy)
+    H = gradcalc.hessian("sum(solve(A, x)^2)", at={"A": A, "x": x}, wrt=["x"])["x"]["x"]
+    Ai = real(A, np.eye(n))
+    np.testing.assert_allclose(H, 2 * Ai.T @ Ai, rtol=1e-12, atol=1e-15)
+    assert calls and all(len(a) == 2 and len(b) == 2 for a, b in calls), calls
+
+
+@pytest.mark.parametrize("bshape, ndb", [((7, 4), 1), ((2, 3, 4), 1), ((5, 4, 3), 2), ((2, 5, 4, 3), 2),
+                                         ((0, 4), 1), ((3, 4, 0), 2)])
+def test_solve_of_one_matrix_and_a_stack_is_numpys(bshape, ndb):
+    from gradcalc.primitives import _solve
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((4, 4)) + 3 * np.eye(4)
+    b = rng.standard_normal(bshape)
+    got = _solve(a, b, 2, ndb)
+    want = np.linalg.solve(a, b[..., None])[..., 0] if ndb == 1 else np.linalg.solve(a, b)
+    assert got.shape == want.shape and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
+
+
+def test_solve_of_a_singular_matrix_against_a_stack_is_still_an_error():
+    r = user_error("eval", "solve(A, B)", "--at", "A=[[1,2],[2,4]],B=ones((3,2,2))")
+    assert "singular" in r.stderr.lower(), r.stderr
