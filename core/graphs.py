@@ -183,6 +183,7 @@ class _Nodes:
     def forward(self, tape, guessed: list) -> None:
         """The inputs, the constants the program reads or names, and the equations."""
         used = {a for eq in tape.equations for a in eq.args}
+        guessed = set(guessed)  # (a list's look-up made 32,000 inputs without values take 6 s)
         for name, var in tape.inputs.items():
             self.add(var, "input", pos=tape.positions.get(name), extra={"guessed_shape": name in guessed})
         for var in tape.consts:
