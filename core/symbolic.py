@@ -43,7 +43,9 @@ most ``SIZE_LIMIT`` elements and the whole tape ``TOTAL_LIMIT``; ``det``,
 ``LINALG_LIMIT`` × ``LINALG_LIMIT``, and a stack of them matrix by matrix
 (``eigh``, ``svd`` and ``qr`` have no closed form: refused, saying why);
 one element's expression may hold at most ``EXPR_LIMIT`` nodes (counted as a
-tree: repeated subexpressions count each time); a condition over values that
+tree: repeated subexpressions count each time), and one derivative's
+``DERIVATIVE_LIMIT`` (a first derivative that a Hessian differentiates again,
+``EXPR_LIMIT``, since a second derivative is about ten times larger); a condition over values that
 are themselves piecewise (``sum(x > 0) > 3``, ``where(relu(x) > 1, ...)``),
 which sympy writes out as every combination of their branches, at most
 ``FOLD_LIMIT`` cases.  Derivatives larger than
@@ -75,6 +77,8 @@ LINALG_LIMIT = 4
 """Largest n of an n×n matrix given to det, inv or solve for --symbolic."""
 EXPR_LIMIT = 20_000
 """Most nodes in the expression tree of one element of one value."""
+DERIVATIVE_LIMIT = 200_000
+"""Most nodes in the expression tree of one derivative (a Hessian of 2.5 million nodes took 49 s)."""
 SIMPLIFY_LIMIT = 400
 """Derivatives with more nodes than this are not simplified."""
 SIMPLIFY_MAX_EXPONENT = 100
@@ -110,7 +114,7 @@ def _path_note(guards) -> str:
             f"another point may give another {shown})")
 
 
-__all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "FOLD_LIMIT", "SIMPLIFY_LIMIT",
+__all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "DERIVATIVE_LIMIT", "FOLD_LIMIT", "SIMPLIFY_LIMIT",
            "SIMPLIFY_SECONDS", "SIMPLIFY_EACH_SECONDS", "PRINT_LIMIT", "check_size", "to_sympy",
            "symbolic_gradient", "symbolic_jacobian", "symbolic_hessian", "NO_CLOSED_FORM", "converts"]
 
@@ -953,17 +957,26 @@ def _simplifier_for(simplify: bool, sp):
     return _Simplifier(sp) if simplify else (lambda e: (e, None))
 
 
-def _diff_block(y, syms, sp, simplify=None, back=None):
+def _diff_block(y, syms, sp, simplify=None, back=None, *, tr=None, what="", limit=None):
     """dy/dsyms as an object array of shape y.shape + syms.shape, and the reasons entries
-    were left unsimplified; back (if given) replaces stand-in symbols once differentiated."""
+    were left unsimplified; back (if given) replaces stand-in symbols once differentiated.
+    A derivative of more than limit nodes is refused (what: the derivative's name in the
+    error; DERIVATIVE_LIMIT unless given), before sympy values or simplifies it, where most of
+    the time would go."""
+    limit = DERIVATIVE_LIMIT if limit is None else limit
     block = np.empty(y.shape + syms.shape, dtype=object)
     reasons = []
+    memo: dict = {}
     for yi in np.ndindex(*y.shape):
         e = y[yi]
         free = e.free_symbols
         for xi in np.ndindex(*syms.shape):
             s = syms[xi]
             d = _clean(sp.diff(e, s), sp) if s in free else sp.S.Zero
+            if _tree_size(d, memo) > limit:
+                raise _located(UsageError(
+                    f"{_SYMBOLIC}: the closed form of {what} grows past {limit} terms",
+                    hint=f"the program is too large for a closed form; drop {_SYMBOLIC}", option="symbolic"), tr)
             if back is not None and d.free_symbols:
                 d = d.xreplace(back)
             if simplify is not None:
@@ -1008,7 +1021,8 @@ def _derivatives(tr, outs: list, wrt: list, simplify: bool, drop: int = 0) -> di
             env = _convert(tr, {wvar: syms})
             back = dict(zip(syms.flat, full[wvar].flat))
         for o in outs:
-            block, reasons = _diff_block(env[names[o]], syms, sp, simplifier, back)
+            block, reasons = _diff_block(env[names[o]], syms, sp, simplifier, back, tr=tr,
+                                         what=f"the derivative of '{o}' with respect to '{w}'")
             result[o][w] = _finished(tr, block.reshape(block.shape[drop:]), point, simplify, reasons, sp)
     return result
 
@@ -1024,12 +1038,15 @@ def _second_derivatives(tr, of: str, wrt: list, simplify: bool) -> dict:
     point = _exact_point(tr, full, sp)
     simplifier = _simplifier_for(simplify, sp)
     y = full[names[of]].reshape(())
-    first = {w: _diff_block(y, full[names[w]], sp)[0] for w in wrt}
+    first = {w: _diff_block(y, full[names[w]], sp, tr=tr, limit=EXPR_LIMIT,  # (differentiated again)
+                            what=f"the derivative of '{of}' with respect to '{w}', which a Hessian differentiates "
+                                 f"again,")[0] for w in wrt}
     result: dict = {}
     for wi in wrt:
         result[wi] = {}
         for wj in wrt:
-            block, reasons = _diff_block(first[wi], full[names[wj]], sp, simplifier)
+            block, reasons = _diff_block(first[wi], full[names[wj]], sp, simplifier, tr=tr,
+                                         what=f"the second derivative of '{of}' with respect to '{wi}' and '{wj}'")
             result[wi][wj] = _finished(tr, block, point, simplify, reasons, sp)
     return result
 

@@ -238,6 +238,31 @@ def test_expression_blow_up_is_refused_quickly():
     assert time.monotonic() - start < 60  # (a hang guard: make bench measures speed)
 
 
+def test_a_hessians_first_derivative_is_held_to_the_values_limit():
+    # Only the values were held to EXPR_LIMIT: nine steps of s = sin(s)*x + s*y (a value of
+    # 4,602 nodes, a first derivative of 39,429) made a Hessian of about 370,000 nodes, 8 s;
+    # eleven steps, 49 s.  grad's first derivative is the answer, and may be larger.
+    src = "s = x*y; for i in range(9) { s = sin(s)*x + s*y }; s"
+    from cli_run import user_error
+    r = user_error("hessian", src, "--symbolic", "--at", "x=0.3,y=0.2")
+    assert r.stderr.splitlines() == [
+        "error: <expr>: --symbolic: the closed form of the derivative of '_' with respect to 'x', which a Hessian "
+        "differentiates again, grows past 20000 terms",
+        "hint: the program is too large for a closed form; drop --symbolic"]
+    g = S.symbolic_gradient(traced(src, x=0.3, y=0.2), "_", ["x", "y"], simplify=False)
+    fd = [(gradcalc.evaluate(src, at={"x": 0.3 + h * dx, "y": 0.2 + h * dy})["_"]
+           - gradcalc.evaluate(src, at={"x": 0.3 - h * dx, "y": 0.2 - h * dy})["_"]) / (2 * h)
+          for h, dx, dy in [(1e-6, 1, 0), (1e-6, 0, 1)]]
+    np.testing.assert_allclose([float(g["x"]["value"]), float(g["y"]["value"])], fd, rtol=1e-7)
+
+
+def test_a_derivative_past_its_limit_is_refused(monkeypatch):
+    monkeypatch.setattr(S, "DERIVATIVE_LIMIT", 10)
+    with pytest.raises(UsageError, match=r"the closed form of the derivative of '_' with respect to 'x' grows past "
+                                         r"10 terms"):
+        S.symbolic_gradient(traced("sin(x)*exp(x)*y", x=1.0, y=2.0), "_", ["x"])
+
+
 def test_large_derivative_is_shown_unsimplified(monkeypatch):
     monkeypatch.setattr(S, "SIMPLIFY_LIMIT", 3)
     g = S.symbolic_gradient(traced("sin(x)*exp(x)*y", x=1.0, y=2.0), "_", ["x"])["x"]
