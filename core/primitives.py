@@ -591,8 +591,10 @@ safe_div = _binary("safe_div", safe_divide, (lambda gg, ans, g, d, **_: safe_div
 
 
 def _pow_dx(x, y):
-    # y * x^(y-1), with the y == 0 case pinned to 0 (0 * 0^-1 would be nan)
-    return where(eq(y, 0.0), 0.0, y * x ** (y - 1))
+    # y * x^(y-1), exactly 0 where y == 0 (0 * 0^-1 would be nan), as a product of y, so that its
+    # own derivative in y, x^(y-1), stays: the mixed second derivative at y = 0 is 1/x (a where
+    # pinning 0 made it 0, and the Hessian of x^y unsymmetric)
+    return safe_mul(y, x ** (y - 1))
 
 
 def _pow_dy(ans, x):

@@ -949,6 +949,21 @@ def test_hessian_prod_with_a_zero():
     np.testing.assert_allclose(h, [[0, 3, 2], [3, 0, 0], [2, 0, 0]], rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("x, y", [(3.0, 0.0), (0.5, 0.0), (3.0, 1.0), (2.0, 2.0), (0.7, -1.5), (3.0, 0.5)])
+def test_hessian_of_pow_is_its_closed_form_at_y_zero_too(x, y):
+    # The rule pinned d/dx = 0 at y = 0 with a where, whose y-derivative is 0: the mixed second
+    # derivative at y = 0 came out 0 (d/dy d/dx) and 1/x (d/dx d/dy), where both are
+    # x^(y-1) (1 + y log x) = 1/x (a JAX-oracle hunt; mpmath agrees)
+    h = gradcalc.hessian("x^y", at={"x": x, "y": y})
+    lx = math.log(x)
+    want = [[y * (y - 1) * x ** (y - 2), x ** (y - 1) * (1 + y * lx)],
+            [x ** (y - 1) * (1 + y * lx), x ** y * lx * lx]]
+    got = [[h["x"]["x"], h["x"]["y"]], [h["y"]["x"], h["y"]["y"]]]
+    np.testing.assert_allclose(np.array(got, dtype=float), want, rtol=1e-13, atol=0)
+    inner = gradcalc.jacobian("def f(a) = a^y\ngrad(f)(x)", at={"x": x, "y": y})["_"]
+    np.testing.assert_allclose([inner["x"], inner["y"]], want[0], rtol=1e-13, atol=0)
+
+
 def test_hessian_prod_away_from_zero():
     x = np.array([2.0, -3.0, 0.5])
     h = gradcalc.hessian("prod(x)", at={"x": x})["x"]["x"]
