@@ -1351,7 +1351,8 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     # the search off; the symmetric note does not: it left a wrong derivative that truncation
     # cancelled at the default step unchecked at half its step for every input reaching cholesky)
     explained = [n for n in notes if n not in told]
-    doubtful = None if explained or coarse else _doubtful(ad, fd, est.error and est.error[o], tol)
+    doubtful = None if explained or coarse else \
+        _doubtful(ad, fd, est.error and est.error[o], tol) | _undefined_a_step_away(ad, fd)
     if doubtful is not None and later is not None:  # (elements settled at larger steps stay settled)
         doubtful &= ~settled
     if doubtful is not None and doubtful.any():
@@ -1892,6 +1893,13 @@ def _doubtful(ad, fd, error, tol) -> np.ndarray:
     return failing & np.isfinite(ad) & np.isfinite(fd)
 
 
+def _undefined_a_step_away(ad, fd) -> np.ndarray:
+    """The elements whose finite differences are not finite where the derivative is: a step
+    that leaves the function's domain (asin at 0.9999999, log(x - 1) at 1.000001: the default
+    step of 7.6e-6 reaches past the edge), which smaller steps can mend."""
+    return np.isfinite(ad) & ~np.isfinite(fd)
+
+
 def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing,
                       view=_plain, slack=None, down_to=None) -> _Smaller | None:
     """The comparison made again, where the default step's failed, at the best of the steps
@@ -1903,6 +1911,9 @@ def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failin
     if plan.method not in stencil.ROUNDING or not np.any(failing):
         return None
     halvings = _halvings(tr.value(w))
+    if (failing & _undefined_a_step_away(ad, fd)).any():
+        halvings = REFINE_MAX_HALVINGS  # (the derivative varies on the scale of the distance to the
+        #                                 edge, which may be far below the default step)
     if down_to is not None:
         with np.errstate(all="ignore"):
             ratio = np.broadcast_to(h, fd.shape) / np.broadcast_to(down_to, fd.shape)

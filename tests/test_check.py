@@ -1144,3 +1144,35 @@ def test_a_full_check_too_large_to_finish_is_refused_before_it_starts_and_points
     assert "would evaluate the program at 180,000 points" in info.value.message
     assert "directions K" in info.value.hint  # (the API words options as keywords; the CLI as --directions)
     assert gradcalc.check(src, points=1, directions=2).ok  # (the way it points to)
+
+
+@pytest.mark.parametrize("src, x", [("asin(x)", 0.9999999), ("log1p(x)", -0.999999), ("atanh(x)", 0.9999999),
+                                    ("acosh(x)", 1.0000001), ("log(x - 1)", 1.000001),
+                                    ("asin(x)", 0.99999999999),
+                                    ("sum(asin(x))", [0.9999999, 0.5, -0.99999999])])
+def test_a_right_derivative_a_step_from_a_domain_edge_passes(src, x):
+    # (a JAX-oracle hunt) the default step 7.6e-6 reaches past the edge, so the differences are
+    # nan where the derivative is not: such elements now take the smaller steps' search, as a
+    # failing finite one does, and the closed form (1 / sqrt(1 - x^2) for asin...) is what passes
+    r = gradcalc.check(src, at={"x": x})
+    (res,) = r.results
+    assert res.ok, res.notes
+    assert "converge" in res.notes[-1] and "to the automatic derivative" in res.notes[-1]
+
+
+def test_differences_that_cannot_resolve_a_domain_edge_say_so():
+    # sqrt(1 - x^2) at 0.9999999 rounds by eps / sqrt(1 - x^2) ~ 2e-13 an evaluation: no step
+    # is both below the edge's distance and above that rounding at rtol 1e-6.  It said "fd nan:
+    # not finite"; now the search says what the differences can do
+    (res,) = gradcalc.check("sqrt(1 - x^2)", at={"x": 0.9999999}).results
+    assert not res.ok and "do not converge within the tolerance" in res.notes[0], res.notes
+
+
+def test_a_wrong_rule_a_step_from_a_domain_edge_still_fails(monkeypatch):
+    asin = REGISTRY["asin"]
+    wrong = lambda g, ans, x: (1 + 1e-4) * g / np.sqrt(1 - x * x)  # noqa: E731 - both modes alike
+    monkeypatch.setattr(asin, "vjp", (wrong,))
+    monkeypatch.setattr(asin, "jvp", (wrong,))
+    for x in [0.9999999, [0.9999999, 0.5]]:
+        (res,) = gradcalc.check("sum(asin(x))", at={"x": x}).results
+        assert not res.ok and "still disagree" in " ".join(res.notes), res.notes
