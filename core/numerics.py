@@ -433,8 +433,7 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
         # refused before the batch is made (evaluate_batch checks what flows from it)
         _check_batch(tr, len(scales) * part.size + centre, n)
         batch, taken = stencil.perturb(x.ravel(), h.ravel(), scales, centre, part)
-        ys, flipped = evaluate_batch(tr, wrt, batch.reshape((len(batch),) + x.shape), of, max_steps=max_steps,
-                                     facts=facts)
+        ys, flipped = _evaluate_rows(tr, wrt, batch.reshape((len(batch),) + x.shape), of, max_steps, facts)
         m = part.size
         for i, (o, y) in enumerate(zip(of, ys)):
             blocks = [y[k * m:(k + 1) * m] for k in range(len(scales))]
@@ -447,6 +446,25 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
     jac = {o: rows_to_jacobian(rows[o], tr.value(o).shape, x.shape) for o in of}
     error = None if errs is None else {o: rows_to_jacobian(errs[o], tr.value(o).shape, x.shape) for o in of}
     return FiniteDifferences(jac, h, {o: _in_run_order(tr, f.values()) for o, f in zip(of, flips)}, error)
+
+
+def _evaluate_rows(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], max_steps: int,
+                   facts: dict | None) -> Batch:
+    """evaluate_batch, with nan as the outputs of the points where an operation fails: cholesky
+    of a matrix that the step made indefinite, solve of one it made singular.  The traced
+    point's own run succeeded, so the step is to blame, and the differences' search at smaller
+    steps can mend them (see _undefined_a_step_away), where the whole check was an error (exit
+    2: "the matrix is not positive definite" of a matrix that is).  The failing points are
+    found by halving the batch: a pass per half, only on a failure."""
+    try:
+        return evaluate_batch(tr, wrt, batch, outs, max_steps=max_steps, facts=facts)
+    except (ValueError_, np.linalg.LinAlgError):
+        if len(batch) == 1:
+            return Batch([np.full((1,) + tr.value(o).shape, np.nan) for o in outs], [() for _ in outs])
+    half = len(batch) // 2
+    first, second = (_evaluate_rows(tr, wrt, part, outs, max_steps, facts) for part in (batch[:half], batch[half:]))
+    return Batch([np.concatenate([a, b]) for a, b in zip(first.values, second.values)],
+                 [a + tuple(g for g in b if g not in a) for a, b in zip(first.flipped, second.flipped)])
 
 
 def _in_run_order(tr: Traced, guards) -> tuple:

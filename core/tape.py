@@ -910,6 +910,10 @@ def eval_equations(equations, env: dict, keep=None, batch_elements: int = 0) -> 
                 raise ValueError_(f"'{eq.prim.name}': {str(err).lower()} at a point near the one given",
                                   eq.loc, hint="finite differences and plots evaluate the program at nearby "
                                   "points too; move the point away from where the matrix is singular") from None
+            except ValueError_ as err:  # (cholesky of a matrix a step made indefinite: as above)
+                raise ValueError_(f"{err.message} at a point near the one given", eq.loc,
+                                  hint="finite differences and plots evaluate the program at nearby points "
+                                  "too; move the point away from where it fails") from None
             if free is not None:
                 for v in free[i]:
                     del env[v]

@@ -1176,3 +1176,18 @@ def test_a_wrong_rule_a_step_from_a_domain_edge_still_fails(monkeypatch):
     for x in [0.9999999, [0.9999999, 0.5]]:
         (res,) = gradcalc.check("sum(asin(x))", at={"x": x}).results
         assert not res.ok and "still disagree" in " ".join(res.notes), res.notes
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_cholesky_of_a_matrix_a_step_from_indefinite_is_checked_not_an_error(n):
+    # (a JAX-oracle hunt) the default step 7.6e-6 made a positive definite matrix whose least
+    # eigenvalue is 1e-6 indefinite, and the whole check was the error "cholesky: the matrix is
+    # not positive definite" (exit 2); those points' differences are now nan, and the search at
+    # smaller steps, which stay inside, compares them
+    rng = np.random.default_rng(n)
+    q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    a = (q * np.r_[1e-6, np.linspace(1, 2, n - 1)]) @ q.T
+    r = runner.invoke(app, ["check", "sum(cholesky(A))", "--at", f"A={json.dumps(a.tolist())}", "-f", "json"])
+    assert r.exit_code == 0, r.output
+    (res,) = json.loads(r.stdout)["results"]
+    assert res["ok"] and any("converge" in n and "to the automatic derivative" in n for n in res["notes"])

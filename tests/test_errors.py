@@ -412,12 +412,23 @@ def test_a_scalar_mask_is_refused_as_an_index():
               "choose between values with where(cond, a, b)")
 
 
-def test_a_singular_matrix_near_the_point_is_a_value_error():
-    # A = 1e-320 I inverts (to inf), but the finite differences' steps reach a singular matrix
-    err = raised(gradcalc.check, "sum(inv(A))", at={"A": [[1e-320, 0.0], [0.0, 1e-320]]})
-    check(err, "value", "'inv': singular matrix at a point near the one given", (1, 5),
+def test_a_singular_matrix_near_the_point_fails_the_full_check():
+    # A = 1e-320 I inverts (to inf), but the finite differences' steps reach a singular matrix:
+    # the whole check was this error; those points' differences are now nan, which the search
+    # at smaller steps tries to mend, and here the derivative itself is not finite
+    r = gradcalc.check("sum(inv(A))", at={"A": [[1e-320, 0.0], [0.0, 1e-320]]})
+    (res,) = r.results
+    assert not res.ok and "non-finite derivative" in res.notes
+
+
+def test_an_operation_failing_near_the_point_along_directions_is_a_value_error():
+    # --directions does not search at smaller steps: a step that makes a positive definite
+    # matrix (least eigenvalue 1e-6) indefinite is an error, which says where, and that the
+    # point given is not at fault ("the matrix is not positive definite" alone blamed it)
+    err = raised(gradcalc.check, "sum(cholesky(A))", at={"A": [[1, 0.999999], [0.999999, 1]]}, directions=1)
+    check(err, "value", "cholesky: the matrix is not positive definite at a point near the one given", (1, 5),
           "finite differences and plots evaluate the program at nearby points too; move the point "
-          "away from where the matrix is singular")
+          "away from where it fails")
 
 
 @pytest.mark.parametrize("src, at, kind, message", [
