@@ -448,6 +448,14 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
     return FiniteDifferences(jac, h, {o: _in_run_order(tr, f.values()) for o, f in zip(of, flips)}, error)
 
 
+#: The most passes _evaluate_rows spends finding the points of a batch where an operation
+#: fails (two a halving): a few such points take tens; where many fail (a matrix whose least
+#: eigenvalue is far below the step: half of a 6,400-element input's points), finding each
+#: would cost thousands of passes at every step of the search, and the failure is the check's
+#: error instead, as it was for every failure.
+FAILING_ROW_PASSES = 64
+
+
 def _evaluate_rows(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], max_steps: int,
                    facts: dict | None) -> Batch:
     """evaluate_batch, with nan as the outputs of the points where an operation fails: cholesky
@@ -455,14 +463,26 @@ def _evaluate_rows(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], max
     point's own run succeeded, so the step is to blame, and the differences' search at smaller
     steps can mend them (see _undefined_a_step_away), where the whole check was an error (exit
     2: "the matrix is not positive definite" of a matrix that is).  The failing points are
-    found by halving the batch: a pass per half, only on a failure."""
+    found by halving the batch: a pass per half, only on a failure, at most FAILING_ROW_PASSES
+    (past them, the failure is raised)."""
+    return _rows_or_halves(tr, wrt, batch, outs, max_steps, facts, [FAILING_ROW_PASSES])
+
+
+def _rows_or_halves(tr: Traced, wrt: str, part: np.ndarray, outs: list[str], max_steps: int,
+                    facts: dict | None, passes: list) -> Batch:
+    """_evaluate_rows of part, passes[0] the passes left for halving (a function of its own, not
+    a closure: a recursive closure is a reference cycle, which kept each point's tape alive
+    until the collector ran)."""
     try:
-        return evaluate_batch(tr, wrt, batch, outs, max_steps=max_steps, facts=facts)
+        return evaluate_batch(tr, wrt, part, outs, max_steps=max_steps, facts=facts)
     except (ValueError_, np.linalg.LinAlgError):
-        if len(batch) == 1:
+        if len(part) == 1:
             return Batch([np.full((1,) + tr.value(o).shape, np.nan) for o in outs], [() for _ in outs])
-    half = len(batch) // 2
-    first, second = (_evaluate_rows(tr, wrt, part, outs, max_steps, facts) for part in (batch[:half], batch[half:]))
+        passes[0] -= 2
+        if passes[0] < 0:
+            raise
+    half = len(part) // 2
+    first, second = (_rows_or_halves(tr, wrt, p, outs, max_steps, facts, passes) for p in (part[:half], part[half:]))
     return Batch([np.concatenate([a, b]) for a, b in zip(first.values, second.values)],
                  [a + tuple(g for g in b if g not in a) for a, b in zip(first.flipped, second.flipped)])
 
@@ -1369,8 +1389,11 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     # the search off; the symmetric note does not: it left a wrong derivative that truncation
     # cancelled at the default step unchecked at half its step for every input reaching cholesky)
     explained = [n for n in notes if n not in told]
-    doubtful = None if explained or coarse else \
-        _doubtful(ad, fd, est.error and est.error[o], tol) | _undefined_a_step_away(ad, fd)
+    # (where the output at the point, or the step, is not finite, smaller steps mend nothing)
+    y0 = np.asarray(tr.value(o))
+    undefined = _undefined_a_step_away(ad, fd) & np.isfinite(np.broadcast_to(h, fd.shape)) & \
+        np.isfinite(y0).reshape(y0.shape + (1,) * (fd.ndim - y0.ndim))
+    doubtful = None if explained or coarse else _doubtful(ad, fd, est.error and est.error[o], tol) | undefined
     if doubtful is not None and later is not None:  # (elements settled at larger steps stay settled)
         doubtful &= ~settled
     if doubtful is not None and doubtful.any():
@@ -1379,7 +1402,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
         smaller = _at_smaller_steps(tr, o, w, ad, fd, h, plan, doubtful, view, slack)
         # (a pass at the default step stands unless the smaller steps converge and disagree)
         if smaller is not None and not (ok and (smaller.ok or not smaller.converged)):
-            notes.append(_smaller_steps_note(h, smaller))
+            notes.append(_smaller_steps_note(h, smaller, undefined=bool((doubtful & undefined).any())))
             extra = {"default_step": float(np.max(h))}
             if slack is not None:
                 extra["rounding_allowance"] = float(np.max(slack))
@@ -2038,6 +2061,7 @@ def _halved(ad, first, first_step, at_step, rounding, failing, tol, halvings: in
     rtol, atol = tol
     estimates, steps = [first], [first_step]
     best, spread, where = np.array(first, float), np.full(first.shape, np.inf), np.array(first_step, float)
+    best[failing & ~np.isfinite(best)] = np.nan  # (an inf would end the search at once: inf <= inf)
     for k in range(1, halvings + 1):
         found = at_step(k)
         if found is None and larger and k > 2:
@@ -2095,12 +2119,15 @@ def _resolution(ad, found: _Smaller, spread: np.ndarray, tol, fraction: float = 
     return found._replace(ok=ok, max_abs=mabs, max_rel=mrel, worst=worst, allowance=spread)
 
 
-def _smaller_steps_note(h: np.ndarray, smaller: _Smaller) -> str:
-    """What the comparison at halved steps found (see _at_smaller_steps)."""
+def _smaller_steps_note(h: np.ndarray, smaller: _Smaller, undefined: bool = False) -> str:
+    """What the comparison at halved steps found (see _at_smaller_steps); undefined: whether some
+    of the elements searched had differences that were not finite (see _undefined_a_step_away)."""
     default = f"the default step {float(np.max(h)):.3g} (it follows max(1, |x|))"
     down = f"steps down to {float(np.min(smaller.step)):.3g}"
     if smaller.ok:
-        return (f"{default} leaves a truncation error beyond the tolerance here; at {down} the differences "
+        why = "reaches where the differences are not finite (past the edge of a domain, or an operation " \
+              "failing)" if undefined else "leaves a truncation error beyond the tolerance"
+        return (f"{default} {why} here; at {down} the differences "
                 f"converge (within {smaller.spread:.2g}) to the automatic derivative")
     if smaller.converged:
         return (f"at {down} the differences converge (within {smaller.spread:.2g}) and still disagree "

@@ -591,10 +591,13 @@ safe_div = _binary("safe_div", safe_divide, (lambda gg, ans, g, d, **_: safe_div
 
 
 def _pow_dx(x, y):
-    # y * x^(y-1), exactly 0 where y == 0 (0 * 0^-1 would be nan), as a product of y, so that its
-    # own derivative in y, x^(y-1), stays: the mixed second derivative at y = 0 is 1/x (a where
-    # pinning 0 made it 0, and the Hessian of x^y unsymmetric)
-    return safe_mul(y, x ** (y - 1))
+    # y * x^(y-1), and 0 where y == 0 (0 * 0^-1 would be nan).  At y == 0 and x != 0 that 0 is a
+    # product of y, +0.0, so that its own derivative in y, x^(y-1), stays: the mixed second
+    # derivative there is 1/x, as d/dx of d/dy x^y is (a 0 pinned by a where made it 0).  At
+    # x == y == 0, where x^y has no derivative, it stays pinned, both mixed derivatives 0.
+    p = x ** (y - 1)
+    at_zero = where(eq(x, 0.0), 0.0, safe_mul(y, p) + 0.0)  # (+ 0.0: -0.0 * p is +0.0, as before)
+    return where(eq(y, 0.0), at_zero, y * p)
 
 
 def _pow_dy(ans, x):

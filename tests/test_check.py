@@ -1191,3 +1191,36 @@ def test_cholesky_of_a_matrix_a_step_from_indefinite_is_checked_not_an_error(n):
     assert r.exit_code == 0, r.output
     (res,) = json.loads(r.stdout)["results"]
     assert res["ok"] and any("converge" in n and "to the automatic derivative" in n for n in res["notes"])
+
+
+@pytest.mark.parametrize("src, x", [("atanh(x)", 1 - 2.0 ** -17), ("log1p(x)", -1 + 2.0 ** -17)])
+def test_differences_that_are_inf_a_step_away_are_searched_too(src, x):
+    # exactly one default step from the edge the difference is inf, and the search stopped at
+    # once (inf <= inf), saying "converge (within inf) and still disagree"
+    (res,) = gradcalc.check(src, at={"x": x}).results
+    assert res.ok, res.notes
+    assert "reaches where the differences are not finite" in res.notes[-1]
+
+
+def test_an_inf_input_is_not_searched_at_smaller_steps():
+    # its step is inf, and halving it stays inf: the note said "smaller than the default step inf"
+    r = gradcalc.check("sum(solve(A, b))", at={"A": [[2.0, 1.0], [1.0, 3.0]], "b": [1.0, np.inf]})
+    (res,) = [x for x in r.results if x.wrt == "b"]
+    assert not res.ok and not any("smaller than" in n for n in res.notes), res.notes
+
+
+def test_many_points_failing_a_step_away_stay_the_checks_error(monkeypatch):
+    # a matrix whose least eigenvalue is 1e-9: about half of the 1,600 perturbed points are
+    # indefinite, and finding each by halving took 6 s at n = 40, 71 s at 80 (a verifier);
+    # past FAILING_ROW_PASSES the failure is the error it was
+    import gradcalc.numerics as N
+    calls = []
+    real = N.evaluate_batch
+    monkeypatch.setattr(N, "evaluate_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    n = 40
+    rng = np.random.default_rng(n)
+    q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    a = (q * np.r_[1e-9, np.linspace(1, 2, n - 1)]) @ q.T
+    with pytest.raises(gradcalc.GradcalcError, match="not positive definite at a point near the one given"):
+        gradcalc.check("sum(cholesky(A))", at={"A": (a + a.T) / 2})
+    assert len(calls) <= N.FAILING_ROW_PASSES + 2

@@ -964,6 +964,16 @@ def test_hessian_of_pow_is_its_closed_form_at_y_zero_too(x, y):
     np.testing.assert_allclose([inner["x"], inner["y"]], want[0], rtol=1e-13, atol=0)
 
 
+@pytest.mark.parametrize("x, y, want", [(0.0, 0.0, [[0.0, 0.0], [0.0, 0.0]]),
+                                         (0.5, np.inf, [[np.nan, 0.0], [np.nan, 0.0]])])
+def test_hessian_of_pow_where_it_has_no_derivative_stays_as_it_was(x, y, want):
+    # x = y = 0: both mixed derivatives pinned to 0 (a safe product of y made one of them inf
+    # and the other 0); y = inf: y x^(y-1) is inf * 0, nan with its warning, as in JAX
+    h = gradcalc.hessian("x^y", at={"x": x, "y": y})
+    got = [[h["x"]["x"], h["x"]["y"]], [h["y"]["x"], h["y"]["y"]]]
+    np.testing.assert_array_equal(np.array(got, dtype=float), want)
+
+
 def test_hessian_prod_away_from_zero():
     x = np.array([2.0, -3.0, 0.5])
     h = gradcalc.hessian("prod(x)", at={"x": x})["x"]["x"]
