@@ -1389,11 +1389,10 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
     # the search off; the symmetric note does not: it left a wrong derivative that truncation
     # cancelled at the default step unchecked at half its step for every input reaching cholesky)
     explained = [n for n in notes if n not in told]
-    # (where the output at the point, or the step, is not finite, smaller steps mend nothing)
-    y0 = np.asarray(tr.value(o))
-    undefined = _undefined_a_step_away(ad, fd) & np.isfinite(np.broadcast_to(h, fd.shape)) & \
-        np.isfinite(y0).reshape(y0.shape + (1,) * (fd.ndim - y0.ndim))
-    doubtful = None if explained or coarse else _doubtful(ad, fd, est.error and est.error[o], tol) | undefined
+    doubtful = None
+    if not (explained or coarse):
+        undefined = _undefined_a_step_away(ad, fd) & _searchable(tr.value(o), h, fd.shape)
+        doubtful = _doubtful(ad, fd, est.error and est.error[o], tol) | undefined
     if doubtful is not None and later is not None:  # (elements settled at larger steps stay settled)
         doubtful &= ~settled
     if doubtful is not None and doubtful.any():
@@ -1939,6 +1938,14 @@ def _undefined_a_step_away(ad, fd) -> np.ndarray:
     that leaves the function's domain (asin at 0.9999999, log(x - 1) at 1.000001: the default
     step of 7.6e-6 reaches past the edge), which smaller steps can mend."""
     return np.isfinite(ad) & ~np.isfinite(fd)
+
+
+def _searchable(y, h, shape: tuple) -> np.ndarray:
+    """Where, in a Jacobian block of the given shape, smaller steps can mend differences that are
+    not finite: not where the output at the point is not finite, nor where the step is (an
+    input of inf: its steps, inf, halve to inf)."""
+    y = np.asarray(y)
+    return np.isfinite(np.broadcast_to(h, shape)) & np.isfinite(y).reshape(y.shape + (1,) * (len(shape) - y.ndim))
 
 
 def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing,

@@ -596,7 +596,8 @@ def _pow_dx(x, y):
     # derivative there is 1/x, as d/dx of d/dy x^y is (a 0 pinned by a where made it 0).  At
     # x == y == 0, where x^y has no derivative, it stays pinned, both mixed derivatives 0.
     p = x ** (y - 1)
-    at_zero = where(eq(x, 0.0), 0.0, safe_mul(y, p) + 0.0)  # (+ 0.0: -0.0 * p is +0.0, as before)
+    at_zero = where(eq(x, 0.0), 0.0, safe_mul(y, p) + 0.0)  # (+ 0.0: a -0.0 product, y = -0.0 or p < 0,
+    #                                                          is +0.0, as the pinned 0 was)
     return where(eq(y, 0.0), at_zero, y * p)
 
 

@@ -114,8 +114,8 @@ def _path_note(guards) -> str:
             f"another point may give another {shown})")
 
 
-__all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "DERIVATIVE_LIMIT", "FOLD_LIMIT", "SIMPLIFY_LIMIT",
-           "SIMPLIFY_SECONDS", "SIMPLIFY_EACH_SECONDS", "PRINT_LIMIT", "check_size", "to_sympy",
+__all__ = ["SIZE_LIMIT", "TOTAL_LIMIT", "LINALG_LIMIT", "EXPR_LIMIT", "DERIVATIVE_LIMIT", "FOLD_LIMIT",
+           "SIMPLIFY_LIMIT", "SIMPLIFY_SECONDS", "SIMPLIFY_EACH_SECONDS", "PRINT_LIMIT", "check_size", "to_sympy",
            "symbolic_gradient", "symbolic_jacobian", "symbolic_hessian", "NO_CLOSED_FORM", "converts"]
 
 
