@@ -462,29 +462,34 @@ def _evaluate_rows(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], max
     of a matrix that the step made indefinite, solve of one it made singular.  The traced
     point's own run succeeded, so the step is to blame, and the differences' search at smaller
     steps can mend them (see _undefined_a_step_away), where the whole check was an error (exit
-    2: "the matrix is not positive definite" of a matrix that is).  The failing points are
-    found by halving the batch: a pass per half, only on a failure, at most FAILING_ROW_PASSES
-    (past them, the failure is raised)."""
-    return _rows_or_halves(tr, wrt, batch, outs, max_steps, facts, [FAILING_ROW_PASSES])
+    2: "the matrix is not positive definite" of a matrix that is).  See by_halves."""
+    def failed(part):
+        return Batch([np.full((1,) + tr.value(o).shape, np.nan) for o in outs], [() for _ in outs])
+
+    def joined(a: Batch, b: Batch) -> Batch:
+        return Batch([np.concatenate([x, y]) for x, y in zip(a.values, b.values)],
+                     [x + tuple(g for g in y if g not in x) for x, y in zip(a.flipped, b.flipped)])
+    return by_halves(lambda part: evaluate_batch(tr, wrt, part, outs, max_steps=max_steps, facts=facts),
+                     batch, failed, joined, [FAILING_ROW_PASSES])
 
 
-def _rows_or_halves(tr: Traced, wrt: str, part: np.ndarray, outs: list[str], max_steps: int,
-                    facts: dict | None, passes: list) -> Batch:
-    """_evaluate_rows of part, passes[0] the passes left for halving (a function of its own, not
-    a closure: a recursive closure is a reference cycle, which kept each point's tape alive
-    until the collector ran)."""
+def by_halves(run, rows: np.ndarray, failed, joined, passes: list):
+    """run(rows), a batched pass, where an operation fails at some of the rows (the traced
+    point's run succeeded, so the rows are to blame): each half is run on its own, down to
+    single rows, which give failed(row); joined(a, b) puts two halves' answers together.  Two
+    passes a halving, only on a failure; past passes[0] of them, the failure is raised.
+    (check's points, plot's samples: one mechanism.)"""
     try:
-        return evaluate_batch(tr, wrt, part, outs, max_steps=max_steps, facts=facts)
+        return run(rows)
     except (ValueError_, np.linalg.LinAlgError):
-        if len(part) == 1:
-            return Batch([np.full((1,) + tr.value(o).shape, np.nan) for o in outs], [() for _ in outs])
+        if len(rows) == 1:
+            return failed(rows)
         passes[0] -= 2
         if passes[0] < 0:
             raise
-    half = len(part) // 2
-    first, second = (_rows_or_halves(tr, wrt, p, outs, max_steps, facts, passes) for p in (part[:half], part[half:]))
-    return Batch([np.concatenate([a, b]) for a, b in zip(first.values, second.values)],
-                 [a + tuple(g for g in b if g not in a) for a, b in zip(first.flipped, second.flipped)])
+    half = len(rows) // 2
+    return joined(by_halves(run, rows[:half], failed, joined, passes),
+                  by_halves(run, rows[half:], failed, joined, passes))
 
 
 def _in_run_order(tr: Traced, guards) -> tuple:

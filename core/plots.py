@@ -35,7 +35,7 @@ import numpy as np
 from .checks import kink_text
 from .errors import GradcalcError, LimitError, ShapeError, UsageError, did_you_mean, listed, option
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
-from .numerics import kinked_equations, on_tape, path_notes
+from .numerics import by_halves, kinked_equations, on_tape, path_notes
 from .results import Result
 from .session import as_arrays, parse, quiet, select_names, select_output
 from .tape import DEFAULT_MAX_ELEMENTS, Equation, _frees, eval_equations
@@ -335,8 +335,8 @@ def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: boo
         if traced is None:  # the program fails at this sample: no value there
             pending = pending[1:]
         else:
-            _, first_change, _ = on_tape(traced, line.over, xs[pending], [out])
-            rows = pending[first_change < 0]
+            first_change, _ = _first_changes(traced, line, xs[pending], out)
+            rows = pending[first_change == ON_PATH]
             if rows.size:
                 recorded = first if traced is tr else _recorded(traced, line, out, w, hessian)
                 curves[:, rows] = _evaluated(traced, recorded, line, rows)
@@ -344,7 +344,7 @@ def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: boo
                 rows_per_pass = _rows_per_pass(traced, recorded)
                 changes.update(_path_changes(traced, line, rows, out, rows_per_pass))
                 kinks += _kinks_of_path(traced, recorded.kinked, line, rows, rows_per_pass)
-            pending = pending[first_change >= 0]
+            pending = pending[first_change >= 0]  # (where an operation fails: no value, FAILS)
         if pending.size:
             traced = _run_sample(tr, line, pending[0], max_steps)
     t, marks, placed = line.t, [], {}
@@ -355,6 +355,27 @@ def _sampled(tr: Traced, first: Pass, line: Line, out: str, w: str, hessian: boo
     for x, text in kinks:
         _add_mark(marks, placed, x, "kink", text, grid[1] - grid[0])
     return list(curves), marks
+
+
+#: _first_changes' answer for a sample on the path of the run, and for one where an operation
+#: fails (a cholesky past where its matrix stays positive definite); others are the number of
+#: the first guard that changes (on_tape's).
+ON_PATH, FAILS = -1, -2
+#: The most passes a plot spends finding the samples where an operation fails (see by_halves):
+#: a failing stretch of m samples costs about 2m; past them, the failure is the plot's error.
+FAILING_SAMPLE_PASSES = 4096
+
+
+def _first_changes(tr: Traced, line: Line, points: np.ndarray, out: str) -> tuple:
+    """(on_tape's first change of path at each of points, FAILS where an operation fails there,
+    and the guards they number): such a sample has no value, as where a run of the program
+    fails, where the whole batched pass failed and the plot with it."""
+    def run(part):
+        _, first, guards = on_tape(tr, line.over, part, [out])
+        return first, guards
+    return by_halves(run, points, lambda part: (np.array([FAILS]), None),
+                     lambda a, b: (np.concatenate([a[0], b[0]]), a[1] if a[1] is not None else b[1]),
+                     [FAILING_SAMPLE_PASSES])
 
 
 def _run_sample(tr: Traced, line: Line, i: int, max_steps: int) -> Traced | None:
@@ -678,7 +699,7 @@ def _path_changes(tr: Traced, line: Line, rows: np.ndarray, out: str, rows_per_p
     leaving = rows[(rows + 1 < len(t)) & ~np.isin(rows + 1, rows)]
     if not leaving.size:
         return {}
-    _, first, guards = on_tape(tr, line.over, line._replace(t=t[leaving + 1]).points(), [out])
+    first, guards = _first_changes(tr, line, line._replace(t=t[leaving + 1]).points(), out)
     texts = []
     for f in first.tolist():
         notes = path_notes(tr, [guards[f]], "sample") if f >= 0 else []
@@ -686,9 +707,9 @@ def _path_changes(tr: Traced, line: Line, rows: np.ndarray, out: str, rows_per_p
 
     def past(q, ts):
         flat = ts.reshape(-1)
-        left = np.concatenate([on_tape(tr, line.over, line._replace(t=flat[a:a + rows_per_pass]).points(),
-                                       [out])[1] for a in range(0, len(flat), rows_per_pass)])
-        return (left >= 0).reshape(ts.shape)
+        left = np.concatenate([_first_changes(tr, line, line._replace(t=flat[a:a + rows_per_pass]).points(), out)[0]
+                               for a in range(0, len(flat), rows_per_pass)])
+        return (left != ON_PATH).reshape(ts.shape)
     located = _located([("past", t[i], t[i + 1], 0) for i in leaving.tolist()], past, _width(tr, line))
     return {i: (x, text) for i, x, text in zip(leaving.tolist(), located, texts)}
 

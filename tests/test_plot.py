@@ -434,3 +434,20 @@ def test_mark_legend_lines_wrap_within_the_columns():
         legend = lines[next(i for i, ln in enumerate(lines) if ln.startswith("  ┊1 x = ")):]
         assert max(map(len, legend)) <= width, legend
         assert " ".join(" ".join(legend).split()).count("change of path: a sample step flips the condition") == 1
+
+
+def test_samples_where_an_operation_fails_have_no_value_and_the_rest_are_drawn():
+    # cholesky([[1, x], [x, 1]]) is positive definite for |x| < 1 only: the batched pass over
+    # the samples failed as a whole, and the plot was that error; those samples are now nan, as
+    # where a run of the program fails, with the warning naming the first
+    r = ok_json("plot", "x*cholesky([[1, x], [x, 1]])[1,1]", "--over", "x=0:2", "--samples", "41")
+    s = r["samples"]
+    x = np.array(s["abscissae"])
+    values, slopes = (np.array(s[k], dtype=float) for k in ("values", "derivatives"))  # ("nan" too)
+    inside = x < 1
+    np.testing.assert_allclose(values[inside], x[inside] * np.sqrt(1 - x[inside] ** 2), rtol=1e-12)
+    np.testing.assert_allclose(slopes[inside], np.sqrt(1 - x[inside] ** 2) - x[inside] ** 2 / np.sqrt(1 - x[inside] ** 2),
+                               rtol=1e-12)
+    assert np.isnan(values[~inside]).all() and np.isnan(slopes[~inside]).all()
+    assert r["warnings"] == ["the program fails at the sample x = 1, which has no value: cholesky: the matrix "
+                             "is not positive definite"]
