@@ -451,3 +451,15 @@ def test_samples_where_an_operation_fails_have_no_value_and_the_rest_are_drawn()
     assert np.isnan(values[~inside]).all() and np.isnan(slopes[~inside]).all()
     assert r["warnings"] == ["the program fails at the sample x = 1, which has no value: cholesky: the matrix "
                              "is not positive definite"]
+
+
+def test_a_sample_where_a_matrix_is_singular_has_no_value():
+    # sum(inv([[x, 1], [1, 2]])) = x / (2x - 1): singular at the sample x = 0.5, which made the
+    # whole plot the error "'inv': singular matrix"; now only that sample is nan
+    r = ok_json("plot", "sum(inv([[x, 1], [1, 2]]))", "--over", "x=0:1", "--samples", "201")
+    x = np.array(r["samples"]["abscissae"])
+    values = np.array(r["samples"]["values"], dtype=float)
+    pole = x == 0.5
+    assert pole.sum() == 1 and np.isnan(values[pole]).all()
+    np.testing.assert_allclose(values[~pole], x[~pole] / (2 * x[~pole] - 1), rtol=1e-12)
+    assert r["warnings"] == ["the program fails at the sample x = 0.5, which has no value: 'inv': singular matrix"]
