@@ -270,14 +270,19 @@ def _truncation_slope(steps, errors, usable, scale, noise) -> float | None:
     return float(np.polyfit(np.log10(steps[start:run]), np.log10(errors[start:run]), 1)[0])
 
 
-def attach(tr: Traced, result, method: str, tol: tuple, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+def attach(tr: Traced, result, method: str, tol: tuple, max_steps: int = DEFAULT_MAX_STEPS, *,
+           ad=None) -> None:
     """Add the sweep of a check result (one of full Jacobian's) to its extra["sweep"]: along
-    the input element where the check found its worst error."""
+    the input element where the check found its worst error.  ad: the reverse-mode block the
+    check compared (None where nothing reaches the output), which the sweep would otherwise
+    compute again: a backward pass over the tape per result."""
     if tr.value(result.wrt).size == 0 or tr.value(result.of).size == 0:
         return  # an empty Jacobian: no element to move, nothing to measure
     xshape = tr.value(result.wrt).shape
     rank = tr.value(result.of).ndim + len(xshape)
     worst = result.worst_index
     element = worst[len(worst) - len(xshape):] if len(worst) == rank else None
-    result.extra["sweep"] = sweep(tr, result.of, result.wrt, method, element=element, tol=tol,
+    if ad is None:  # (no path to the output: the zero block sweep would compute)
+        ad = np.zeros(tr.value(result.of).shape + xshape)
+    result.extra["sweep"] = sweep(tr, result.of, result.wrt, method, element=element, ad=ad, tol=tol,
                                   passed=result.ok, max_steps=max_steps).as_dict()

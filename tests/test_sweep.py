@@ -255,3 +255,22 @@ def test_a_point_whose_sweep_steps_are_coarse_beside_x_is_not_called_wrong(src):
     # a wrong derivative at an ordinary point is still called so
     tr = trace(parse("sin(x)"), {"x": np.array(0.5)})
     assert sweep(tr, "_", "x", ad=np.array(np.cos(0.5) * 1.01)).verdict == WRONG
+
+
+def test_check_sweeps_measure_against_the_block_the_check_compared(monkeypatch):
+    # the sweep takes the reverse-mode block the check already has, not one backward pass over
+    # the tape per result; its errors are those of the closed form d/dx_i sum(sin(x)) = cos(x_i)
+    import gradcalc
+    import gradcalc.sweep as sweeps
+    passes = []
+    blocks = sweeps.jacobian_blocks
+    monkeypatch.setattr(sweeps, "jacobian_blocks", lambda *a, **k: passes.append(a) or blocks(*a, **k))
+    x = np.array([0.3, -1.2, 2.0])
+    r = gradcalc.check("input x[3], y\nsum(sin(x)) * y + y^2", at={"x": x, "y": 1.5}, sweep=True)
+    assert r.ok and passes == []
+    dx, dy = (res.extra["sweep"] for res in r.results)
+    j = dx["element"][0]
+    h = np.array(dx["steps"])
+    fd = 1.5 * (np.sin(x[j] + h) - np.sin(x[j] - h)) / (2 * h)
+    assert dx["errors"][:4] == pytest.approx(abs(fd[:4] - 1.5 * np.cos(x[j])), rel=1e-6)  # (truncation's)
+    assert dy["verdict"] == dx["verdict"] == OK
