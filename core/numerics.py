@@ -1279,7 +1279,7 @@ def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
                 _taylor(tr, result, rng, plan.max_steps, plan.rounding)
             if plan.sweep:  # (sweep19's: the error over steps, in extra["sweep"])
                 from .sweep import attach
-                attach(tr, result, plan.method, plan.tol, plan.max_steps)
+                attach(tr, result, plan.method, plan.tol, plan.max_steps, ad=rev[o][w])
             results.append(result)
     return results
 
@@ -2799,6 +2799,11 @@ TAYLOR_HALVINGS = 20
 #: The steps are evaluated this many at a time (a batch of as many copies of the input), from
 #: the largest, and no further once a batch's remainders are all at rounding level.
 TAYLOR_CHUNK = 5
+#: ...except where every step fits in one batch of at most this many elements of the widest
+#: value on the way: a pass then costs its Python overhead, whatever the rows (a scalar input
+#: into a 10,000-step loop: three passes over the tape where one does), so all the steps take
+#: one pass, and the chunks are cut from its rows as they would have come.
+TAYLOR_ONE_PASS_ELEMENTS = 4096
 #: A remainder counts only above this many times eps times the rounding scale of what it is
 #: the difference of (rounding_scale's for f(x), which counts the intermediates that cancel,
 #: |f(x + p)| and |J p|, per output element): below it, rounding would make its order noise
@@ -2835,14 +2840,18 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     if _symmetric_operand(tr, wrt, of) is not None:
         v = _symmetric_part(v)  # (as the full check's directions: see _symmetrised)
     h0 = TAYLOR_FIRST_STEP * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
+    names = tr.tape.names
+    widest = _pass_from(tr, names[wrt], (names[of],), None).widest
+    batch = halvings if widest * halvings <= TAYLOR_ONE_PASS_ELEMENTS else TAYLOR_CHUNK
     rems, floors, flipped = [], [], ()
-    for start in range(0, halvings, TAYLOR_CHUNK):
-        hs = h0 / 2.0 ** np.arange(start, min(start + TAYLOR_CHUNK, halvings))
+    for start in range(0, halvings, batch):
+        hs = h0 / 2.0 ** np.arange(start, min(start + batch, halvings))
         rem, floor, seen = _taylor_remainders(tr, of, wrt, v, hs, max_steps, scale)
-        rems.append(rem)
-        floors.append(floor)
         flipped += tuple(g for g in seen if g not in flipped)
-        if (np.isfinite(rem) & (np.abs(rem) <= floor)).all():
+        end = _end_of_rounding_chunk(rem, floor)
+        rems.append(rem[:end])
+        floors.append(floor[:end])
+        if end is not None:
             break  # at rounding level: the smaller steps would see rounding alone
     rem, floor = np.concatenate(rems), np.concatenate(floors)
     with np.errstate(all="ignore"):
@@ -2851,6 +2860,16 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
         if not order >= TAYLOR_MIN_ORDER:
             order = max(order, _order_at_small_steps(cubic_gone, 8 * floor[1:] + floor[:-1]))
     return TaylorOrder(order, flipped, h0 * float(np.max(np.abs(v), initial=0.0)))
+
+
+def _end_of_rounding_chunk(rem: np.ndarray, floor: np.ndarray) -> int | None:
+    """The end of the first TAYLOR_CHUNK of rows (steps) whose remainders are all at rounding
+    level, where the steps stop; None if there is none."""
+    quiet = (np.isfinite(rem) & (np.abs(rem) <= floor)).reshape(len(rem), -1).all(axis=1)
+    for start in range(0, len(rem), TAYLOR_CHUNK):
+        if quiet[start:start + TAYLOR_CHUNK].all():
+            return start + TAYLOR_CHUNK
+    return None
 
 
 def _taylor_remainders(tr: Traced, of: str, wrt: str, v: np.ndarray, hs: np.ndarray, max_steps: int,

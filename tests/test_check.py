@@ -565,6 +565,36 @@ def test_taylor_order_of_a_linear_function_whose_larger_steps_leave_its_domain()
     assert order("sqrt(x)^2 + stop_gradient(0.01*x)") == pytest.approx(1.0, abs=0.01)
 
 
+@pytest.mark.parametrize("src, at", [
+    ("input x, y\nsin(x) * y + exp(0.1 * x * y)", {"x": 0.3, "y": -1.2}),
+    ("input x\ny = x\nfor i in range(50) { y = y + 0.01 * sin(y) * x }\ny", {"x": 0.7}),
+    ("input x\ny = x\nwhile y < 3 { y = y * 1.5 + 0.01 }\ny", {"x": 1.0}),  # (a step changes the count)
+    ("input x\nabs(x - 0.2) + x^2", {"x": 0.2}),  # (a kink within the steps: an order short of 2)
+    ("input x\nsum(tanh(x * [1, 2, 3]))", {"x": -0.4}),
+    ("input x\nsqrt(x)^2 + stop_gradient(0.01*x)", {"x": 1e-3}),  # (wrong: order 1; larger steps nan)
+])
+def test_taylor_steps_in_one_pass_give_the_orders_of_the_passes_by_chunks(src, at, monkeypatch):
+    # where the widest value is small, every step rides in one batch and the chunks are cut
+    # from its rows: the order, and the guards the steps changed, are the chunked passes'
+    import gradcalc.numerics as numerics
+    tr = trace(gradcalc.parse(src), at)
+
+    def taylor(one_pass: int):
+        monkeypatch.setattr(numerics, "TAYLOR_ONE_PASS_ELEMENTS", one_pass)
+        calls = []
+        evaluate = numerics.evaluate_batch
+        monkeypatch.setattr(numerics, "evaluate_batch", lambda *a, **k: calls.append(1) or evaluate(*a, **k))
+        found = numerics.taylor_order(tr, tr.tape.output, "x", np.random.default_rng(3))
+        monkeypatch.setattr(numerics, "evaluate_batch", evaluate)
+        return found, len(calls)
+
+    budget = numerics.TAYLOR_ONE_PASS_ELEMENTS
+    (chunked, passes), (together, one) = taylor(0), taylor(budget)
+    assert one == 1 and passes >= 1
+    assert together.order == chunked.order or (math.isnan(together.order) and math.isnan(chunked.order))
+    assert together.reach == chunked.reach and set(together.flipped) >= set(chunked.flipped)
+
+
 def test_directions_do_not_pass_a_wrong_slope_on_the_rounding_of_a_tiny_relative_step():
     # one step serves every element, so x_i = 1.4e-7 sets the step of the comparison again
     # (9e-13), whose rounding allowance (~5e-4 here) could hide the 1% error (~5e-3 of J v,
