@@ -291,6 +291,8 @@ def _reverse_rows(tr: Traced, group: list, wrt: list) -> list:
     width = max(sum(tr.value(w).size for w in wrt), 1)
     for o, shape in zip(group, shapes):  # (each output's own: a group stays within the budget, see _output_groups)
         b.check_size((math.prod(shape), width), what=f"the Jacobian of '{o}'")
+    if m == 1:
+        return [_one_row(tr, group[0], wrt)]
     batch = BatchedBuilder(b, m, what=f"the reverse pass for the Jacobian of {_outputs_named(group)}")
     seeds = batch.seeds(shapes)
     found = backward(b, tr.tape.equations, {names[o]: s for o, s in zip(group, seeds)}, [names[w] for w in wrt],
@@ -303,6 +305,17 @@ def _reverse_rows(tr: Traced, group: list, wrt: list) -> list:
                      for w, r in zip(wrt, found)])
         start += size
     return rows
+
+
+def _one_row(tr: Traced, o: str, wrt: list) -> list:
+    """[block of (o, input) for each input] of an output with one element, by the plain
+    backward pass grad takes: a batch of one row would pay a batched pass's cost for each
+    equation (about ten times the plain pass's over a long scalar program) to stack nothing."""
+    names, shape = tr.tape.names, tr.value(o).shape
+    found = backward(tr.builder, tr.tape.equations, {names[o]: np.ones(shape)}, [names[w] for w in wrt],
+                     eager=True, check=False)
+    return [None if found[names[w]] is None else np.asarray(found[names[w]]).reshape(shape + tr.value(w).shape)
+            for w in wrt]
 
 
 def _outputs_named(names: list) -> str:

@@ -16,6 +16,7 @@ from gradcalc.checks import breach_text
 from gradcalc.numerics import METHODS, default_step, fd_jacobian
 from gradcalc.lower import trace
 from gradcalc.primitives import REGISTRY, safe_mul
+from rules import replace_rule
 
 runner = CliRunner()
 SMOOTH = "sin(x)*exp(y) + x^2*y"
@@ -33,7 +34,7 @@ def test_each_method_passes_a_correct_program(method):
 def test_each_method_catches_a_wrong_rule(method, monkeypatch):
     # sin's derivative made cos(x) * 1.01: a 1% error
     wrong = (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),)
-    monkeypatch.setattr(REGISTRY["sin"], "vjp", wrong)
+    replace_rule(monkeypatch, REGISTRY["sin"], "vjp", wrong)
     r = gradcalc.check("sin(x)*y", at={"x": 0.4, "y": 2.0}, method=method)
     assert not r.ok
     bad = [x for x in r.results if not x.ok]
@@ -43,7 +44,7 @@ def test_each_method_catches_a_wrong_rule(method, monkeypatch):
 
 
 def test_reverse_against_forward_catches_a_wrong_jvp_rule(monkeypatch):
-    monkeypatch.setattr(REGISTRY["sin"], "jvp", (lambda t, ans, x, **_: t * 0.5,))
+    replace_rule(monkeypatch, REGISTRY["sin"], "jvp", (lambda t, ans, x, **_: t * 0.5,))
     r = gradcalc.check("sin(x)", at={"x": 0.3})
     assert not r.ok
     assert "reverse and forward mode disagree" in r.results[0].notes
@@ -212,7 +213,7 @@ def test_cli_complex_step_json():
 
 
 def test_cli_failure_exits_1_and_junit_carries_the_numbers(tmp_path, monkeypatch):
-    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: g * ans,))
+    replace_rule(monkeypatch, REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: g * ans,))
     xml = tmp_path / "r.xml"
     res = runner.invoke(app, ["check", "sin(x)", "--at", "x=1", "--junit-xml", str(xml)])
     assert res.exit_code == 1
@@ -326,7 +327,7 @@ def test_a_mismatch_within_the_rounding_of_finite_differences_is_explained(monke
     assert gradcalc.check("sum(x^3) + 1e17", at={"x": [1.5, 2.0]}, method="complex").ok
     # a wrong rule is not explained away
     import gradcalc.primitives as P
-    monkeypatch.setattr(P.sin, "vjp", (lambda g, ans, x, **_: P.safe_mul(g, P.cos(x) * 1.01),))
+    replace_rule(monkeypatch, P.sin, "vjp", (lambda g, ans, x, **_: P.safe_mul(g, P.cos(x) * 1.01),))
     r = gradcalc.check("sum(sin(x))", at={"x": [1.5, 2.0]})
     assert not r.ok and not any("rounding limit" in n for x in r.results for n in x.notes)
 
@@ -363,8 +364,8 @@ def test_results_say_what_they_compared_and_where_their_output_is(tmp_path):
 def test_directions_failure_carries_ad_and_fd(monkeypatch):
     # sin's derivative 1% wrong in both modes: only the directional difference sees it
     wrong = (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),)
-    monkeypatch.setattr(REGISTRY["sin"], "vjp", wrong)
-    monkeypatch.setattr(REGISTRY["sin"], "jvp", wrong)
+    replace_rule(monkeypatch, REGISTRY["sin"], "vjp", wrong)
+    replace_rule(monkeypatch, REGISTRY["sin"], "jvp", wrong)
     (r,) = gradcalc.check("sum(sin(x))", at={"x": [0.1, 0.2, 0.3]}, directions=3).results
     assert not r.ok and r.comparison == "directions" and "<u, J v> != <J^T u, v>" not in r.notes
     assert r.extra["ad"] == pytest.approx(1.01 * r.extra["fd"], rel=1e-6) and r.extra["bound"] == "rtol"
@@ -700,9 +701,9 @@ def test_a_rule_wrong_by_1e_8_still_disagrees_where_terms_cancel(rule, direction
     # the allowance is measured rounding (the same pass at other scales), which a wrong rule does
     # not widen: sin's rule 1e-8 too large moves J v by ~1e-8 / x, beyond it
     if rule == "jvp":
-        monkeypatch.setattr(REGISTRY["sin"], "jvp", (lambda t, ans, x, **_: safe_mul(t, (1 + 1e-8) * REGISTRY["cos"](x)),))
+        replace_rule(monkeypatch, REGISTRY["sin"], "jvp", (lambda t, ans, x, **_: safe_mul(t, (1 + 1e-8) * REGISTRY["cos"](x)),))
     else:
-        monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, (1 + 1e-8) * REGISTRY["cos"](x)),))
+        replace_rule(monkeypatch, REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, (1 + 1e-8) * REGISTRY["cos"](x)),))
     src, at = _CANCELLING
     r = gradcalc.check(src, at=at, directions=directions).results[0]
     assert not r.ok
@@ -1053,8 +1054,8 @@ def test_a_wrong_tanh_rule_still_fails_where_some_elements_are_at_the_rounding_l
     make, seed = case
     src, at = make(seed)
     wrong = lambda g, ans, x, **_: safe_mul(g, times * (1 - ans * ans))  # noqa: E731
-    monkeypatch.setattr(REGISTRY["tanh"], "vjp", (wrong,))
-    monkeypatch.setattr(REGISTRY["tanh"], "jvp", (wrong,))
+    replace_rule(monkeypatch, REGISTRY["tanh"], "vjp", (wrong,))
+    replace_rule(monkeypatch, REGISTRY["tanh"], "jvp", (wrong,))
     assert not gradcalc.check(src, at=at).ok
 
 
@@ -1063,8 +1064,8 @@ def test_a_wrong_tanh_rule_still_fails_where_some_elements_are_at_the_rounding_l
 def _scaled_rule(monkeypatch, name, slope):
     """name's VJP and JVP rules made slope(x, ans) (so that only the differences can tell)."""
     rule = (lambda g, ans, x, **_: safe_mul(g, slope(x, ans)),)
-    monkeypatch.setattr(REGISTRY[name], "vjp", rule)
-    monkeypatch.setattr(REGISTRY[name], "jvp", rule)
+    replace_rule(monkeypatch, REGISTRY[name], "vjp", rule)
+    replace_rule(monkeypatch, REGISTRY[name], "jvp", rule)
 
 
 LSE_AT = 0.01 * np.random.default_rng(1).standard_normal(50)  # (its smallest |x_i| is 8.1e-5)
@@ -1201,8 +1202,8 @@ def test_differences_that_cannot_resolve_a_domain_edge_say_so():
 def test_a_wrong_rule_a_step_from_a_domain_edge_still_fails(monkeypatch):
     asin = REGISTRY["asin"]
     wrong = lambda g, ans, x: (1 + 1e-4) * g / np.sqrt(1 - x * x)  # noqa: E731 - both modes alike
-    monkeypatch.setattr(asin, "vjp", (wrong,))
-    monkeypatch.setattr(asin, "jvp", (wrong,))
+    replace_rule(monkeypatch, asin, "vjp", (wrong,))
+    replace_rule(monkeypatch, asin, "jvp", (wrong,))
     for x in [0.9999999, [0.9999999, 0.5]]:
         (res,) = gradcalc.check("sum(asin(x))", at={"x": x}).results
         assert not res.ok and "still disagree" in " ".join(res.notes), res.notes
@@ -1254,3 +1255,18 @@ def test_many_points_failing_a_step_away_stay_the_checks_error(monkeypatch):
     with pytest.raises(gradcalc.GradcalcError, match="not positive definite at a point near the one given"):
         gradcalc.check("sum(cholesky(A))", at={"A": (a + a.T) / 2})
     assert len(calls) <= N.FAILING_ROW_PASSES + 2
+
+
+def test_check_compares_the_scalar_rules_grad_runs(monkeypatch):
+    # grad runs the commonest scalar rules inline (transforms._SCALAR_OPS); the check of a scalar
+    # output runs the same pass, so a slip in an inline rule alone fails it, as it would show in
+    # grad (d(x/y)/dy made 1% too large: -1.01 x / y^2)
+    from gradcalc import transforms
+    right = transforms._div_rule
+    monkeypatch.setattr(transforms, "_div_rule", lambda g, ans, y: (lambda ca, cb: (ca, 1.01 * cb))(*right(g, ans, y)))
+    g = gradcalc.grad("input x, y\nx / y", at={"x": 3.0, "y": 2.0})
+    gx, gy = g["x"], g["y"]
+    assert gx == pytest.approx(0.5) and gy == pytest.approx(-1.01 * 3 / 4)  # (what grad now says)
+    r = gradcalc.check("input x, y\nx / y", at={"x": 3.0, "y": 2.0})
+    dx, dy = r.results
+    assert dx.ok and not dy.ok and dy.extra["fd"] == pytest.approx(-0.75, rel=1e-6)

@@ -10,6 +10,7 @@ import pytest
 import gradcalc
 from gradcalc.checks import breach_text
 from gradcalc.primitives import REGISTRY, pow_const, safe_mul
+from rules import replace_rule
 
 
 def _failures(r) -> list:
@@ -19,14 +20,14 @@ def _failures(r) -> list:
 def _pow_slope_times(monkeypatch, factor: float) -> None:
     """x^p's rules (both modes) made wrong by the factor."""
     rule = (lambda g, ans, x, p: safe_mul(g, (factor * p) * pow_const(x, p=p - 1)),)
-    monkeypatch.setattr(REGISTRY["pow_const"], "vjp", rule)
-    monkeypatch.setattr(REGISTRY["pow_const"], "jvp", rule)
+    replace_rule(monkeypatch, REGISTRY["pow_const"], "vjp", rule)
+    replace_rule(monkeypatch, REGISTRY["pow_const"], "jvp", rule)
 
 
 def _sin_slope_times(monkeypatch, factor: float) -> None:
     rule = (lambda g, ans, x, **_: safe_mul(g, factor * REGISTRY["cos"](x)),)
-    monkeypatch.setattr(REGISTRY["sin"], "vjp", rule)
-    monkeypatch.setattr(REGISTRY["sin"], "jvp", rule)
+    replace_rule(monkeypatch, REGISTRY["sin"], "vjp", rule)
+    replace_rule(monkeypatch, REGISTRY["sin"], "jvp", rule)
 
 
 # x drawn log-uniformly in [1e3, 1e6]: the derivative is exactly 2, its terms 2(x + 1) and -2x
@@ -140,9 +141,9 @@ def _solve_b_slope_times(monkeypatch, factor: float) -> None:
     """solve's derivative in b made wrong by the factor, in both modes."""
     from gradcalc import primitives as P
     solve = REGISTRY["solve"]
-    monkeypatch.setattr(solve, "vjp", (solve.vjp[0], lambda g, ans, a, b, nda, ndb: factor * P._solve_vjp_b(
+    replace_rule(monkeypatch, solve, "vjp", (solve.vjp[0], lambda g, ans, a, b, nda, ndb: factor * P._solve_vjp_b(
         g, ans, a, b, nda, ndb)))
-    monkeypatch.setattr(solve, "jvp", (solve.jvp[0], lambda t, ans, a, b, nda, ndb: factor * P.solve(a, t)))
+    replace_rule(monkeypatch, solve, "jvp", (solve.jvp[0], lambda t, ans, a, b, nda, ndb: factor * P.solve(a, t)))
 
 
 @pytest.mark.parametrize("cond", [1e5, 1e6, 1e7])
@@ -178,7 +179,7 @@ def test_a_wrong_solve_rule_fails_the_dot_product_test_at_condition_1e7(monkeypa
     # dot-product test does not cover it
     from gradcalc import primitives as P
     solve = REGISTRY["solve"]
-    monkeypatch.setattr(solve, "vjp", (solve.vjp[0], lambda g, ans, a, b, nda, ndb: (1 + 1e-7) * P._solve_vjp_b(
+    replace_rule(monkeypatch, solve, "vjp", (solve.vjp[0], lambda g, ans, a, b, nda, ndb: (1 + 1e-7) * P._solve_vjp_b(
         g, ans, a, b, nda, ndb)))
     r = gradcalc.check("sum(solve(A, b)^2)", at=_conditioned(1e7), method="forward", directions=2)
     (bad,) = [x for x in r.results if x.wrt == "b"]

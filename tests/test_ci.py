@@ -20,6 +20,7 @@ from gradcalc.suite import (CheckError, check_source, check_sources, file_option
                             summary_line)
 
 from cli_run import ok, ok_json, run, user_error
+from rules import replace_rule
 
 
 def write(path, text):
@@ -73,7 +74,7 @@ def test_json_carries_the_error_result_with_its_position(three):
 
 def test_exit_code_2_wins_over_a_failure_and_0_when_all_pass(three, monkeypatch):
     assert run("check", "good.grad", "kink.grad").exit_code == 0
-    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
+    replace_rule(monkeypatch, REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
     assert run("check", "good.grad").exit_code == 1
     assert run("check", "good.grad", "bad.grad").exit_code == 2
 
@@ -248,7 +249,7 @@ def test_an_unreadable_expectation_is_an_error_result(tmp_path):
 # -- failing results carry their numbers --------------------------------------
 
 def test_a_failure_records_ad_fd_and_the_rtol_bound(monkeypatch):
-    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
+    replace_rule(monkeypatch, REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
     (r,) = gradcalc.check("sin(x)", at={"x": 0.4}).results
     assert not r.ok and r.worst_index == []
     assert r.extra["ad"] == pytest.approx(1.01 * math.cos(0.4), rel=1e-14)
@@ -258,7 +259,7 @@ def test_a_failure_records_ad_fd_and_the_rtol_bound(monkeypatch):
 
 def test_a_failure_near_zero_breaks_the_atol_bound(monkeypatch):
     # d sin(x)/dx at pi/2 is ~6e-17: rtol |fd| is nothing, atol is the bound broken
-    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, REGISTRY["cos"](x) + 1e-6),))
+    replace_rule(monkeypatch, REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, REGISTRY["cos"](x) + 1e-6),))
     (r,) = gradcalc.check("sin(x)", at={"x": math.pi / 2}).results
     assert not r.ok and r.extra["bound"] == "atol"
     assert abs(r.extra["fd"]) < 1e-9 and r.extra["ad"] == pytest.approx(1e-6, rel=1e-6)
@@ -369,8 +370,8 @@ def _scaled_pow_rule(g, ans, x, p):  # d x^p = 1.001 p x^(p-1): a derivative 0.1
 def test_directions_fail_a_derivative_wrong_by_1e3_at_a_million_elements(monkeypatch):
     # the rule wrong the same way in both modes: the dot-product test cannot see it, only the
     # directional differences can, and their rounding allowance must not hide it
-    monkeypatch.setattr(REGISTRY["pow_const"], "vjp", (_scaled_pow_rule,))
-    monkeypatch.setattr(REGISTRY["pow_const"], "jvp", (_scaled_pow_rule,))
+    replace_rule(monkeypatch, REGISTRY["pow_const"], "vjp", (_scaled_pow_rule,))
+    replace_rule(monkeypatch, REGISTRY["pow_const"], "jvp", (_scaled_pow_rule,))
     (r,) = gradcalc.check("sum(x^2)", at={"x": np.ones(10 ** 6)}, directions=4).results
     assert not r.ok and r.extra["bound"] in ("rtol", "rounding")
     assert r.extra["ad"] == pytest.approx(1.001 * r.extra["fd"], rel=1e-4)
@@ -481,7 +482,7 @@ def test_directions_allow_for_rounding_that_accumulates(monkeypatch):
 def test_directions_still_fail_a_wrong_cumsum_rule(monkeypatch):
     for rule in ("vjp", "jvp"):  # both modes 0.1% wrong: only the directional differences can see it
         (orig,) = getattr(REGISTRY["cumsum"], rule)
-        monkeypatch.setattr(REGISTRY["cumsum"], rule,
+        replace_rule(monkeypatch, REGISTRY["cumsum"], rule,
                             (lambda g, ans, x, _orig=orig, **kw: _orig(safe_mul(g, 1.001), ans, x, **kw),))
     (x,) = gradcalc.check("input x[200000]; cumsum(x)", points=1, directions=4).results
     assert not x.ok and "bound" in x.extra
@@ -756,8 +757,8 @@ def test_a_wrong_rule_at_a_small_x_still_fails(monkeypatch):
     # log's rules off by 1e-4 (in both modes, so only the differences can tell): at the default
     # step and at steps relative to |x| alike
     wrong = (lambda g, ans, x, **_: safe_mul(g, REGISTRY["div"](1.0001, x)),)
-    monkeypatch.setattr(REGISTRY["log"], "vjp", wrong)
-    monkeypatch.setattr(REGISTRY["log"], "jvp", wrong)
+    replace_rule(monkeypatch, REGISTRY["log"], "vjp", wrong)
+    replace_rule(monkeypatch, REGISTRY["log"], "jvp", wrong)
     r, = gradcalc.check("log(x)", at={"x": 1e-4}).results
     assert not r.ok  # (its numbers are the default step's, where truncation adds 1.8e-3)
     assert any("at steps relative to |x| they disagree too (rel err 0.0001)" in n and "--sweep" in n
@@ -766,7 +767,7 @@ def test_a_wrong_rule_at_a_small_x_still_fails(monkeypatch):
 
 
 def test_a_wrong_rule_at_a_large_x_gets_no_step_note(monkeypatch):
-    monkeypatch.setattr(REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
+    replace_rule(monkeypatch, REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
     r, = gradcalc.check("sin(x)", at={"x": 0.3}).results
     assert not r.ok and not any("not small beside" in n for n in r.notes)
 
