@@ -1276,7 +1276,7 @@ def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
                                   fwd.get(w) if fwd is not None else None,
                                   None if closed is None else closed[o][w], facts)
             if plan.taylor:
-                _taylor(tr, result, rng, plan.max_steps, plan.rounding)
+                _taylor(tr, result, rng, plan.max_steps, plan.rounding, _contracting(rev[o][w], tr.value(w).shape))
             if plan.sweep:  # (sweep19's: the error over steps, in extra["sweep"])
                 from .sweep import attach
                 attach(tr, result, plan.method, plan.tol, plan.max_steps, ad=rev[o][w])
@@ -2291,13 +2291,14 @@ def _scalar_tangents(tr: Traced, outs, wrts, directions: dict) -> dict:
 
 
 def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX_STEPS,
-            rounding: _Rounding | None = None) -> None:
+            rounding: _Rounding | None = None, along=None) -> None:
     """Add the Taylor remainder's observed order to a result; below TAYLOR_MIN_ORDER it fails (and what
     would explain it is noted: a step that changes the path, or a kink within the steps' reach, which
     is far larger than the finite differences' step: round(x) a hundredth away from a jump).
-    rounding: the point's (see _Rounding)."""
+    rounding: the point's (see _Rounding); along: see taylor_order."""
     scale = None if rounding is None else rounding.scale(result.of, result.wrt)
-    order, flipped, reach = taylor_order(tr, result.of, result.wrt, rng, max_steps=max_steps, scale=scale)
+    order, flipped, reach = taylor_order(tr, result.of, result.wrt, rng, max_steps=max_steps, scale=scale,
+                                         along=along)
     result.extra["taylor_order"] = order
     if not order >= TAYLOR_MIN_ORDER:
         result.ok = False
@@ -2307,6 +2308,20 @@ def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX
         explained = path_notes(tr, flipped, "Taylor") + [f"{k}, within the Taylor steps' reach ({reach:.2g})"
                                                          for k in kinks]
         result.notes += [n for n in explained if n not in result.notes]
+
+
+def _contracting(block, xshape: tuple):
+    """p -> J p for the rows p (shape (k,) + xshape) of a Jacobian block J (of.shape + xshape;
+    None: nothing reaches the output, J p is None), by one matrix product: the Taylor test's J p
+    where the check holds reverse mode's Jacobian already, in place of a tangent pass over the
+    tape (for each input, at each batch of steps)."""
+    def along(p: np.ndarray):
+        if block is None:
+            return None
+        n = math.prod(xshape)
+        yshape = block.shape[:block.ndim - len(xshape)]
+        return (p.reshape(len(p), n) @ block.reshape(-1, n).T).reshape((len(p),) + yshape)
+    return along
 
 
 def _check_directions(tr: Traced, name, p, outs, w, plan: _Plan, rng):
@@ -2817,7 +2832,8 @@ TAYLOR_LAST_PAIRS = 3
 
 
 def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALVINGS, *,
-                 max_steps: int = DEFAULT_MAX_STEPS, scale: np.ndarray | None = None) -> TaylorOrder:
+                 max_steps: int = DEFAULT_MAX_STEPS, scale: np.ndarray | None = None,
+                 along=None) -> TaylorOrder:
     """Observed order of the remainder f(x + p) - f(x) - J p as the step p = h v halves (2
     for a correct J; inf when the remainder is at rounding level at every step: f is linear
     along v, or the steps are too small to see its curvature).
@@ -2828,8 +2844,9 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     a ~ 0).  The remainder with its h^3 term removed, 8 r(h/2) - r(h) = a h^2 + 3 c h + ..., is
     measured too where the remainder's own order is short of 2, and the larger of the two is
     reported: a wrong J shows c h in both.
-    p is the step actually taken, (x + h v) - x, with J p from forward mode, since x + h v
-    rounds (by eps |x|, far more than the remainder at small h).
+    p is the step actually taken, (x + h v) - x, since x + h v rounds (by eps |x|, far more
+    than the remainder at small h); J p is along(p) for the rows p (None: nothing reaches the
+    output), by default forward mode's.
     A remainder counts only above the rounding of what it is the difference of (TAYLOR_ROUNDING
     eps times scale, rounding_scale's estimate for f, computed here when not given, or |f(x + p)|
     or |J p| where larger).
@@ -2846,7 +2863,7 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     rems, floors, flipped = [], [], ()
     for start in range(0, halvings, batch):
         hs = h0 / 2.0 ** np.arange(start, min(start + batch, halvings))
-        rem, floor, seen = _taylor_remainders(tr, of, wrt, v, hs, max_steps, scale)
+        rem, floor, seen = _taylor_remainders(tr, of, wrt, v, hs, max_steps, scale, along)
         flipped += tuple(g for g in seen if g not in flipped)
         end = _end_of_rounding_chunk(rem, floor)
         rems.append(rem[:end])
@@ -2873,15 +2890,15 @@ def _end_of_rounding_chunk(rem: np.ndarray, floor: np.ndarray) -> int | None:
 
 
 def _taylor_remainders(tr: Traced, of: str, wrt: str, v: np.ndarray, hs: np.ndarray, max_steps: int,
-                       scale: np.ndarray):
+                       scale: np.ndarray, along=None):
     """(remainders, their rounding floors, the guards a step changed) of the output at the
     steps p = (x + h v) - x for h in hs, in one batch (one row per step); scale: f's rounding
-    in units of eps (see rounding_scale), at least |f(x)|."""
+    in units of eps (see rounding_scale), at least |f(x)|; along: see taylor_order."""
     x = tr.value(wrt)
     moved = x + hs.reshape((-1,) + (1,) * x.ndim) * v
     (ys,), (flipped,) = evaluate_batch(tr, wrt, moved, [of], max_steps=max_steps)
     y0 = tr.value(of)
-    (jp,) = _tangents(tr, wrt, [of], moved - x)
+    jp = (along or (lambda p: _tangents(tr, wrt, [of], p)[0]))(moved - x)
     jp = np.zeros(ys.shape) if jp is None else jp
     with np.errstate(all="ignore"):
         rem = ys - y0 - jp

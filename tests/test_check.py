@@ -1270,3 +1270,16 @@ def test_check_compares_the_scalar_rules_grad_runs(monkeypatch):
     r = gradcalc.check("input x, y\nx / y", at={"x": 3.0, "y": 2.0})
     dx, dy = r.results
     assert dx.ok and not dy.ok and dy.extra["fd"] == pytest.approx(-0.75, rel=1e-6)
+
+
+def test_taylor_test_of_the_full_check_measures_the_reverse_jacobian_it_compared(monkeypatch):
+    # the full check holds reverse mode's Jacobian, and the Taylor remainder uses it (J p as one
+    # product, no tangent pass): sin's reverse rule 1% wrong leaves order 1 in d/dx, while its
+    # forward rule, right, would have left order 2; d/dy = sin(x) exp(y) is right, order 2
+    replace_rule(monkeypatch, REGISTRY["sin"], "vjp", (lambda g, ans, x, **_: safe_mul(g, 1.01 * REGISTRY["cos"](x)),))
+    from gradcalc import numerics
+    monkeypatch.setattr(numerics, "_tangents", lambda *a: pytest.fail("a tangent pass for the Taylor test"))
+    monkeypatch.setattr(numerics, "_forward_probes", lambda *a: {})  # (the probes' own tangent pass)
+    dx, dy = gradcalc.check("input x, y\nsin(x) * exp(y)", at={"x": 0.4, "y": 0.5}, taylor=True).results
+    assert not dx.ok and dx.extra["taylor_order"] == pytest.approx(1.0, abs=0.1)
+    assert dy.ok and dy.extra["taylor_order"] == pytest.approx(2.0, abs=0.1)
