@@ -433,7 +433,7 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
         # refused before the batch is made (evaluate_batch checks what flows from it)
         _check_batch(tr, len(scales) * part.size + centre, n)
         batch, taken = stencil.perturb(x.ravel(), h.ravel(), scales, centre, part)
-        ys, flipped = _evaluate_rows(tr, wrt, batch.reshape((len(batch),) + x.shape), of, max_steps, facts)
+        ys, flipped = evaluate_rows(tr, wrt, batch.reshape((len(batch),) + x.shape), of, max_steps, facts)
         m = part.size
         for i, (o, y) in enumerate(zip(of, ys)):
             blocks = [y[k * m:(k + 1) * m] for k in range(len(scales))]
@@ -456,8 +456,8 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
 FAILING_ROW_PASSES = 64
 
 
-def _evaluate_rows(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], max_steps: int,
-                   facts: dict | None) -> Batch:
+def evaluate_rows(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], max_steps: int,
+                  facts: dict | None = None) -> Batch:
     """evaluate_batch, with nan as the outputs of the points where an operation fails: cholesky
     of a matrix that the step made indefinite, solve of one it made singular.  The traced
     point's own run succeeded, so the step is to blame, and the differences' search at smaller
@@ -471,6 +471,13 @@ def _evaluate_rows(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str], max
                      [x + tuple(g for g in y if g not in x) for x, y in zip(a.flipped, b.flipped)])
     return by_halves(lambda part: evaluate_batch(tr, wrt, part, outs, max_steps=max_steps, facts=facts),
                      batch, failed, joined, [FAILING_ROW_PASSES])
+
+
+def first_changes(tr: Traced, wrt: str, batch: np.ndarray, outs: list[str]) -> np.ndarray:
+    """on_tape's first guard each row changes (-1: none), and -1 where an operation fails at a
+    row (its value is nan already: see evaluate_rows)."""
+    return by_halves(lambda part: on_tape(tr, wrt, part, outs)[1], batch, lambda part: np.full(len(part), -1),
+                     lambda a, b: np.concatenate([a, b]), [FAILING_ROW_PASSES])
 
 
 def by_halves(run, rows: np.ndarray, failed, joined, passes: list):

@@ -12,9 +12,10 @@ The steps follow the check's (per element, relative to ``max(1, |x|)``: see
 :mod:`.stencil`) from 1e-1 down to 1e-13 of that scale in half decades, and are reported
 as taken, absolute, as the check reports its own step: at x = 1000 they run from 100 down
 to 1e-10, and the check's step is 0.0078, in the sweep as in the check's row.  Every point of every step
-is one row of a single batch through :func:`.numerics.evaluate_batch`, so the
+is one row of a single batch through :func:`.numerics.evaluate_rows`, so the
 differences are those of the program as written (a step that changes its path re-runs
-it there, and says so).  Nothing here prints: the CLI draws the curve.
+it there, and says so; one where an operation fails, cholesky past the edge of its domain,
+has no difference, as at a pole).  Nothing here prints: the CLI draws the curve.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from . import stencil
 from .lower import DEFAULT_MAX_STEPS, Traced
-from .numerics import RESOLVED_FRACTION, evaluate_batch, kinks_near, on_tape, path_notes
+from .numerics import RESOLVED_FRACTION, evaluate_rows, first_changes, kinks_near, path_notes
 from .session import jacobian_blocks
 
 #: The sweep's steps, relative to max(1, |x|): 1e-1 down to 1e-13 in half decades.
@@ -172,10 +173,12 @@ def _differences(tr: Traced, of: str, wrt: str, j: int, method: str, hs: np.ndar
     tr.builder.check_size((len(flat), x.size), what=f"a sweep of {len(flat)} perturbed copies of a "
                                                     f"{x.size}-element input")
     batch = flat.reshape((len(flat),) + x.shape)
-    (ys,), (flipped,) = evaluate_batch(tr, wrt, batch, [of], max_steps=max_steps)
+    # (a step whose points leave the domain of an operation that fails there, cholesky's say,
+    # has nan differences, left out as a pole's are: see _usable)
+    (ys,), (flipped,) = evaluate_rows(tr, wrt, batch, [of], max_steps)
     changed = np.zeros(len(hs), dtype=bool)
     if flipped:  # (which steps: one more pass over the tape, only when some step changes the path)
-        first = on_tape(tr, wrt, batch, [of])[1][:len(scales) * len(hs)]
+        first = first_changes(tr, wrt, batch, [of])[:len(scales) * len(hs)]
         changed = (first.reshape(len(scales), len(hs)) >= 0).any(axis=0)
     ys = ys.reshape(len(flat), -1)
     blocks = [ys[k * len(hs):(k + 1) * len(hs)] for k in range(len(scales))]

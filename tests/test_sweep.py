@@ -274,3 +274,19 @@ def test_check_sweeps_measure_against_the_block_the_check_compared(monkeypatch):
     fd = 1.5 * (np.sin(x[j] + h) - np.sin(x[j] - h)) / (2 * h)
     assert dx["errors"][:4] == pytest.approx(abs(fd[:4] - 1.5 * np.cos(x[j])), rel=1e-6)  # (truncation's)
     assert dy["verdict"] == dx["verdict"] == OK
+
+
+def test_a_sweep_leaves_out_steps_where_an_operation_fails():
+    # sum(log(diag(cholesky(s M)))) = logdet(s M) / 2 = log(s) + log(3) / 2, whose derivative is
+    # 1 / s = 20 at s = 0.05; the sweep's step 0.1 makes s M indefinite, where cholesky fails: that step has no
+    # difference and is left out, where the whole check was an error (exit 2)
+    src = "input s\nL = cholesky(s*[[2, 1], [1, 2]]); sum(log(diagonal(L)))"
+    data = ok_json("check", src, "--at", "s=0.05", "--sweep")
+    (r,) = data["results"]
+    assert r["ok"] and data["ok"]
+    sw = r["sweep"]
+    assert sw["verdict"] == OK and sw["usable"][:2] == [False, True] and sw["errors"][0] == "nan"
+    assert any("left out" in n for n in sw["notes"])
+    h = np.array(sw["steps"][1:8])
+    fd = (np.log(0.05 + h) - np.log(0.05 - h)) / (2 * h)
+    assert sw["errors"][1:8] == pytest.approx(abs(fd - 20), rel=1e-6)
