@@ -1383,7 +1383,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
                 searched = _at_smaller_steps(tr, o, w, ad, fd, h, plan, _doubtful(ad, fd, None, tol), view,
                                              slack, down_to=again.step)
                 searched = searched if searched is not None and searched.converged else None
-            notes += _coarse_step_note(tr.value(w), h, again, worst, smaller=searched)
+            notes += _coarse_step_note(tr.value(w), h, again, worst, smaller=searched, method=method)
             if again is not None and again.ok:
                 extra = {"default_step": float(np.max(h))}
                 fd, h = again.fd, again.step
@@ -1834,19 +1834,22 @@ def _split_rounding_note(scale, y, h, method: str, count: int, larger: "_Smaller
 #: A step larger than this fraction of |x| is coarse for a function that changes on the scale
 #: of x (1/x, log x, sqrt x near 0): central differences err by about (h/x)^2, 1e-6 at 1e-3.
 COARSE_STEP = 1e-3
+#: The same for the complex step, whose error is about (h/x)^2 too, held to rtol 1e-12: its
+#: step of 1e-20 is coarse only beside |x| below 1e-13 (log(x) at 1e-25 failed by 1e5x).
+COMPLEX_COARSE_STEP = 1e-7
 
 
 def _coarse_step(x: np.ndarray, h: np.ndarray, worst: list, method: str) -> bool:
     """Whether the step at the worst element is not small beside |x| there: the default step
     follows max(1, |x|), so below |x| = 1 it stays put while x shrinks, and a correct derivative
     of 1/x at 1e-3 fails by 6e-5 at it."""
-    if method == "complex" or not h.size:
+    if not h.size:
         return False
     at = tuple(worst[len(worst) - x.ndim:]) if x.ndim else ()
-    xi = abs(float(x[at]))
+    xi = abs(float(x[at].real))
     # (at 0 no step is relative to |x|; from 1 up the relative step is the default one: richardson's
     # eps^(1/5) |x| can exceed 1e-3 |x| there, and the halved steps of _at_smaller_steps apply)
-    return 0 < xi < 1 and float(h[at]) > COARSE_STEP * xi
+    return 0 < xi < 1 and float(h[at]) > (COMPLEX_COARSE_STEP if method == "complex" else COARSE_STEP) * xi
 
 
 def _kinks_at_relative_steps(tr: Traced, w: str, o: str, method: str) -> bool:
@@ -1882,7 +1885,7 @@ def _at_relative_steps(tr: Traced, o: str, w: str, ad, plan: _Plan, view=_plain)
 
 
 def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst: list,
-                      directions: bool = False, smaller: "_Smaller | None" = None) -> list:
+                      directions: bool = False, smaller: "_Smaller | None" = None, method: str = "central") -> list:
     """What the comparison at steps relative to |x| found, said at the default step's worst
     element (h: the default steps; along directions, at the smallest non-zero |x_i|); and, where
     they disagree too, what the halved steps that converged found (smaller: see _at_smaller_steps)."""
@@ -1903,8 +1906,10 @@ def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst:
                                                f"and still disagree (rel err {smaller.max_rel:.3g}); --sweep "
                                                "shows the error over steps")]
     sweep = "--sweep (without --directions)" if directions else "--sweep"
-    return [f"{coarse}{found}: near 0, a function like 1/x or log(x) leaves a large truncation error; "
-            f"{sweep} shows the error at smaller steps, --method complex (analytic programs) takes no difference"]
+    complex_ = "" if method == "complex" else ", --method complex (analytic programs) takes no difference"
+    return [f"{coarse}{found}: a function that changes on a scale smaller than the step (1/x or log(x) "
+            f"near 0, sin(1e6 x)) leaves a large truncation error; {sweep} shows the error at smaller "
+            f"steps{complex_}"]
 
 
 #: How many times a failing comparison halves the default step to see whether the finite

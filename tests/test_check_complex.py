@@ -184,3 +184,23 @@ def test_a_wrong_solve_rule_fails_the_dot_product_test_at_condition_1e7(monkeypa
     r = gradcalc.check("sum(solve(A, b)^2)", at=_conditioned(1e7), method="forward", directions=2)
     (bad,) = [x for x in r.results if x.wrt == "b"]
     assert not bad.ok and "<u, J v> != <J^T u, v>" in bad.notes
+
+
+def test_the_complex_step_follows_x_where_it_is_coarse_beside_it():
+    # the complex step 1e-20 follows max(1, |x|): beside x = 1e-25 it is coarse, and Im log(x + ih) / h
+    # is atan(h / x) / h ~ pi / 2 / 1e-20 = 1.57e20 there, not 1 / x = 1e25 (it failed, with no note).
+    # At steps relative to |x| it is 1 / x; a derivative 1e-10 wrong still fails there
+    (r,) = gradcalc.check("input x\nlog(x)", at={"x": 1e-25}, method="complex").results
+    assert r.ok and r.step == pytest.approx(1e-45) and "relative to |x|" in r.notes[0]
+    (w,) = gradcalc.check("input x\nlog(x) + stop_gradient(1e-10*log(x))", at={"x": 1e-25}, method="complex").results
+    assert not w.ok and any("at steps relative to |x| they disagree too (rel err 1e-10)" in n for n in w.notes)
+    assert not any("--method complex" in n for n in w.notes)  # (it is the method already)
+    # Planck's law in SI units, d/dh at h = 6.6e-34 (the closed form: B' = B (1/h - (c / lam k T) e^u / (e^u - 1)), u = h c / lam k T)
+    h, c, k, lam, T = 6.62607015e-34, 2.99792458e8, 1.380649e-23, 1.2294650379050335e-06, 452.29453785721574
+    src = "input h, c, k, lam, T\n2*h*c^2/lam^5 / (exp(h*c/(lam*k*T)) - 1)"
+    (d,) = gradcalc.check(src, at=dict(h=h, c=c, k=k, lam=lam, T=T), wrt=["h"], method="complex").results
+    u = h * c / (lam * k * T)
+    b = 2 * h * c ** 2 / lam ** 5 / np.expm1(u)
+    assert d.ok, d.notes
+    assert gradcalc.grad(src, at=dict(h=h, c=c, k=k, lam=lam, T=T), wrt=["h"])["h"] == pytest.approx(
+        b * (1 / h - u / h * np.exp(u) / np.expm1(u)), rel=1e-12)
