@@ -23,7 +23,8 @@ from .codec import JSONNumberError, array_from_json
 from .errors import GradcalcError, LimitError, Pos, UsageError, ValueError_, option, to_pos
 from .lexer import tokenize
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
-from .session import as_arrays, check_limits, jacobian_blocks, parse, quiet, select_names, select_output
+from .session import (as_arrays, check_limits, eager_backward, jacobian_blocks, parse, quiet, select_names,
+                      select_output)
 from .stencil import METHODS, default_step
 from .tape import DEFAULT_MAX_ELEMENTS, Guard, by_row, eval_equations
 from .tape import _scalar_or_array as scalar_or_array
@@ -2417,8 +2418,13 @@ def _tangents(tr: Traced, w: str, outs, v: np.ndarray) -> list:
 
 def _cotangents(tr: Traced, o: str, w: str, u: np.ndarray):
     """Reverse mode: J^T u for each of the cotangents u (shape (k,) + o.shape), or None, in one
-    eager backward pass on the batch of cotangents."""
+    eager backward pass on the batch of cotangents; for an output of one element, by grad's own
+    pass (eager_backward) for each, so that the dot-product test checks what grad and vjp
+    compute (their inline scalar rules, their plain matrix products), as the full check does."""
     names = tr.tape.names
+    if tr.value(o).size == 1:
+        rows = [eager_backward(tr, {names[o]: ui}, [w], warn=False)[w] for ui in u]
+        return None if rows[0] is None else np.stack([np.asarray(r).reshape(tr.value(w).shape) for r in rows])
     batch = BatchedBuilder(tr.builder, len(u), what="a batched backward pass")
     found = backward(tr.builder, tr.tape.equations, {names[o]: batch.dense(u)}, [names[w]], eager=True,
                      check=False, fold=VJP_FOLDS)

@@ -173,17 +173,17 @@ def inputs_only(tr: Traced, names, command: str):
                              "an intermediate value", hint=hint, name=n)
 
 
-def eager_backward(tr: Traced, seeds: dict, wrt: list) -> dict:
+def eager_backward(tr: Traced, seeds: dict, wrt: list, *, warn: bool = True) -> dict:
     """One eager backward pass -> {wrt name: array or None}, with plain matrix products (see
     transforms.backward's safe_products).  Only when a result is not finite does a second
-    pass look for the rule that made it so, to name it in a warning, with safe matrix
-    products; its results are returned.  (grad and vjp trace with ``release=True``: the
-    arrays no rule reads may be gone already; both passes read none of them.)"""
+    pass look for the rule that made it so, to name it in a warning (unless not warn), with
+    safe matrix products; its results are returned.  (grad and vjp trace with ``release=True``:
+    the arrays no rule reads may be gone already; both passes read none of them.)"""
     args = (tr.builder, tr.tape.equations, seeds, [tr.tape.names[n] for n in wrt])
     finite: set = set()  # results certified finite by backward: no need to look at them
     found = backward(*args, eager=True, check=False, finite=finite, safe_products=False)
     if any(v is not None and var not in finite and not all_finite(np.asarray(v)) for var, v in found.items()):
-        found = backward(*args, eager=True, check=True)  # with safe matrix products, and warnings
+        found = backward(*args, eager=True, check=warn)  # with safe matrix products, and warnings
     return own_arrays({n: found[tr.tape.names[n]] for n in wrt}, seeds)
 
 
@@ -308,14 +308,14 @@ def _reverse_rows(tr: Traced, group: list, wrt: list) -> list:
 
 
 def _one_row(tr: Traced, o: str, wrt: list) -> list:
-    """[block of (o, input) for each input] of an output with one element, by the plain
-    backward pass grad takes: a batch of one row would pay a batched pass's cost for each
-    equation (about ten times the plain pass's over a long scalar program) to stack nothing."""
-    names, shape = tr.tape.names, tr.value(o).shape
-    found = backward(tr.builder, tr.tape.equations, {names[o]: np.ones(shape)}, [names[w] for w in wrt],
-                     eager=True, check=False)
-    return [None if found[names[w]] is None else np.asarray(found[names[w]]).reshape(shape + tr.value(w).shape)
-            for w in wrt]
+    """[block of (o, input) for each input] of an output with one element, by grad's own pass
+    (eager_backward): a batch of one row would pay a batched pass's cost for each equation
+    (about ten times the plain pass's over a long scalar program) to stack nothing, and check,
+    comparing this, compares what grad computes (its inline scalar rules, its plain matrix
+    products), not a batched twin of it."""
+    shape = tr.value(o).shape
+    found = eager_backward(tr, {tr.tape.names[o]: np.ones(shape)}, wrt, warn=False)  # (jacobian warns itself)
+    return [None if found[w] is None else np.asarray(found[w]).reshape(shape + tr.value(w).shape) for w in wrt]
 
 
 def _outputs_named(names: list) -> str:

@@ -1257,7 +1257,8 @@ def test_many_points_failing_a_step_away_stay_the_checks_error(monkeypatch):
     assert len(calls) <= N.FAILING_ROW_PASSES + 2
 
 
-def test_check_compares_the_scalar_rules_grad_runs(monkeypatch):
+@pytest.mark.parametrize("directions", [0, 2])
+def test_check_compares_the_scalar_rules_grad_runs(directions, monkeypatch):
     # grad runs the commonest scalar rules inline (transforms._SCALAR_OPS); the check of a scalar
     # output runs the same pass, so a slip in an inline rule alone fails it, as it would show in
     # grad (d(x/y)/dy made 1% too large: -1.01 x / y^2)
@@ -1267,9 +1268,11 @@ def test_check_compares_the_scalar_rules_grad_runs(monkeypatch):
     g = gradcalc.grad("input x, y\nx / y", at={"x": 3.0, "y": 2.0})
     gx, gy = g["x"], g["y"]
     assert gx == pytest.approx(0.5) and gy == pytest.approx(-1.01 * 3 / 4)  # (what grad now says)
-    r = gradcalc.check("input x, y\nx / y", at={"x": 3.0, "y": 2.0})
+    r = gradcalc.check("input x, y\nx / y", at={"x": 3.0, "y": 2.0}, directions=directions)
     dx, dy = r.results
-    assert dx.ok and not dy.ok and dy.extra["fd"] == pytest.approx(-0.75, rel=1e-6)
+    assert dx.ok and not dy.ok
+    if not directions:  # (along directions a result records J v and its difference, not entries)
+        assert dy.extra["fd"] == pytest.approx(-0.75, rel=1e-6)
 
 
 def test_taylor_test_of_the_full_check_measures_the_reverse_jacobian_it_compared(monkeypatch):
@@ -1283,3 +1286,22 @@ def test_taylor_test_of_the_full_check_measures_the_reverse_jacobian_it_compared
     dx, dy = gradcalc.check("input x, y\nsin(x) * exp(y)", at={"x": 0.4, "y": 0.5}, taylor=True).results
     assert not dx.ok and dx.extra["taylor_order"] == pytest.approx(1.0, abs=0.1)
     assert dy.ok and dy.extra["taylor_order"] == pytest.approx(2.0, abs=0.1)
+
+
+@pytest.mark.parametrize("directions", [0, 2])
+def test_check_compares_the_plain_matrix_products_grad_runs(directions, monkeypatch):
+    # grad's backward pass takes matmul's plain rules (matrix products that skip the look for
+    # 0 * inf); check of a scalar output runs that pass too, in full and along directions, so
+    # a slip there alone fails it (dA = g B, not g B^T: a mutation hunt's finding, which passed
+    # every mode of check while grad was wrong by 2.6)
+    mm = REGISTRY["matmul"]
+    right_a, right_b = mm.plain_vjp
+    monkeypatch.setattr(mm, "plain_vjp", (lambda g, ans, a, b, **kw: right_a(g, ans, a, np.swapaxes(b, -1, -2), **kw),
+                                          right_b))
+    at = {"A": np.array([[1.0, 2, 3], [4, 5, 6], [7, 8, 10]]), "B": np.array([[1.0, 0, 2], [0, 1, 1], [3, 1, 0]])}
+    src = "input A[3,3], B[3,3]\nsum(sin(A @ B))"
+    g = gradcalc.grad(src, at=at)
+    assert not np.allclose(g["A"], np.cos(at["A"] @ at["B"]) @ at["B"].T)  # (grad is wrong: the slip is on its path)
+    r = gradcalc.check(src, at=at, directions=directions)
+    da, db = r.results
+    assert not da.ok and db.ok

@@ -169,7 +169,8 @@ def test_a_batched_fill_loop_holds_one_batched_array():
 
 
 def test_check_along_directions_adds_a_loops_reads_in_place(monkeypatch):
-    # The dot-product test's batched backward pass takes batched.VJP_FOLDS: each read x[i] adds its
+    # The dot-product test's batched backward pass (an output of two elements: one of one element
+    # takes grad's own pass, row by row) takes batched.VJP_FOLDS: each read x[i] adds its
     # cotangent into rows the pass made (O(batch) a read), where the rules made an index_put of x's
     # size and added it
     from gradcalc import batched
@@ -178,7 +179,7 @@ def test_check_along_directions_adds_a_loops_reads_in_place(monkeypatch):
     real = batched._writable
     monkeypatch.setattr(batched, "_writable", lambda *a: written.append(real(*a)) or written[-1])
     n = 200
-    src = f"input x[{n}]\ns = 0\nfor i in range({n}) {{ s = s + x[i]^2 * sin(x[i]) }}\ns"
+    src = f"input x[{n}]\ns = 0\nfor i in range({n}) {{ s = s + x[i]^2 * sin(x[i]) }}\n[s, 2 * s]"
     r = gradcalc.check(src, at={"x": np.linspace(0.1, 1, n)}, directions=2)
     assert r.ok
     assert any(written) == COUNTS_REFERENCES
