@@ -2310,9 +2310,12 @@ def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX
     is far larger than the finite differences' step: round(x) a hundredth away from a jump).
     rounding: the point's (see _Rounding); along: see taylor_order."""
     scale = None if rounding is None else rounding.scale(result.of, result.wrt)
-    order, flipped, reach = taylor_order(tr, result.of, result.wrt, rng, max_steps=max_steps, scale=scale,
-                                         along=along)
+    order, flipped, reach, beside = taylor_order(tr, result.of, result.wrt, rng, max_steps=max_steps, scale=scale,
+                                                 along=along)
     result.extra["taylor_order"] = order
+    if beside is not None:
+        result.notes.append(f"the Taylor steps (from 1e-2·max(1, |x|)) are not small beside |x| = {beside:.3g}: "
+                            f"taken relative to |x| instead, where the remainder's order is {order:.2f}")
     if not order >= TAYLOR_MIN_ORDER:
         result.ok = False
         result.notes.append(f"Taylor remainder order {order:.2f}, expected 2")
@@ -2821,6 +2824,7 @@ class TaylorOrder(NamedTuple):
     order: float
     flipped: tuple  # the guards a step changed (see Batch)
     reach: float = 0.0  # how far the largest step moves an element of wrt
+    beside: float | None = None  # where the steps followed |x| (see taylor_order): the |x_i| they were coarse beside
 
 
 #: The Taylor test's steps: TAYLOR_FIRST_STEP * max(1, |x|) halved TAYLOR_HALVINGS - 1 times,
@@ -2875,6 +2879,22 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     if _symmetric_operand(tr, wrt, of) is not None:
         v = _symmetric_part(v)  # (as the full check's directions: see _symmetrised)
     h0 = TAYLOR_FIRST_STEP * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
+    found = _observed_order(tr, of, wrt, v, h0, halvings, max_steps, scale, along)
+    beside = np.abs(x)[(np.abs(x) > 0) & (np.abs(x) < 1) & (h0 * np.abs(v) > np.abs(x))]
+    if not found.order >= TAYLOR_MIN_ORDER and beside.size:
+        # (steps that pass some |x_i| leave the scale a function of x changes on, log(x) at 1e-8,
+        # or its domain: as the finite differences do, the steps follow |x_i| below 1 instead,
+        # and decide where they give the order of a right derivative; a wrong one gives 1 there too)
+        relative = v * np.where((np.abs(x) > 0) & (np.abs(x) < 1), np.abs(x), np.maximum(1.0, np.abs(x)))
+        again = _observed_order(tr, of, wrt, relative, TAYLOR_FIRST_STEP, halvings, max_steps, scale, along)
+        if again.order >= TAYLOR_MIN_ORDER:
+            return again._replace(beside=float(beside.min()))
+    return found
+
+
+def _observed_order(tr: Traced, of: str, wrt: str, v: np.ndarray, h0: float, halvings: int, max_steps: int,
+                    scale: np.ndarray, along) -> TaylorOrder:
+    """taylor_order's order along v at the steps h0 / 2^k."""
     names = tr.tape.names
     widest = _pass_from(tr, names[wrt], (names[of],), None).widest
     batch = halvings if widest * halvings <= TAYLOR_ONE_PASS_ELEMENTS else TAYLOR_CHUNK

@@ -591,7 +591,7 @@ def test_taylor_steps_in_one_pass_give_the_orders_of_the_passes_by_chunks(src, a
 
     budget = numerics.TAYLOR_ONE_PASS_ELEMENTS
     (chunked, passes), (together, one) = taylor(0), taylor(budget)
-    assert one == 1 and passes >= 1
+    assert one <= 2 and passes >= one  # (one pass an attempt: steps that follow |x| are a second)
     assert together.order == chunked.order or (math.isnan(together.order) and math.isnan(chunked.order))
     assert together.reach == chunked.reach and set(together.flipped) >= set(chunked.flipped)
 
@@ -1305,3 +1305,17 @@ def test_check_compares_the_plain_matrix_products_grad_runs(directions, monkeypa
     r = gradcalc.check(src, at=at, directions=directions)
     da, db = r.results
     assert not da.ok and db.ok
+
+
+@pytest.mark.parametrize("x", [1e-8, 1e-10, 1e-30])
+def test_taylor_steps_follow_x_where_they_pass_it(x):
+    # the Taylor steps run from 1e-2 max(1, |x|) down 19 halvings, to about 2e-8: beside x = 1e-8
+    # they leave the domain of log and the scale it changes on (order 1.42, a false failure);
+    # steps that follow |x| there give a right derivative order 2, with a note, and a wrong one
+    # (0.1% off) order 1 at both
+    (right,) = gradcalc.check("input x\nlog(x)", at={"x": x}, taylor=True).results
+    assert right.ok and right.extra["taylor_order"] == pytest.approx(2.0, abs=0.1)
+    assert any(n.startswith("the Taylor steps (from 1e-2·max(1, |x|)) are not small beside |x| = ") for n in right.notes)
+    (wrong,) = gradcalc.check("input x\nlog(x) + stop_gradient(1e-3*log(x))", at={"x": x}, taylor=True).results
+    assert not wrong.ok and wrong.extra["taylor_order"] < 1.8
+    assert not any("Taylor steps" in n for n in wrong.notes)
