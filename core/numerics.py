@@ -1382,7 +1382,7 @@ def _check_block(tr: Traced, name, p, o, w, ad, est: FiniteDifferences, plan: _P
                 # is coarse from |x| < 0.98, and sin(100 x) at 0.5 failed at both steps; the steps
                 # from the default one down past the relative one decide by their convergence)
                 searched = _at_smaller_steps(tr, o, w, ad, fd, h, plan, _doubtful(ad, fd, None, tol), view,
-                                             slack, down_to=again.step)
+                                             slack)
                 searched = searched if searched is not None and searched.converged else None
             notes += _coarse_step_note(tr.value(w), h, again, worst, smaller=searched, method=method)
             if again is not None and again.ok:
@@ -1913,13 +1913,15 @@ def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst:
             f"steps{complex_}"]
 
 
-#: How many times a failing comparison halves the default step to see whether the finite
-#: differences converge: REFINE_HALVINGS, and as many more as log2 max(1, |x|), since the default
-#: step follows max(1, |x|) (richardson's is 8 at |x| = 1.2e4, where a function that varies on a
-#: unit scale needs steps below 1e-3); at most REFINE_MAX_HALVINGS.  It stops earlier once every
-#: element has converged well within the tolerance, or rounding alone exceeds it.
-REFINE_HALVINGS = 12
+#: How many times a failing comparison may halve the default step to see whether the finite
+#: differences converge.  It stops once every element has converged well within the tolerance,
+#: or rounding alone exceeds it, which bounds the search by the function, not by its input: a
+#: bound of 12 halvings plus log2 max(1, |x|) failed right derivatives of functions that change
+#: on a scale far below the step (sin(1e6 x) at 0.0013, exp(-t / 1e-7) at 0: 19 halvings).
 REFINE_MAX_HALVINGS = 40
+#: Along --directions, the relative step is searched down to only within this many halvings
+#: of the default one (see _check_directions' retry).
+REFINE_HALVINGS = 12
 
 
 class _Smaller(NamedTuple):
@@ -1967,25 +1969,13 @@ def _searchable(y, h, shape: tuple) -> np.ndarray:
 
 
 def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failing,
-                      view=_plain, slack=None, down_to=None) -> _Smaller | None:
+                      view=_plain, slack=None) -> _Smaller | None:
     """The comparison made again, where the default step's failed, at the best of the steps
-    h / 2^k (see _halved), or None (the complex step, or a step that takes another path: the
-    differences would mix two branches), for the elements failing (see _doubtful).  view is how
-    a Jacobian is compared (see _symmetrised).  With down_to (the steps relative to |x|, where
-    the default step is coarse beside it), the halvings go two past the smallest of them among
-    the failing elements (at most REFINE_MAX_HALVINGS)."""
+    h / 2^k, k up to REFINE_MAX_HALVINGS (see _halved), or None (the complex step, or a step
+    that takes another path: the differences would mix two branches), for the elements failing
+    (see _doubtful).  view is how a Jacobian is compared (see _symmetrised)."""
     if plan.method not in stencil.ROUNDING or not np.any(failing):
         return None
-    halvings = _halvings(tr.value(w))
-    if (failing & _undefined_a_step_away(ad, fd)).any():
-        halvings = REFINE_MAX_HALVINGS  # (the derivative varies on the scale of the distance to the
-        #                                 edge, which may be far below the default step)
-    if down_to is not None:
-        with np.errstate(all="ignore"):
-            ratio = np.broadcast_to(h, fd.shape) / np.broadcast_to(down_to, fd.shape)
-        ratio = float(np.max(ratio[failing], initial=1.0))
-        if np.isfinite(ratio) and ratio > 1:
-            halvings = min(REFINE_MAX_HALVINGS, max(halvings, 2 + math.ceil(math.log2(ratio))))
     size = _rounding_of(tr, o, w, plan).reshape(np.shape(tr.value(o)) + (1,) * np.ndim(h))
 
     columns = _failing_columns(failing, tr.value(w).size, view)  # (the others' estimates go unread)
@@ -1996,7 +1986,7 @@ def _at_smaller_steps(tr: Traced, o: str, w: str, ad, fd, h, plan: _Plan, failin
 
     return _halved(ad, fd, np.broadcast_to(h, fd.shape), at_step,
                    lambda step: stencil.ROUNDING[plan.method] * stencil.EPS * size / step,
-                   failing, plan.tol, halvings, slack=0.0 if slack is None else slack)
+                   failing, plan.tol, REFINE_MAX_HALVINGS, slack=0.0 if slack is None else slack)
 
 
 #: The largest spread of finite differences, as a fraction of the derivative's scale, within
@@ -2055,14 +2045,6 @@ def _larger_steps_note(rounding: str, larger: _Smaller) -> str:
                 f"(within {larger.spread:.2g}) and still disagree (rel err {larger.max_rel:.3g})")
     return (f"{rounding}; at larger steps they do not converge within the tolerance either (they "
             f"spread by {larger.spread:.2g}); --sweep shows the error over steps")
-
-
-def _halvings(x: np.ndarray) -> int:
-    """How many times _halved may halve the default step at x (see REFINE_HALVINGS)."""
-    largest = max(1.0, float(np.max(np.abs(x), initial=1.0)))
-    if not largest < 2.0 ** REFINE_MAX_HALVINGS:  # (an input of inf or nan: its steps are not finite either)
-        return REFINE_MAX_HALVINGS
-    return min(REFINE_MAX_HALVINGS, REFINE_HALVINGS + int(np.log2(largest)))
 
 
 def _halved(ad, first, first_step, at_step, rounding, failing, tol, halvings: int, slack=0.0,
@@ -2205,7 +2187,7 @@ def _directions_halved(tr: Traced, o: str, w: str, v, j, d, slack, step: float, 
     _rounding_noise), which grows as 1/h below it: eps |f| / h alone called differences exactly
     0 at steps below the ulp of f's intermediates ((x + 1e8) - 1e8 forward: 1e-10) converged."""
     x = tr.value(w)
-    halvings, ratio = _halvings(x), 2.0
+    halvings, ratio = REFINE_MAX_HALVINGS, 2.0
     if down_to is not None and 0 < down_to < step:
         # (two past it, and no fewer than the search below |x| = 1 takes: one halving from 2^-10
         # to Richardson's relative step at |x| = 0.5 gave no estimate with neighbours on both sides)

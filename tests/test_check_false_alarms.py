@@ -155,3 +155,21 @@ def test_an_allowance_past_j_v_decides_nothing_though_the_differences_are_larger
     passed = [seed for seed in range(31)
               if gradcalc.check(src, at={"x": x}, method="forward", directions=2, seed=seed).ok]
     assert passed == []
+
+
+@pytest.mark.parametrize("src, at, wrt, slope", [
+    ("input x\nsin(x*1e6)", {"x": 0.0013}, "x", 1e6 * np.cos(1300.0)),
+    ("input t, tau\nexp(-t/tau)", {"t": 0.0, "tau": 1e-7}, "t", -1e7),
+    ("input x[3]\nsum(sin(x*1e6))", {"x": np.array([0.0013, 0.0017, 0.0019])}, "x", 1e6 * np.cos(1e6 * np.array([0.0013, 0.0017, 0.0019]))),
+])
+def test_functions_that_change_far_below_the_step_are_searched_until_they_converge(src, at, wrt, slope):
+    # sin(1e6 x) changes on a scale of 1e-6, below the default step 7.6e-6; its differences
+    # converge at 19 halvings, past the 12 (plus log2 max(1, |x|)) the search took: a false
+    # failure ("fd 104045" for 814251), as exp(-t / 1e-7) at t = 0 (an RC circuit's decay).
+    # The search now halves until the differences converge or rounding passes the tolerance;
+    # the slope 1e-4 wrong still fails
+    (r,) = gradcalc.check(src, at=at, wrt=[wrt]).results
+    assert r.ok, r.notes
+    assert gradcalc.grad(src, at=at, wrt=[wrt])[wrt] == pytest.approx(slope, rel=1e-12)
+    (w,) = gradcalc.check(src + " + stop_gradient(1e-4 * " + src.split("\n")[1] + ")", at=at, wrt=[wrt]).results
+    assert not w.ok and w.max_rel_err == pytest.approx(1e-4, rel=0.05)
