@@ -2479,11 +2479,28 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
             measured_once.append(found)
         return measured_once[0]
 
+    def undecided_by(ok: bool, slack, d) -> bool:
+        # (sum(x) + 1e17: eps |f| / h = 1.2e7 allowed per direction passed a gradient 50% wrong: an
+        # allowance past the largest |J v| could hide an error of its sign, so the comparison says
+        # nothing, unless it was not needed: J v and the differences agree without it (100 + 0*x:
+        # both exactly 0, a right derivative that failed under the bare rule).  Past the smaller of
+        # the largest |J v| and the largest difference: differences that are rounding alone can be
+        # larger than J v (sum((x + 1e8) - 1e8) + 0.5*sum(stop_gradient(x)), forward: J v 33% wrong
+        # passed 2 seeds of 31 within an allowance just under its differences)
+        return ok and kind in stencil.ROUNDING and \
+            float(np.max(slack, initial=0.0)) > plan.tol[1] + min(float(np.max(np.abs(d), initial=0.0)),
+                                                                  float(np.max(np.abs(j), initial=0.0))) and \
+            not compare(j, d, *plan.tol)[0]
+
     # (a step along a unit direction moves no element by more than step)
     kinks, extra = kinks_near(tr, tr.tape.names[w], np.array(step), tr.tape.names[o]), {}
     notes = kinks + path_notes(tr, flipped) + complex_note
     smallest = _smallest_nonzero(x)
-    if not ok and notes == kinks and smallest is not None and _coarse_step(x, np.full(x.shape, step), smallest, kind) \
+    # (undecided too: a step past the edge of the domain of a function of |x| can make finite
+    # differences of a huge |f|, whose rounding allowance decides nothing: Newton's square root of
+    # a = 2e-7 at the step 7.6e-6)
+    if (not ok or undecided_by(ok, slack, d)) and notes == kinks and smallest is not None \
+            and _coarse_step(x, np.full(x.shape, step), smallest, kind) \
             and not (kinks and _kinks_at_relative_steps(tr, w, o, plan.method)):
         fine, fine_step = again()
         second, searched = None, None
@@ -2537,17 +2554,7 @@ def _direction_result(tr: Traced, name, p, o, w, v, jv: tuple, dd: Directional, 
             extra["default_step"], hs = hs, float(np.max(smaller.step))
             ok, mabs, mrel, worst, d, slack = (smaller.ok, smaller.max_abs, smaller.max_rel, smaller.worst,
                                                smaller.fd, inner)
-    # (sum(x) + 1e17: eps |f| / h = 1.2e7 allowed per direction passed a gradient 50% wrong: an
-    # allowance past the largest |J v| could hide an error of its sign, so the comparison says
-    # nothing, unless it was not needed: J v and the differences agree without it (100 + 0*x:
-    # both exactly 0, a right derivative that failed under the bare rule).  Past the smaller of
-    # the largest |J v| and the largest difference: differences that are rounding alone can be
-    # larger than J v (sum((x + 1e8) - 1e8) + 0.5*sum(stop_gradient(x)), forward: J v 33% wrong
-    # passed 2 seeds of 31 within an allowance just under its differences)
-    undecided = ok and kind in stencil.ROUNDING and \
-        float(np.max(slack, initial=0.0)) > plan.tol[1] + min(float(np.max(np.abs(d), initial=0.0)),
-                                                              float(np.max(np.abs(j), initial=0.0))) and \
-        not compare(j, d, *plan.tol)[0]
+    undecided = undecided_by(ok, slack, d)
     if undecided:
         ok = False
         hidden = float(np.max(slack, initial=0.0))

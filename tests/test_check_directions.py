@@ -138,3 +138,18 @@ def test_the_fitted_rounding_leaves_the_truncation_out():
     assert abs(found.values[0] - found.near[0]) == pytest.approx(((17 / 16) ** 2 - 1) * truncation, rel=0.05)
     rounding = numerics.stencil.EPS * np.sum(np.exp(10 * x)) / step
     assert fitted[0] < 10 * rounding < 1e-2 * truncation
+
+
+def test_directions_retry_relative_steps_where_the_default_one_leaves_the_domain_undecided():
+    # Newton's square root of a = 2e-7: the default step 7.6e-6 takes a below 0, where the
+    # iteration gives finite values of a huge |f|, whose rounding allowance eps |f| / h decided
+    # nothing ("they cannot decide": a false failure the full check passes at steps relative to
+    # |a|). The retry at those steps now comes first; d sqrt(a) / da = 1 / (2 sqrt(a)) passes there,
+    # and a slope 1e-4 wrong fails
+    a = 2.0677916110896603e-07
+    src = "input a\ny = a\nfor i in range(60) { y = 0.5*(y + a/y) }\ny"
+    assert gradcalc.grad(src, at={"a": a})["a"] == pytest.approx(0.5 / np.sqrt(a), rel=1e-12)
+    (r,) = gradcalc.check(src, at={"a": a}, directions=3).results
+    assert r.ok and any("compared at steps relative to |x| instead" in n for n in r.notes)
+    (w,) = gradcalc.check(src + " + stop_gradient(1e-4*y)", at={"a": a}, directions=3).results
+    assert not w.ok and any("they disagree too (rel err 0.0001)" in n for n in w.notes)
