@@ -173,3 +173,20 @@ def test_functions_that_change_far_below_the_step_are_searched_until_they_conver
     assert gradcalc.grad(src, at=at, wrt=[wrt])[wrt] == pytest.approx(slope, rel=1e-12)
     (w,) = gradcalc.check(src + " + stop_gradient(1e-4 * " + src.split("\n")[1] + ")", at=at, wrt=[wrt]).results
     assert not w.ok and w.max_rel_err == pytest.approx(1e-4, rel=0.05)
+
+
+def test_a_kink_is_near_in_the_units_of_its_own_argument():
+    # abs(x^4) at x = 1e-3: its argument 1.2e-12 is within two steps (1.5e-5) of 0 in x's units,
+    # but a step moves it by 4 x^3 h ~ 3e-14: the kink is not within reach, so the coarse step's
+    # failure takes the retry at steps relative to |x| and passes (d/dx log(x^4) = 4 / x), where it
+    # failed "near the kink of 'abs'"; a kink that a step does reach is still named
+    x = 0.00104
+    (r,) = gradcalc.check("input x\nlog(abs(x^4))", at={"x": x}).results
+    assert r.ok and not any("kink" in n for n in r.notes)
+    assert gradcalc.grad("input x\nlog(abs(x^4))", at={"x": x})["x"] == pytest.approx(4 / x, rel=1e-12)
+    (w,) = gradcalc.check("input x\nlog(abs(x^4)) + stop_gradient(1e-4*log(abs(x^4)))", at={"x": x}).results
+    assert not w.ok
+    (near,) = gradcalc.check("input x[2]\nsum(abs(x^3))", at={"x": np.array([2e-6, 0.5])}).results
+    assert any(n.startswith("near the kink of 'abs'") for n in near.notes)  # (3 x^2 h ~ 9e-17 > x^3 = 8e-18)
+    (at_zero,) = gradcalc.check("input x\nabs(x)", at={"x": 0.0}).results
+    assert any(n.startswith("near the kink of 'abs'") for n in at_zero.notes)
