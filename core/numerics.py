@@ -823,13 +823,13 @@ def _kink_moves(tr: Traced, wrt_var: int, eq, h: np.ndarray, values: dict) -> np
     n = int(np.size(x))
     reach = np.broadcast_to(2.0 * np.asarray(h, dtype=float), np.shape(x)).reshape(n)
     involved = (eq.out, *eq.args)
-    widest = max(math.prod(b.shapes[v]) for v in involved)
+    equations = needed(seeded(tr.tape.equations, [wrt_var]), set(involved))
+    widest = max(largest_batched(equations, [wrt_var], b.shapes), *(math.prod(b.shapes[v]) for v in involved))
     if n == 0 or n * widest * 2 > b.max_elements // 8:
         return None
     batch = BatchedBuilder(b, n, what="a tangent pass for a kink's distance")
     (seed,) = batch.seeds([np.shape(x)])
-    tan = forward(b, seeded(tr.tape.equations, [wrt_var]), {wrt_var: seed}, eager=True, check=False,
-                  keep=set(involved))
+    tan = forward(b, equations, {wrt_var: seed}, eager=True, check=False, keep=set(involved))
     moved = []
     for sign in (1.0, -1.0):
         parts = []

@@ -190,3 +190,15 @@ def test_a_kink_is_near_in_the_units_of_its_own_argument():
     assert any(n.startswith("near the kink of 'abs'") for n in near.notes)  # (3 x^2 h ~ 9e-17 > x^3 = 8e-18)
     (at_zero,) = gradcalc.check("input x\nabs(x)", at={"x": 0.0}).results
     assert any(n.startswith("near the kink of 'abs'") for n in at_zero.notes)
+
+
+def test_a_kinks_tangent_pass_keeps_within_the_element_budget():
+    # the pass runs from x through every value on the way to the kink (W @ x: 1,200 rows of 1,200
+    # elements for W 40x30), not only through the kink's operands (40 elements): past an eighth of
+    # the budget the plain test stands, where this was the error "a tangent pass for a kink's
+    # distance ... would have 1440000 elements"
+    W = np.full((40, 30), 0.001)
+    x = np.linspace(-1, 1, 30)  # (W @ x = 0: every relu at its kink)
+    dw, dx = gradcalc.check("input W[40,30], x[30]\nsum(relu(W @ x)^2)", at={"W": W, "x": x},
+                            max_elements=1_000_000).results
+    assert any(n.startswith("near the kink of 'relu'") for n in dw.notes + dx.notes)
