@@ -115,6 +115,13 @@ def plot(source, over: str, lo: float, hi: float, *, samples: int = DEFAULT_SAMP
     if not math.isfinite(hi - lo):  # (the samples' spacing would overflow)
         raise UsageError(f"{option('over')} {lo:g}:{hi:g} is wider than a float can span", option="over",
                          hint="make the interval narrower than about 1.8e308")
+    spacing = (hi - lo) / (samples - 1)
+    if spacing < 2 * np.spacing(max(abs(lo), abs(hi))) or spacing < np.finfo(float).tiny:
+        # (samples that round to one float, or a spacing below the normal floats, whose picture
+        # divides by a width that underflows to 0: 0:5e-324 was an internal error)
+        raise UsageError(f"{option('over')} {lo!r}:{hi!r} is too narrow for {samples} distinct samples "
+                         "(they would be closer than the floats there, or than the smallest normal float)",
+                         option="over", hint=f"widen the interval, or lower {option('samples')}")
     at = as_arrays(at)
     limits = dict(max_elements=max_elements, max_steps=max_steps)
     line, point = _line(program, over, lo, direction, at, limits)

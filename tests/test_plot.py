@@ -228,6 +228,17 @@ def test_an_interval_wider_than_a_float_spans_is_a_user_error():
     assert "is wider than a float can span" in r.stderr
 
 
+@pytest.mark.parametrize("over, samples", [("0:5e-324", 200), ("0:1e-320", 200), ("1e20:1.00000000000001e20", 200),
+                                           ("1:1.0000000000000004", 3)])
+def test_an_interval_too_narrow_for_distinct_samples_is_a_user_error(over, samples):
+    # 0:5e-324 drew a picture whose width in dots underflowed to 0 (an internal error, exit 3),
+    # and its JSON gave 200 abscissae of 0.0; samples that round to one float are no curve
+    r = user_error("plot", "sin(x)", "--over", f"x={over}", "--samples", samples)
+    assert "is too narrow for" in r.stderr and "distinct samples" in r.stderr
+    t = np.array(ok_json("plot", "sin(x)", "--over", "x=0:1e-300")["samples"]["abscissae"])
+    assert len(t) == 200 and (np.diff(t) > 0).all()
+
+
 def test_more_samples_than_the_element_budget_are_refused_before_they_are_made():
     # 2e8 samples over --max-elements 1000 took 14 s of system time making the abscissae first
     r = user_error("plot", "x^3", "--over", "x=0:2", "--samples", "200000000", "--max-elements", "1000")
