@@ -332,6 +332,11 @@ class _TooMuch(Exception):
         self.stderr = stderr
 
 
+#: The longest one wait for the black box's pipes lasts, in seconds: the system's poll takes at most
+#: about 2^31 ms, so a longer --exec-timeout (1e10, inf) waits in turns of this (it overflowed).
+_LONGEST_WAIT = 3600.0
+
+
 def _exchange(proc: subprocess.Popen, data: bytes, timeout: float) -> tuple[bytes, bytes]:
     """proc.communicate(data, timeout), within bounds: stdout up to MAX_ANSWER_BYTES (past it,
     _TooMuch), the last STDERR_KEPT_BYTES of stderr, and the time: TimeoutExpired past it,
@@ -356,7 +361,7 @@ def _exchange(proc: subprocess.Popen, data: bytes, timeout: float) -> tuple[byte
             left = deadline - time.monotonic()
             if left <= 0:
                 raise subprocess.TimeoutExpired(proc.args, timeout, bytes(out), bytes(err[-STDERR_KEPT_BYTES:]))
-            for key, _ in pipes.select(left):
+            for key, _ in pipes.select(min(left, _LONGEST_WAIT)):
                 f = key.fileobj
                 if f is proc.stdin:
                     try:

@@ -112,6 +112,15 @@ def test_bad_timeout():
         BlackBox("true", timeout=0)
 
 
+@pytest.mark.parametrize("timeout", [1e10, math.inf, 1e308])
+def test_a_timeout_past_what_the_system_waits_at_once_is_waited_in_turns(timeout):
+    # the system's poll takes at most about 2^31 ms: --exec-timeout 1e10 was an internal error
+    # (OverflowError, exit 3), as were inf and 1e308
+    (r,) = model(timeout=timeout).run([AT])
+    f, gx, gy = closed_form(AT["x"], float(AT["y"]))
+    assert r["value"] == pytest.approx(f, rel=1e-14)
+
+
 def test_non_zero_exit_quotes_the_end_of_stderr(script):
     box = BlackBox(script("""
         for i in range(50):
