@@ -18,7 +18,7 @@ from typing import Annotated, Callable, List, NamedTuple, Optional
 import typer
 from typer.core import TyperGroup
 
-from gradcalc.errors import GradcalcError, LimitError, UsageError
+from gradcalc.errors import GradcalcError, UsageError, out_of_memory
 from gradcalc.tape import DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_STEPS
 
 from . import views
@@ -325,8 +325,7 @@ def _shown_within_memory(opts: Options, body: Callable[[], object]) -> int:
     except MemoryError:
         pass
     gc.collect()  # (the collector is off for the command: the tape's cycles wait for it)
-    raise LimitError("out of memory: the arrays this command needs do not fit in this machine's memory",
-                     hint="use smaller inputs: the element limit bounds each array, not all of them together")
+    raise out_of_memory()
 
 
 def _show(item, opts: Options) -> int:

@@ -173,6 +173,13 @@ class LimitError(GradcalcError): kind = "limit"      # noqa: E701
 class FileError(ValueError_): kind = "file"          # noqa: E701  (missing or unreadable)
 
 
+def out_of_memory() -> LimitError:
+    """The error of a command (or a checked source) that ran out of memory: the machine's limit,
+    not a bug, since sizes within the element limit can add up."""
+    return LimitError("out of memory: the arrays this command needs do not fit in this machine's memory",
+                      hint="use smaller inputs: the element limit bounds each array, not all of them together")
+
+
 #: Where bugs are reported (an internal error's words).
 REPORT_URL = "https://github.com/gradcalc/gradcalc/issues"
 

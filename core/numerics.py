@@ -410,6 +410,26 @@ def fd_estimate(tr: Traced, of: list[str], wrt: str, method: str = "central", st
 FD_BATCH_ELEMENTS = 1 << 23
 
 
+def _fd_width(tr: Traced, of: list[str], wrt: str, facts: dict | None = None) -> int:
+    """A perturbed point's numbers in the largest value of the finite differences' pass."""
+    largest = _pass_from(tr, tr.tape.names[wrt], tuple(tr.tape.names[o] for o in of), facts).widest
+    return max(largest, tr.value(wrt).size, 1)
+
+
+def _fd_within_work(tr: Traced, of: list[str], wrts: list[str], method: str, facts: dict | None = None) -> None:
+    """Refuse, before anything of the check runs (forward mode's probes of a 10^8-element input
+    took 10 GB before this refusal came), finite differences of the full Jacobian that
+    _fd_batch would refuse (see _within_work), at their smallest: without an error estimate.
+    The pass of each input is found only where the tape's widest value could pass the limit
+    (finding it for each of 200 scalar inputs swept the tape 200 times)."""
+    widest = max(map(math.prod, tr.builder.shapes.values()), default=1)
+    limit = FD_WORK_FACTOR * max(tr.builder.max_elements, DEFAULT_MAX_ELEMENTS)
+    for w in wrts:
+        points = len(stencil.offsets(method)) * tr.value(w).size + stencil.needs_centre(method)
+        if points * max(widest, tr.value(w).size) > limit:
+            _within_work(tr, w, points, _fd_width(tr, of, w, facts))
+
+
 def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, with_error: bool,
               max_steps: int, facts: dict | None = None, columns=None) -> FiniteDifferences:
     """fd_estimate at the steps h, with an error estimate or not (stencil.combine's with_error),
@@ -419,9 +439,7 @@ def _fd_batch(tr: Traced, of: list[str], wrt: str, method: str, h: np.ndarray, w
     scales = stencil.offsets(method, with_error)
     centre = stencil.needs_centre(method)  # forward differences also need f(x): one more row
     cols = np.arange(n) if columns is None else np.asarray(columns, dtype=np.intp)
-    var = tr.tape.names[wrt]
-    largest = _pass_from(tr, var, tuple(tr.tape.names[o] for o in of), facts).widest  # (a point's)
-    width = max(largest, n, 1)  # (a point's numbers in the pass's largest value)
+    width = _fd_width(tr, of, wrt, facts)
     _within_work(tr, wrt, len(scales) * cols.size + centre, width)
     budget = min(FD_BATCH_ELEMENTS, tr.builder.max_elements) - centre * width  # (f(x)'s row too)
     per_batch = max(1, budget // (len(scales) * width))
@@ -1297,6 +1315,9 @@ def _random_points(program, values, points: int, rng, limits: dict) -> list[dict
 
 
 def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
+    facts = facts_on_tape(tr)
+    if not plan.directions:
+        _fd_within_work(tr, outs, wrts, plan.method, facts)
     closed = None
     if plan.symbolic and not plan.directions:
         from .symbolic import symbolic_jacobian
@@ -1305,7 +1326,6 @@ def _check_point(tr: Traced, name, p, outs, wrts, plan: _Plan, rng):
     rev = None if plan.directions else jacobian_blocks(tr, outs, wrts, "rev")
     fwd = None if plan.directions else _forward_probes(tr, outs, [w for w in wrts if w in tr.tape.inputs], rng)
     results = []
-    facts = facts_on_tape(tr)
     together = {}
     for chunk in [] if plan.directions else _chunks(wrts):
         together.update(scalar_estimates(tr, outs, chunk, plan.method, facts))

@@ -9,6 +9,7 @@ plugin and ``gradcalc.testing`` all run this one function; none of it prints.
 """
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .checks import CheckResult
 from .errors import (REPORT_URL, FileError, GradcalcError, InternalError, Pos, ShapeError, Source, UsageError,
-                     ValueError_, internal_words, option)
+                     ValueError_, internal_words, option, out_of_memory)
 from .results import Result
 
 #: The options a ``# check:`` line may give (SPEC §5), as the library's keywords: the
@@ -253,8 +254,12 @@ def check_source(source, *, overrides: dict | None = None, update_expect: bool =
         if misspelt:  # (its options would have given the missing value, say)
             err.hint = misspelt[0] + (f"; {err._hint}" if err._hint else "")
         return _failed(label, err)
+    except MemoryError:
+        pass  # (said below, once the error's frames, and the tape they hold, are gone)
     except Exception as exc:  # noqa: BLE001 - a bug: this source's error, and the others still checked
         return _failed(label, _internal(exc))
+    gc.collect()  # (the collector is off for the command: the tape's cycles wait for it)
+    return _failed(label, out_of_memory())
 
 
 def _parsed(src: Source, given: str | None, as_read: bool):

@@ -15,6 +15,7 @@ import pytest
 import gradcalc
 from gradcalc import numerics
 from gradcalc.cli import github
+from gradcalc.errors import LimitError
 from gradcalc.primitives import REGISTRY, safe_mul
 from gradcalc.suite import (CheckError, check_source, check_sources, file_options, result_id, row_text,
                             summary_line)
@@ -97,6 +98,31 @@ def test_a_bug_met_in_one_source_is_its_error_result_and_the_others_are_checked(
     assert cases["gradcalc.check.kink"].find("error").get("type") == "internal"
     assert cases["gradcalc.check.good"].find("error") is None
     assert check_sources(["good.grad", "kink.grad"]).exit_code == 3
+
+
+def test_a_source_that_runs_out_of_memory_is_its_limit_error_and_the_others_are_checked(three, monkeypatch):
+    """Out of memory while checking kink.grad (the machine's limit, not a bug): that source is an
+    error result of kind "limit" saying so, exit 2, where it was an internal error (exit 3)."""
+    def exhausted(x):
+        raise MemoryError()
+    monkeypatch.setattr(REGISTRY["abs"], "impl", exhausted)
+    r = run("check", "good.grad", "kink.grad", "-f", "json")
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    doc = json.loads(r.stdout)
+    (short,) = [x for x in doc["results"] if "error" in x]
+    assert short["source"] == "kink.grad" and short["error"]["kind"] == "limit"
+    assert short["error"]["message"].startswith("out of memory")
+    assert [x["ok"] for x in doc["results"] if "error" not in x] == [True]
+
+
+def test_finite_differences_past_the_work_limit_are_refused_before_the_check_runs(monkeypatch):
+    # x[50000] asks the full Jacobian's differences for 1e5 points of 5e4 elements, past 20 x
+    # 1e8: refused first, where forward mode's probes (3 directions at 3 scales) ran before the
+    # refusal (10 GB for x[1e8])
+    monkeypatch.setattr(numerics, "_forward_probes", lambda *a: pytest.fail("the probes ran first"))
+    monkeypatch.setattr(numerics, "jacobian_blocks", lambda *a: pytest.fail("reverse mode ran first"))
+    with pytest.raises(LimitError, match="the finite differences of the full Jacobian with respect to 'x'"):
+        gradcalc.check("input x[50000]\nsum(x)", points=1)
 
 
 @pytest.mark.parametrize("make, kind, words", [
