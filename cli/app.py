@@ -18,7 +18,7 @@ from typing import Annotated, Callable, List, NamedTuple, Optional
 import typer
 from typer.core import TyperGroup
 
-from gradcalc.errors import GradcalcError, UsageError, out_of_memory
+from gradcalc.errors import GradcalcError, UsageError, out_of_memory, visible
 from gradcalc.tape import DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_STEPS
 
 from . import views
@@ -166,8 +166,8 @@ def note_option_like(words) -> None:
     for word in words:
         guess = _option_guess(word, by_word)
         if guess is not None and not os.path.exists(word):
-            sys.stderr.write(f"note: '{word}' is none of {ctx.command.name}'s options, so it is read as a "
-                             f"program{guess}\n")
+            sys.stderr.write(visible(f"note: '{word}' is none of {ctx.command.name}'s options, so it is read as a "
+                                     f"program{guess}") + "\n")
 
 
 def _option_guess(word: str, by_word: dict) -> str | None:
@@ -406,7 +406,7 @@ def _at(items, opts: Options, program=None) -> dict:
     from gradcalc.values import drop_unused, parse_assignments
     point = parse_assignments(items, "--at", opts.max_elements)
     for note in drop_unused(point, program) if program is not None else ():
-        sys.stderr.write(f"note: {note}\n")
+        sys.stderr.write(f"note: {visible(note)}\n")
     return point
 
 

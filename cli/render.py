@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 from gradcalc.codec import number_to_json, to_json
+from gradcalc.errors import visible
 
 SCHEMA = 1
 #: Arrays with more elements than this are summarised in tables.
@@ -328,4 +329,4 @@ def _label(name: str, shape, flat: int) -> str:
 def print_warnings(warnings) -> None:
     """Warnings go to stderr in every format (JSON output also carries them)."""
     for w in warnings or ():
-        sys.stderr.write(f"warning: {w}\n")
+        sys.stderr.write(f"warning: {visible(str(w))}\n")

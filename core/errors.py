@@ -218,6 +218,15 @@ def flag(option_name: str) -> str:
     return "--" + option_name.replace("_", "-")
 
 
+def visible(text: str) -> str:
+    """text with each control character but the newline written as its escape (ESC as \\x1b),
+    so that a name or path typed on the command line cannot move a terminal's cursor or colour
+    it when an error or a note repeats it (the program's own text shows its characters so)."""
+    if text.isprintable() or all(c.isprintable() or c == "\n" for c in text):
+        return text
+    return "".join(c if c.isprintable() or c == "\n" else repr(c)[1:-1] for c in text)
+
+
 def located_text(err: GradcalcError, word=flag) -> str:
     """SOURCE:LINE:COL: message, the source line with a caret under the column (a window of a
     long line), and the hint: an error as the command line and test reports show it, its
@@ -225,6 +234,7 @@ def located_text(err: GradcalcError, word=flag) -> str:
     message, hint = err.worded(word)
     where = (f"{err.label(word)}:" if err.source is not None else "") + \
         (f"{err.pos.line}:{err.pos.col}:" if err.pos is not None else "")
+    message, hint, where = visible(message), hint and visible(hint), visible(where)
     lines = [f"{where} {message}" if where else message]
     line = err.source.line(err.pos.line) if err.source is not None and err.pos is not None else ""
     if line:

@@ -15,6 +15,8 @@ from gradcalc.cli.errors import flag
 from gradcalc.errors import (GradcalcError, LimitError, NameError_, ShapeError, SyntaxError_,
                              UsageError, ValueError_)
 
+from cli_run import run
+
 
 def raised(fn, *args, **kwargs) -> GradcalcError:
     with pytest.raises(GradcalcError) as info:
@@ -508,3 +510,17 @@ def test_error_hierarchy():
 def test_function_and_index_errors_are_worded_for_what_was_written(src, message, pos, hint):
     check(raised(gradcalc.evaluate, src, at={"x": 1.0}), "usage" if "index" not in message else "shape",
           message, pos, hint)
+
+
+@pytest.mark.parametrize("args", [
+    ["grad", "x", "--of", "\x1b[2J\x1b[31mred", "--at", "x=1"],
+    ["grad", "x", "--wrt", "a\x07b", "--at", "x=1"],
+    ["grad", "x", "--at", "x=1", "--save", "/nonexistent/\x1b[31mf.json"],
+    ["grad", "x", "--at", "\x1b[1mq=1"],
+])
+def test_control_characters_typed_on_the_command_line_are_shown_escaped(args):
+    # a name or path from an option, repeated in an error, wrote its raw escape codes to the
+    # terminal (clearing it, colouring it); it shows them as the program's own text does, \x1b
+    r = run(*args)
+    assert r.exit_code == 2
+    assert not any(c in r.stderr for c in "\x1b\x07") and ("\\x1b" in r.stderr or "\\x07" in r.stderr)
