@@ -79,6 +79,14 @@ EXPR_LIMIT = 20_000
 """Most nodes in the expression tree of one element of one value."""
 DERIVATIVE_LIMIT = 200_000
 """Most nodes in the expression tree of one derivative (a Hessian of 2.5 million nodes took 49 s)."""
+SYMBOLIC_SECONDS = 30.0
+"""Longest sympy may take over the derivatives of one closed form, checked between entries: its
+work is not proportional to the nodes (the product rule over a Mul of k factors costs k^2, so
+the gradient of sum(cumprod(cumprod(x))) of 64 elements, 268,254 nodes, took 55 s)."""
+ALL_DERIVATIVES_LIMIT = 300_000
+"""Most nodes in the trees of all the derivatives of one closed form (a Jacobian, a Hessian) taken
+together: sympy differentiates a product at about 60 µs a node, so that many entries each within
+DERIVATIVE_LIMIT added up (the Hessian of sum(cumprod(x)) of 64 elements ran for minutes)."""
 SIMPLIFY_LIMIT = 400
 """Derivatives with more nodes than this are not simplified."""
 SIMPLIFY_MAX_EXPONENT = 100
@@ -962,10 +970,34 @@ def _diff_block(y, syms, sp, simplify=None, back=None, *, tr=None, what="", limi
     were left unsimplified; back (if given) replaces stand-in symbols once differentiated.
     A derivative of more than limit nodes is refused (what: the derivative's name in the
     error; DERIVATIVE_LIMIT unless given), before sympy values or simplifies it, where most of
-    the time would go."""
+    the time would go; so are derivatives past ALL_DERIVATIVES_LIMIT nodes, or SYMBOLIC_SECONDS,
+    all told (tr.derived keeps the count and the deadline from one block to the next)."""
     limit = DERIVATIVE_LIMIT if limit is None else limit
     block = np.empty(y.shape + syms.shape, dtype=object)
-    reasons = []
+    reasons: list = []
+    spent = [tr.derived.get(ALL_DERIVATIVES_LIMIT, 0) if tr is not None else 0]  # (this closed form's so far)
+    now = time.monotonic()
+    deadline = tr.derived.setdefault(SYMBOLIC_SECONDS, now + SYMBOLIC_SECONDS) if tr is not None else \
+        now + SYMBOLIC_SECONDS
+
+    def refused(grows: str) -> GradcalcError:
+        return _located(UsageError(f"{_SYMBOLIC}: {grows}", option="symbolic",
+                                   hint=f"the program is too large for a closed form; drop {_SYMBOLIC}"), tr)
+
+    try:
+        with _time_limit(max(deadline - now, 1e-3)):
+            _fill_block(block, y, syms, sp, simplify, back, reasons, spent, limit, what, refused)
+    except _Timeout:
+        raise refused(f"sympy takes more than {SYMBOLIC_SECONDS:g} s over the closed forms of the "
+                      "derivatives") from None
+    if tr is not None:
+        tr.derived[ALL_DERIVATIVES_LIMIT] = spent[0]
+    return block, reasons
+
+
+def _fill_block(block, y, syms, sp, simplify, back, reasons: list, spent: list, limit: int, what: str, refused):
+    """_diff_block's entries, each differentiated, measured, given back its stand-ins and
+    simplified (spent[0]: the nodes of the derivatives so far)."""
     memo: dict = {}
     for yi in np.ndindex(*y.shape):
         e = y[yi]
@@ -973,10 +1005,12 @@ def _diff_block(y, syms, sp, simplify=None, back=None, *, tr=None, what="", limi
         for xi in np.ndindex(*syms.shape):
             s = syms[xi]
             d = _clean(sp.diff(e, s), sp) if s in free else sp.S.Zero
-            if _tree_size(d, memo) > limit:
-                raise _located(UsageError(
-                    f"{_SYMBOLIC}: the closed form of {what} grows past {limit} terms",
-                    hint=f"the program is too large for a closed form; drop {_SYMBOLIC}", option="symbolic"), tr)
+            size = _tree_size(d, memo)
+            spent[0] += size
+            if size > limit:
+                raise refused(f"the closed form of {what} grows past {limit} terms")
+            if spent[0] > ALL_DERIVATIVES_LIMIT:
+                raise refused(f"the closed forms of the derivatives grow past {ALL_DERIVATIVES_LIMIT} terms in all")
             if back is not None and d.free_symbols:
                 d = d.xreplace(back)
             if simplify is not None:
@@ -984,7 +1018,6 @@ def _diff_block(y, syms, sp, simplify=None, back=None, *, tr=None, what="", limi
                 if why:
                     reasons.append(why)
             block[yi + xi] = d
-    return block, reasons
 
 
 def _finished(tr, block, point, simplify: bool, reasons: list, sp) -> dict:

@@ -717,3 +717,22 @@ def test_a_product_of_masks_is_one_and():
     xs = [_real(f"x[{i}]") for i in range(64)]
     _, out = _timed_convert("input x[64]; s = sum(x); where(prod(x > 0), s, -s)", x)
     _same(out, sp.Piecewise((sp.Add(*xs), sp.And(*[s > 0 for s in xs])), (-sp.Add(*xs), True)))
+
+
+def test_the_derivatives_of_a_closed_form_are_bounded_in_all(monkeypatch):
+    # each second derivative of sum(cumprod(x)) is small, but there are n^2 of them: the Hessian of
+    # 64 elements ran for minutes within every per-entry limit; the nodes of all the derivatives
+    # together, and sympy's time over them, are bounded too, with the per-entry limit's words
+    import gradcalc.symbolic as symbolic
+    src, at = "input x[12]\nsum(cumprod(x))", {"x": np.ones(12)}
+    monkeypatch.setattr(symbolic, "ALL_DERIVATIVES_LIMIT", 500)
+    with pytest.raises(UsageError, match=r"symbolic: the closed forms of the derivatives grow past 500 terms in all"):
+        gradcalc.hessian(src, at=at, symbolic=True)
+    monkeypatch.setattr(symbolic, "ALL_DERIVATIVES_LIMIT", 10 ** 9)
+    monkeypatch.setattr(symbolic, "SYMBOLIC_SECONDS", 0.05)
+    t = time.monotonic()
+    with pytest.raises(UsageError, match=r"symbolic: sympy takes more than 0.05 s over the closed forms"):
+        gradcalc.hessian("input x[40]\nsum(cumprod(x))", at={"x": np.ones(40)}, symbolic=True)
+    assert time.monotonic() - t < 30  # (it took minutes: the time limit interrupts sympy itself)
+    r = gradcalc.hessian("input x[3]\nsum(cumprod(x))", at={"x": np.array([1.0, 2.0, 3.0])}, symbolic=False)
+    assert np.allclose(r["x"]["x"], [[0, 1 + 3, 2], [1 + 3, 0, 1], [2, 1, 0]])  # (x0 + x0 x1 + x0 x1 x2)
