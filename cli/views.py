@@ -48,7 +48,9 @@ def show(item, fmt: Format, precision: int) -> None:
     elif fmt is Format.dot:
         sys.stdout.write(view.dot(result))
     elif fmt is Format.plain:
-        sys.stdout.write(view.plain(result, precision))
+        text = view.plain(result, precision)
+        for piece in [text] if isinstance(text, str) else text:  # (numbers come a chunk at a time)
+            sys.stdout.write(piece)
     else:
         view.table(shown, precision)
     if view.warns:
@@ -79,13 +81,16 @@ def formats(command: str) -> list[Format]:
 # Plain text
 # ==========================================================================
 
-def _numbers(result, precision: int) -> str:
-    """The numbers alone: one line per array of the result (blocks of a Jacobian or a
-    Hessian in order), values in C order; an unconnected derivative reads null.  A closed
-    form with no point (--symbolic without --at) has no numbers: its text, a line each."""
+def _numbers(result, precision: int):
+    """The numbers alone, a piece at a time: one line per array of the result (blocks of a
+    Jacobian or a Hessian in order), values in C order; an unconnected derivative reads null.
+    A closed form with no point (--symbolic without --at) has no numbers: its text, a line each."""
     if getattr(result, "value", 0) is None and getattr(result, "symbolic", None):
-        return "".join(f"{text}\n" for text in _closed_texts(result.symbolic))
-    return "".join(render.plain_line(a) + "\n" for a in _leaves(result))
+        yield from (f"{text}\n" for text in _closed_texts(result.symbolic))
+        return
+    for a in _leaves(result):
+        yield from render.plain_pieces(a)
+        yield "\n"
 
 
 def _closed_texts(entries: dict):
@@ -670,7 +675,7 @@ class View(NamedTuple):
     a millisecond to create.)"""
 
     table: Callable  # (Shown, precision) -> None: prints rich tables
-    plain: Callable = _numbers  # (result, precision) -> the text to write
+    plain: Callable = _numbers  # (result, precision) -> the text to write, or its pieces
     dot: Callable | None = None  # (result) -> Graphviz dot text; None: no -f dot
     json: Callable = lambda result: result.to_json()  # (result) -> the JSON payload
     warns: bool = True  # also write the result's warnings to stderr (graph's stay in its JSON)

@@ -935,3 +935,28 @@ def test_a_hessian_of_many_scalar_inputs_is_summarised_in_a_table():
     assert f"{n}×{n}" in r.stdout and "min 0  max 2" in r.stdout  # (d²/da0² = 2; the others 1 or 0)
     small = ok("hessian", " + ".join(f"a{i}*a{i + 1}" for i in range(11)), "--at", ",".join(f"a{i}=1" for i in range(12)))
     assert "a11" in small.stdout.splitlines()[2] and "min" not in small.stdout  # (the header row)
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 16])
+def test_large_arrays_are_written_a_chunk_at_a_time_with_the_same_bytes(chunk, monkeypatch, tmp_path):
+    # JSON and plain output convert STREAM_ELEMENTS numbers at a time (the gradient of 10^8
+    # elements took 6.5 GB as JSON, 8 GB as plain text); the bytes are json.dumps' of the whole
+    # and the numbers' shortest texts joined, as before, nan and inf included, in C order
+    from gradcalc.cli import render
+    monkeypatch.setattr(render, "STREAM_ELEMENTS", chunk)
+    x = np.linspace(-1.0, 1.0, 70_001)
+    x[[3, 40_000]] = np.nan
+    x[5] = np.inf
+    m = np.arange(60.0).reshape(3, 4, 5) / 7
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "m.npy", m)
+    at = ["--at", f"x=@{tmp_path / 'x.npy'}", "--at", f"m=@{tmp_path / 'm.npy'}"]
+    src = "input x[70001], m[3,4,5]\nsum(x * x) + sum(m * m)"
+    data = json.loads(ok("eval", src, *at, "--all", "-f", "json").stdout)
+    spelled = [v if math.isfinite(v) else ("nan" if math.isnan(v) else "inf") for v in x.tolist()]
+    assert data["values"]["x"] == spelled and data["values"]["m"] == m.tolist()
+
+    def shortest(v: float) -> str:
+        return "nan" if math.isnan(v) else "inf" if math.isinf(v) else str(int(v)) if v.is_integer() else repr(v)
+    assert ok("eval", src, *at, "--of", "x", "-f", "plain").stdout == " ".join(map(shortest, x.tolist())) + "\n"
+    assert ok("eval", src, *at, "--of", "m", "-f", "plain").stdout == " ".join(map(shortest, m.ravel().tolist())) + "\n"
