@@ -274,7 +274,7 @@ def _truncation_slope(steps, errors, usable, scale, noise) -> float | None:
 
 
 def attach(tr: Traced, result, method: str, tol: tuple, max_steps: int = DEFAULT_MAX_STEPS, *,
-           ad=None) -> None:
+           ad) -> None:
     """Add the sweep of a check result (one of full Jacobian's) to its extra["sweep"]: along
     the input element where the check found its worst error.  ad: the reverse-mode block the
     check compared (None where nothing reaches the output), which the sweep would otherwise

@@ -11,6 +11,7 @@ import pytest
 
 import gradcalc
 from gradcalc.checks import breach_text
+from gradcalc.lower import trace
 from gradcalc.primitives import REGISTRY, safe_mul
 from rules import replace_rule
 
@@ -202,3 +203,18 @@ def test_a_kinks_tangent_pass_keeps_within_the_element_budget():
     dw, dx = gradcalc.check("input W[40,30], x[30]\nsum(relu(W @ x)^2)", at={"W": W, "x": x},
                             max_elements=1_000_000).results
     assert any(n.startswith("near the kink of 'relu'") for n in dw.notes + dx.notes)
+
+
+def test_a_kinks_distance_moves_as_its_operands_do_a_scalar_beside_a_vector_included():
+    # maximum(x, c) with c = 0.1 sum(x), a scalar beside the vector x, both moving with x: the kink's
+    # distance x_i - c moves, when x_j alone moves by 2h_j, by 2h_j (e_ij - 0.1); its largest move
+    # per element over j and both signs, computed here by brute force, is what _kink_moves finds
+    from gradcalc import numerics
+    x = np.array([0.2, 0.3, 0.5, 0.9])
+    tr = trace(gradcalc.parse("input x[4]\nc = sum(x) * 0.1\nsum(maximum(x, c) * x)"), {"x": x})
+    (eq,) = [e for e in tr.tape.equations if e.prim.name == "maximum"]
+    h = np.array([1e-4, 1e-3, 1e-2, 1e-1])  # (a move of c by another element's step can be the largest)
+    values = numerics.restored(tr, {eq.out, *eq.args})
+    moves = numerics._kink_moves(tr, tr.tape.names["x"], eq, h, values)
+    want = np.max([np.abs(2 * h[j] * ((np.arange(4) == j) - 0.1)) for j in range(4)], axis=0)
+    assert moves == pytest.approx(want, rel=1e-9)
