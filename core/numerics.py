@@ -1911,7 +1911,7 @@ def _coarse_step(x: np.ndarray, h: np.ndarray, worst: list, method: str) -> bool
     if not h.size:
         return False
     at = tuple(worst[len(worst) - x.ndim:]) if x.ndim else ()
-    xi = abs(float(x[at].real))
+    xi = abs(float(x[at]))
     # (at 0 no step is relative to |x|; from 1 up the relative step is the default one: richardson's
     # eps^(1/5) |x| can exceed 1e-3 |x| there, and the halved steps of _at_smaller_steps apply)
     return 0 < xi < 1 and float(h[at]) > (COMPLEX_COARSE_STEP if method == "complex" else COARSE_STEP) * xi
@@ -1983,8 +1983,8 @@ def _coarse_step_note(x: np.ndarray, h: np.ndarray, again: _Again | None, worst:
 #: bound of 12 halvings plus log2 max(1, |x|) failed right derivatives of functions that change
 #: on a scale far below the step (sin(1e6 x) at 0.0013, exp(-t / 1e-7) at 0: 19 halvings).
 REFINE_MAX_HALVINGS = 40
-#: Along --directions, the relative step is searched down to only within this many halvings
-#: of the default one (see _check_directions' retry).
+#: Along --directions, the halved steps decide only where the relative step is within this
+#: many halvings of the default one (see _direction_result's retry).
 REFINE_HALVINGS = 12
 
 
@@ -2361,7 +2361,7 @@ def _taylor(tr: Traced, result: "CheckResult", rng, max_steps: int = DEFAULT_MAX
     result.extra["taylor_order"] = order
     if beside is not None:
         result.notes.append(f"the Taylor steps (from 1e-2·max(1, |x|)) are not small beside |x| = {beside:.3g}: "
-                            f"taken relative to |x| instead, where the remainder's order is {order:.2f}")
+                            f"taken from 1e-2·{beside:.3g} instead, where the remainder's order is {order:.2f}")
     if not order >= TAYLOR_MIN_ORDER:
         result.ok = False
         result.notes.append(f"Taylor remainder order {order:.2f}, expected 2")
@@ -2941,6 +2941,9 @@ def taylor_order(tr: Traced, of: str, wrt: str, rng, halvings: int = TAYLOR_HALV
     A remainder counts only above the rounding of what it is the difference of (TAYLOR_ROUNDING
     eps times scale, rounding_scale's estimate for f, computed here when not given, or |f(x + p)|
     or |J p| where larger).
+    Where the order falls short and the largest step passes some 0 < |x_i| < 1, the steps start
+    again from TAYLOR_FIRST_STEP times the smallest such |x_i|; a finite order of a right
+    derivative there stands (``beside``: that |x_i|).
     """
     x = tr.value(wrt)
     scale = rounding_scale(tr, of, wrt) if scale is None else scale

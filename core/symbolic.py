@@ -80,8 +80,8 @@ EXPR_LIMIT = 20_000
 DERIVATIVE_LIMIT = 200_000
 """Most nodes in the expression tree of one derivative (a Hessian of 2.5 million nodes took 49 s)."""
 SYMBOLIC_SECONDS = 30.0
-"""Longest sympy may take over the derivatives of one closed form, checked between entries: its
-work is not proportional to the nodes (the product rule over a Mul of k factors costs k^2, so
+"""Longest sympy may take over the derivatives of one closed form (_time_limit's timer interrupts
+it, on the main thread, as it does simplification): its work is not proportional to the nodes (the product rule over a Mul of k factors costs k^2, so
 the gradient of sum(cumprod(cumprod(x))) of 64 elements, 268,254 nodes, took 55 s)."""
 ALL_DERIVATIVES_LIMIT = 300_000
 """Most nodes in the trees of all the derivatives of one closed form (a Jacobian, a Hessian) taken
