@@ -24,7 +24,7 @@ from .errors import GradcalcError, LimitError, Pos, UsageError, ValueError_, opt
 from .lexer import tokenize
 from .lower import DEFAULT_MAX_STEPS, Traced, find_inputs, trace
 from .session import (as_arrays, check_limits, eager_backward, jacobian_blocks, parse, quiet, select_names,
-                      select_output)
+                      select_output, widest_value)
 from .stencil import METHODS, default_step
 from .tape import DEFAULT_MAX_ELEMENTS, Guard, by_row, eval_equations
 from .tape import _scalar_or_array as scalar_or_array
@@ -422,7 +422,7 @@ def _fd_within_work(tr: Traced, of: list[str], wrts: list[str], method: str, fac
     _fd_batch would refuse (see _within_work), at their smallest: without an error estimate.
     The pass of each input is found only where the tape's widest value could pass the limit
     (finding it for each of 200 scalar inputs swept the tape 200 times)."""
-    widest = max(map(math.prod, tr.builder.shapes.values()), default=1)
+    widest = widest_value(tr)
     limit = FD_WORK_FACTOR * max(tr.builder.max_elements, DEFAULT_MAX_ELEMENTS)
     for w in wrts:
         points = len(stencil.offsets(method)) * tr.value(w).size + stencil.needs_centre(method)
@@ -1768,7 +1768,7 @@ def _rescaled_jacobians(tr: Traced, o: str, w: str, scales):
     yshape, xshape = tr.value(o).shape, tr.value(w).shape
     m = max(1, int(np.prod(yshape, dtype=int)))
     eye = np.eye(m).reshape((m,) + yshape)
-    width = max(map(math.prod, tr.builder.shapes.values()), default=1)  # (a row's largest value)
+    width = widest_value(tr)  # (a row's largest value)
     per_pass = max(1, FD_BATCH_ELEMENTS // (m * max(width, 1)))
     for start in range(0, len(scales), per_pass):
         group = scales[start:start + per_pass]

@@ -262,7 +262,7 @@ def _output_groups(tr: Traced, outs: list, wrt: list) -> list:
     if len(outs) == 1:
         return [outs]
     names, budget = tr.tape.names, tr.builder.max_elements
-    widest = max(map(math.prod, tr.builder.shapes.values()), default=1)
+    widest = widest_value(tr)
     width = sum(tr.value(w).size for w in wrt)  # (a row of the Jacobian)
     cap = max(1, min(GROUP_ROWS, budget // 8 // max(widest, 1), budget // max(width, 1)))
     groups: list = []
@@ -276,6 +276,11 @@ def _output_groups(tr: Traced, outs: list, wrt: list) -> list:
         taken.add(names[o])
         rows += m or cap  # (an empty output: a group of its own)
     return groups
+
+
+def widest_value(tr: Traced) -> int:
+    """The most elements of any value on tr's tape: what a batched pass's rows each hold at most."""
+    return max(map(math.prod, tr.builder.shapes.values()), default=1)
 
 
 def _reverse_rows(tr: Traced, group: list, wrt: list) -> list:
